@@ -1,0 +1,27 @@
+//! The DevPilot dispatch schema, as sea-orm migrations.
+//!
+//! # Layout
+//! - [`Migrator`]: the ordered list of migrations, applied by `devpilot migrate` and on first
+//!   use of the embedded SQLite default.
+//! - `m20261129_000001_dispatch`: the queue (`dispatch_queue`), fleet presence (`machines`) and
+//!   the per-job history (`job_events`), with the partial indexes that keep the claim and sweep
+//!   paths index-only.
+//!
+//! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
+//! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
+//! backends keeps the lease arithmetic in the statements identical, and no machine's clock
+//! ever enters a lease decision.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261129_000001_dispatch;
+
+/// Applies the dispatch schema.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261129_000001_dispatch::Migration)]
+    }
+}

@@ -1,0 +1,222 @@
+//! The agent runner: starts one agent per claimed job and stops it on demand.
+//!
+//! The agent is an argv (program + arguments), never a shell string, and the payload never
+//! becomes part of it: the agent reads the payload from stdin or from the file named by
+//! `DEVPILOT_PAYLOAD_FILE`. Each agent runs in its own process group, so cancelling reaches
+//! the whole tree, and it dies with its runner (PR_SET_PDEATHSIG) so a killed runner can
+//! never leave an agent working on a job that the sweep has handed to someone else.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, Command};
+
+use crate::error::{Error, Result};
+use crate::queue::Claim;
+
+/// What runs a job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentSpec {
+    /// A real agent process.
+    Command(Vec<String>),
+    /// The built-in demo: logs the payload and succeeds after `duration`.
+    Demo { duration: Duration },
+    /// Succeeds at once, in process (benchmarks of the queue itself).
+    NoOp,
+}
+
+/// Where agents write and who they run for.
+#[derive(Clone, Debug)]
+pub struct AgentEnv {
+    pub log_dir: PathBuf,
+    pub payload_dir: PathBuf,
+    pub machine: String,
+}
+
+/// How an agent ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentExit {
+    Success,
+    Failed(String),
+}
+
+impl AgentSpec {
+    /// Checks that the agent program exists and is executable, so a typo is reported before
+    /// any job is claimed.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            AgentSpec::Command(argv) => {
+                let prog = argv.first().ok_or_else(|| Error::Invalid("the agent command is empty".into()))?;
+                resolve_program(prog).map(|_| ())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts the agent for `claim`.
+    pub async fn start(&self, claim: &Claim, env: &AgentEnv) -> Result<RunningAgent> {
+        std::fs::create_dir_all(&env.log_dir)?;
+        let log_path = env.log_dir.join(format!("job-{}.log", claim.id));
+        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        {
+            use std::io::Write;
+            let _ = writeln!(
+                log,
+                "=== job {} attempt {} (claim {}) on {} ===",
+                claim.id, claim.attempt, claim.token, env.machine
+            );
+        }
+        match self {
+            AgentSpec::NoOp => Ok(RunningAgent::InProcess(None)),
+            AgentSpec::Demo { duration } => {
+                let payload = serde_json::to_string_pretty(&claim.payload).unwrap_or_default();
+                let duration = *duration;
+                let task = tokio::spawn(async move {
+                    use std::io::Write;
+                    let _ = writeln!(log, "demo agent: received payload\n{payload}");
+                    tokio::time::sleep(duration).await;
+                    let _ = writeln!(log, "demo agent: done");
+                    AgentExit::Success
+                });
+                Ok(RunningAgent::InProcess(Some(task)))
+            }
+            AgentSpec::Command(argv) => {
+                let prog = resolve_program(&argv[0])?;
+                std::fs::create_dir_all(&env.payload_dir)?;
+                let payload_file = env.payload_dir.join(format!("job-{}-{}.json", claim.id, claim.token));
+                let body = serde_json::to_vec(&claim.payload).map_err(|e| Error::Payload(e.to_string()))?;
+                {
+                    use std::io::Write;
+                    let mut f = crate::config::private_file(&payload_file)?;
+                    f.write_all(&body)?;
+                }
+                let mut cmd = Command::new(&prog);
+                cmd.args(&argv[1..])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::from(log.try_clone()?))
+                    .stderr(Stdio::from(log))
+                    .env("DEVPILOT_JOB_ID", claim.id.to_string())
+                    .env("DEVPILOT_ATTEMPT", claim.attempt.to_string())
+                    .env("DEVPILOT_CLAIM_TOKEN", claim.token.to_string())
+                    .env("DEVPILOT_ORCHESTRATOR_ID", &claim.orchestrator_id)
+                    .env("DEVPILOT_MACHINE", &env.machine)
+                    .env("DEVPILOT_PAYLOAD_FILE", &payload_file)
+                    // A secret in the runner's environment is not the agent's business.
+                    .env_remove("DEVPILOT_DATABASE_URL")
+                    .env_remove("PGPASSWORD")
+                    .kill_on_drop(true)
+                    .process_group(0);
+                #[cfg(target_os = "linux")]
+                // SAFETY: prctl is async-signal-safe and touches only the child being exec'd.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                        Ok(())
+                    });
+                }
+                let mut child = cmd.spawn().map_err(|e| {
+                    let _ = std::fs::remove_file(&payload_file);
+                    if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied {
+                        Error::AgentMissing(argv[0].clone())
+                    } else {
+                        Error::Io(format!("cannot start the agent '{}': {e}", argv[0]))
+                    }
+                })?;
+                if let Some(mut stdin) = child.stdin.take() {
+                    // The agent may ignore stdin; a closed pipe is not an error.
+                    tokio::spawn(async move {
+                        let _ = stdin.write_all(&body).await;
+                        let _ = stdin.shutdown().await;
+                    });
+                }
+                Ok(RunningAgent::Process { child, payload_file })
+            }
+        }
+    }
+}
+
+/// A started agent.
+pub enum RunningAgent {
+    Process { child: Child, payload_file: PathBuf },
+    InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
+}
+
+impl RunningAgent {
+    /// Waits for the agent to end on its own. Cancel-safe.
+    pub async fn wait(&mut self) -> AgentExit {
+        match self {
+            RunningAgent::Process { child, .. } => match child.wait().await {
+                Ok(s) if s.success() => AgentExit::Success,
+                Ok(s) => AgentExit::Failed(describe_status(s)),
+                Err(e) => AgentExit::Failed(format!("lost track of the agent: {e}")),
+            },
+            RunningAgent::InProcess(None) => AgentExit::Success,
+            RunningAgent::InProcess(Some(task)) => match task.await {
+                Ok(exit) => exit,
+                Err(e) => AgentExit::Failed(format!("the built-in agent stopped: {e}")),
+            },
+        }
+    }
+
+    /// Stops the agent: SIGTERM to its process group, then SIGKILL after `grace`.
+    pub async fn terminate(&mut self, grace: Duration) {
+        match self {
+            RunningAgent::Process { child, .. } => {
+                let Some(pid) = child.id() else { return };
+                let pgid = pid as libc::pid_t;
+                // SAFETY: plain kill(2) on the agent's own process group.
+                unsafe { libc::kill(-pgid, libc::SIGTERM) };
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    let _ = child.wait().await;
+                }
+            }
+            RunningAgent::InProcess(Some(task)) => task.abort(),
+            RunningAgent::InProcess(None) => {}
+        }
+    }
+
+    /// The agent's process id, if it is a process.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            RunningAgent::Process { child, .. } => child.id(),
+            RunningAgent::InProcess(_) => None,
+        }
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        if let RunningAgent::Process { payload_file, .. } = self {
+            let _ = std::fs::remove_file(payload_file);
+        }
+    }
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("agent exited with status {c}"),
+        (None, Some(sig)) => format!("agent was killed by signal {sig}"),
+        _ => "agent ended abnormally".into(),
+    }
+}
+
+/// Finds `prog` on PATH (or as a path) and checks it is an executable file.
+pub fn resolve_program(prog: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    };
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return if executable(&p) { Ok(p) } else { Err(Error::AgentMissing(prog.to_string())) };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| executable(p))
+        .ok_or_else(|| Error::AgentMissing(prog.to_string()))
+}

@@ -1,0 +1,5 @@
+//! `devpilot`: the headless command line. See [`devpilot::cli`].
+
+fn main() -> std::process::ExitCode {
+    devpilot::cli::main()
+}

@@ -1,0 +1,399 @@
+//! The headless `devpilot` command line. Its names and flags are a contract.
+//!
+//! Which database: `DEVPILOT_DATABASE_URL` when set, else the config file's URL (with its
+//! password from the keychain), else the embedded SQLite default, created on first use.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::agent::AgentSpec;
+use crate::config::{parse_duration, Paths};
+use crate::db::{self, DbUrl, PoolSettings};
+use crate::error::{Error, Result};
+use crate::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode};
+use crate::queue::Queue;
+use crate::secrets;
+
+#[derive(Parser, Debug)]
+#[command(name = "devpilot", version, about = "DevPilot dispatch: one shared queue of coding-agent jobs, each run on exactly one machine.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create or upgrade the schema.
+    Migrate,
+    /// Add a job. The payload (JSON) comes from --payload, --payload-file or stdin.
+    Enqueue {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        #[arg(long, conflicts_with = "payload_file")]
+        payload: Option<String>,
+        #[arg(long)]
+        payload_file: Option<PathBuf>,
+    },
+    /// Claim and run jobs until interrupted (SIGINT/SIGTERM hand off cleanly).
+    Run(RunArgs),
+    /// Jobs by state, who holds what and for how long, and machines.
+    Status {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release stale claims once (the cron / systemd-timer backstop).
+    Sweep {
+        #[arg(long, default_value = "30m")]
+        claim_timeout: String,
+        #[arg(long, default_value_t = 3)]
+        max_attempts: i32,
+        /// Only this orchestrator (default: all).
+        #[arg(long)]
+        orchestrator: Option<String>,
+    },
+    /// Hand off everything a machine holds, so another machine takes it now.
+    Release {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        #[arg(long)]
+        machine: Option<String>,
+    },
+    /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config.
+    Login {
+        /// postgres://USER@HOST:PORT/DB, with no password.
+        #[arg(long)]
+        database_url: String,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+    pub orchestrator: String,
+    #[arg(long)]
+    pub machine: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: u32,
+    #[arg(long, default_value = "30m")]
+    pub claim_timeout: String,
+    #[arg(long, default_value = "30s")]
+    pub heartbeat: String,
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: i32,
+    /// Exit 0 once the orchestrator has no claimable or running work left.
+    #[arg(long)]
+    pub until_empty: bool,
+    #[arg(long, default_value = "2s")]
+    pub poll_interval: String,
+    /// The idle backoff ceiling.
+    #[arg(long, default_value = "5m")]
+    pub max_poll_interval: String,
+    /// How often this process may sweep stale claims.
+    #[arg(long, default_value = "60s")]
+    pub sweep_interval: String,
+    /// Do not LISTEN for NOTIFY hints (PgBouncer/Neon pooled endpoints).
+    #[arg(long, env = "DEVPILOT_POLL_ONLY")]
+    pub poll_only: bool,
+    #[arg(long, value_enum, default_value_t = ClaimModeArg::Pick)]
+    pub claim_mode: ClaimModeArg,
+    /// Pooled connections (LISTEN uses one more on PostgreSQL).
+    #[arg(long, default_value_t = 1)]
+    pub connections: u32,
+    /// Grace between SIGTERM and SIGKILL when stopping an agent.
+    #[arg(long, default_value = "10s")]
+    pub cancel_grace: String,
+    /// The agent: a program and its arguments, after `--`.
+    #[arg(last = true)]
+    pub agent: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ClaimModeArg {
+    Pick,
+    ById,
+}
+
+/// Entry point: parses, runs, and maps every error to a message and exit code 1.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DEVPILOT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,devpilot=info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Which database to use, and the password's source.
+pub fn resolve_database(paths: &Paths, service: &str) -> Result<DbUrl> {
+    if let Ok(raw) = std::env::var("DEVPILOT_DATABASE_URL") {
+        if !raw.trim().is_empty() {
+            return DbUrl::parse(&raw);
+        }
+    }
+    let settings = paths.load()?;
+    if let Some(raw) = settings.database_url.filter(|u| !u.trim().is_empty()) {
+        let url = DbUrl::parse(&raw)?;
+        if url.is_sqlite() || url.password().is_some() {
+            return Ok(url);
+        }
+        return match secrets::load_password(service, &url)? {
+            Some(pw) => url.with_password(&pw),
+            None => Ok(url),
+        };
+    }
+    DbUrl::sqlite_file(&paths.default_db())
+}
+
+async fn open_queue(pool: PoolSettings) -> Result<(Queue, DbUrl)> {
+    let paths = Paths::for_app("devpilot")?;
+    let url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))??;
+    let conn = db::open(&url, &pool).await?;
+    Ok((Queue::new(conn), url))
+}
+
+async fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command {
+        Cmd::Migrate => {
+            let paths = Paths::for_app("devpilot")?;
+            let url = resolve_database(&paths, secrets::SERVICE)?;
+            let conn = db::connect(&url, &PoolSettings::default()).await?;
+            db::migrate(&url, &conn).await?;
+            println!("migrated {}", url.target());
+            Ok(())
+        }
+        Cmd::Enqueue { orchestrator, payload, payload_file } => {
+            crate::queue::validate_orchestrator(&orchestrator)?;
+            let text = match (payload, payload_file) {
+                (Some(p), _) => p,
+                (None, Some(path)) => std::fs::read_to_string(&path).map_err(|e| {
+                    Error::Payload(format!("cannot read {}: {e}", path.display()))
+                })?,
+                (None, None) => {
+                    if std::io::stdin().is_terminal() {
+                        return Err(Error::Payload(
+                            "no payload: pass --payload JSON, --payload-file PATH, or pipe JSON on stdin".into(),
+                        ));
+                    }
+                    let mut s = String::new();
+                    std::io::stdin().read_to_string(&mut s)?;
+                    s
+                }
+            };
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::Payload(format!("not valid JSON ({e})")))?;
+            let (queue, _) = open_queue(PoolSettings::default()).await?;
+            let id = queue.enqueue(&orchestrator, &value).await?;
+            println!("{id}");
+            Ok(())
+        }
+        Cmd::Run(args) => run(args).await,
+        Cmd::Status { orchestrator, json } => status(&orchestrator, json).await,
+        Cmd::Sweep { claim_timeout, max_attempts, orchestrator } => {
+            let timeout = parse_duration(&claim_timeout)?;
+            let (queue, _) = open_queue(PoolSettings::default()).await?;
+            let swept = queue.sweep(orchestrator.as_deref(), timeout, max_attempts).await?;
+            let dead = swept.iter().filter(|s| s.dead).count();
+            println!("released {} stale claim(s), {} job(s) now dead", swept.len() - dead, dead);
+            Ok(())
+        }
+        Cmd::Release { orchestrator, machine } => {
+            let machine = machine.unwrap_or_else(crate::config::default_machine_name);
+            let (queue, _) = open_queue(PoolSettings::default()).await?;
+            let ids = queue.release_machine(&orchestrator, &machine).await?;
+            println!("released {} job(s) held by {machine}{}", ids.len(), fmt_ids(&ids));
+            Ok(())
+        }
+        Cmd::Login { database_url } => login(&database_url).await,
+    }
+}
+
+fn fmt_ids(ids: &[i64]) -> String {
+    if ids.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", ids.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(", "))
+    }
+}
+
+async fn run(a: RunArgs) -> Result<()> {
+    crate::queue::validate_orchestrator(&a.orchestrator)?;
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let argv = if a.agent.is_empty() {
+        settings.agent_argv()?.ok_or_else(|| {
+            Error::Invalid("no agent command: pass it after `--`, e.g. devpilot run --orchestrator ID -- my-agent --flag".into())
+        })?
+    } else {
+        a.agent.clone()
+    };
+    let agent = AgentSpec::Command(argv);
+    agent.check()?;
+    let machine = a.machine.clone().unwrap_or_else(crate::config::default_machine_name);
+    let mut cfg = RunConfig::new(&a.orchestrator, &machine, agent, paths.data_dir.clone());
+    cfg.concurrency = a.concurrency.max(1);
+    cfg.claim_timeout = parse_duration(&a.claim_timeout)?;
+    cfg.heartbeat = parse_duration(&a.heartbeat)?;
+    cfg.max_attempts = a.max_attempts.max(1);
+    cfg.until_empty = a.until_empty;
+    cfg.poll_interval = parse_duration(&a.poll_interval)?;
+    cfg.max_poll_interval = parse_duration(&a.max_poll_interval)?.max(cfg.poll_interval);
+    cfg.sweep_every = parse_duration(&a.sweep_interval)?;
+    cfg.cancel_grace = parse_duration(&a.cancel_grace)?;
+    cfg.claim_mode = match a.claim_mode {
+        ClaimModeArg::Pick => ClaimMode::Pick,
+        ClaimModeArg::ById => ClaimMode::ById,
+    };
+    if cfg.heartbeat >= cfg.claim_timeout {
+        return Err(Error::Invalid("--heartbeat must be shorter than --claim-timeout".into()));
+    }
+    let pool = PoolSettings { max_connections: a.connections.max(1), ..PoolSettings::default() };
+    let (queue, url) = open_queue(pool).await?;
+    let hints = if a.poll_only { None } else { crate::listen::spawn(&url, &a.orchestrator) };
+    let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
+    let mut events = handle.subscribe();
+    tokio::spawn(async move {
+        while let Ok(ev) = events.recv().await {
+            log_event(&ev);
+        }
+    });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = &mut join => {}
+        _ = tokio::signal::ctrl_c() => handle.stop(StopMode::HandOff).await,
+        _ = term.recv() => handle.stop(StopMode::HandOff).await,
+    }
+    Ok(())
+}
+
+fn log_event(ev: &Event) {
+    match ev {
+        Event::Claimed { job } => tracing::info!("claimed {} (attempt {})", job.label(), job.attempt),
+        Event::Completed { job } => tracing::info!("completed {}", job.label()),
+        Event::Failed { job, error, dead } => {
+            tracing::warn!("{} {}: {error}", if *dead { "dead" } else { "failed" }, job.label())
+        }
+        Event::LeaseLost { job, reason } => tracing::warn!("lost {} ({reason:?})", job.label()),
+        Event::Released { job } => tracing::info!("handed off {}", job.label()),
+        Event::AgentError { job, error } => tracing::error!("{}: {error}", job.label()),
+        Event::Swept { released, dead } => tracing::info!("swept {released} stale claim(s), {dead} dead"),
+        Event::SweepFailed { error } => tracing::warn!("sweep failed: {error}"),
+        Event::DatabaseOffline { error } => tracing::warn!("database offline: {error}"),
+        Event::DatabaseOnline => tracing::info!("database online"),
+        Event::HeartbeatFailed { error } => tracing::warn!("heartbeat failed: {error}"),
+        Event::LostRace { .. } | Event::StateChanged { .. } | Event::Stopped => {}
+    }
+}
+
+async fn status(orchestrator: &str, json: bool) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let counts = queue.counts(orchestrator).await?;
+    let running = queue.running(orchestrator).await?;
+    let machines = queue.machines(orchestrator).await?;
+    if json {
+        let v = serde_json::json!({
+            "orchestrator": orchestrator,
+            "counts": counts,
+            "running": running,
+            "machines": machines,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    println!("orchestrator {orchestrator}");
+    println!(
+        "  queued {}  running {}  failed {}  completed {}  dead {}  cancelled {}",
+        counts.queued, counts.running, counts.failed, counts.completed, counts.dead, counts.cancelled
+    );
+    println!("running:");
+    if running.is_empty() {
+        println!("  (none)");
+    }
+    for j in &running {
+        let held = Duration::from_millis(j.now.saturating_sub(j.claimed_at.unwrap_or(j.now)).max(0) as u64);
+        let beat = Duration::from_millis(j.now.saturating_sub(j.heartbeat_at.unwrap_or(j.now)).max(0) as u64);
+        println!(
+            "  #{:<6} {:<30} held by {} for {} (last heartbeat {} ago, attempt {})",
+            j.id,
+            j.title.clone().unwrap_or_default(),
+            j.claimed_by.clone().unwrap_or_default(),
+            human(held),
+            human(beat),
+            j.attempts
+        );
+    }
+    println!("machines:");
+    if machines.is_empty() {
+        println!("  (none)");
+    }
+    for m in &machines {
+        let ago = Duration::from_millis(m.now.saturating_sub(m.last_seen_at).max(0) as u64);
+        println!(
+            "  {:<20} {:<8} running {}/{}  last seen {} ago",
+            m.machine, m.status, m.running, m.concurrency, human(ago)
+        );
+    }
+    Ok(())
+}
+
+fn human(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+async fn login(raw: &str) -> Result<()> {
+    let url = DbUrl::parse(raw)?;
+    if url.is_sqlite() {
+        return Err(Error::Invalid("login is for PostgreSQL; a sqlite:// URL needs no password".into()));
+    }
+    if url.password().is_some() {
+        return Err(Error::Invalid(
+            "do not put the password in the URL (it would land in your shell history); you will be asked for it".into(),
+        ));
+    }
+    let password = if std::io::stdin().is_terminal() {
+        rpassword::prompt_password(format!("Password for {}: ", secrets::account(&url)))?
+    } else {
+        let mut s = String::new();
+        std::io::stdin().read_line(&mut s)?;
+        s.trim_end_matches(['\r', '\n']).to_string()
+    };
+    let full = url.with_password(&password)?;
+    let conn = db::connect(&full, &PoolSettings::default()).await?;
+    drop(conn);
+    let paths = Paths::for_app("devpilot")?;
+    let mut settings = paths.load()?;
+    let stored_url = url.clone();
+    tokio::task::spawn_blocking(move || secrets::store_password(secrets::SERVICE, &stored_url, &password))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))??;
+    settings.database_url = Some(url.without_password().to_string());
+    paths.save(&settings)?;
+    println!(
+        "password verified and stored in the keychain for {}; settings saved to {}",
+        secrets::account(&url),
+        paths.config_file().display()
+    );
+    Ok(())
+}

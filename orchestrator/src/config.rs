@@ -1,0 +1,319 @@
+//! Settings, file locations and the rule for which database to use.
+//!
+//! The config file is TOML and holds no secret: a database password lives in the OS keychain
+//! (see [`crate::secrets`]). A corrupt file is reported with its path and the parser's reason,
+//! and is never overwritten by a half-read copy.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::db::DbUrl;
+use crate::error::{Error, Result};
+
+/// Per-event notification switches. Failures and losses are on by default; routine events
+/// are off, because a tray that talks all day gets muted.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct NotifySettings {
+    pub claimed: bool,
+    pub completed: bool,
+    pub failed: bool,
+    pub dead: bool,
+    pub lease_lost: bool,
+    pub offline: bool,
+    pub online: bool,
+}
+
+impl Default for NotifySettings {
+    fn default() -> Self {
+        Self {
+            claimed: false,
+            completed: true,
+            failed: true,
+            dead: true,
+            lease_lost: true,
+            offline: true,
+            online: true,
+        }
+    }
+}
+
+/// What to do when the machine is about to sleep.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SleepAction {
+    #[default]
+    HandOff,
+    Pause,
+}
+
+/// Everything a user can set. Durations are human strings ("30m", "2s").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Settings {
+    /// postgres://USER@HOST:PORT/DB (no password) or sqlite://PATH. Empty: the embedded default.
+    pub database_url: Option<String>,
+    pub orchestrator_id: String,
+    /// Empty: this machine's hostname.
+    pub machine: Option<String>,
+    pub claim_timeout: String,
+    pub heartbeat: String,
+    pub max_attempts: i32,
+    pub concurrency: u32,
+    pub poll_interval: String,
+    pub max_poll_interval: String,
+    /// The agent command line, split like a shell splits words. The payload is never part
+    /// of it: the agent reads it from stdin or `$DEVPILOT_PAYLOAD_FILE`.
+    pub agent: Option<String>,
+    /// Do not LISTEN (for transaction-mode poolers such as PgBouncer or Neon's pooled endpoint).
+    pub poll_only: bool,
+    pub dispatch_enabled: bool,
+    pub sleep_action: SleepAction,
+    pub autostart: bool,
+    pub notify: NotifySettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            database_url: None,
+            orchestrator_id: "personal".into(),
+            machine: None,
+            claim_timeout: "30m".into(),
+            heartbeat: "30s".into(),
+            max_attempts: 3,
+            concurrency: 1,
+            poll_interval: "2s".into(),
+            max_poll_interval: "5m".into(),
+            agent: None,
+            poll_only: false,
+            dispatch_enabled: true,
+            sleep_action: SleepAction::HandOff,
+            autostart: false,
+            notify: NotifySettings::default(),
+        }
+    }
+}
+
+/// Parses "30m", "2s", "1h 30m" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| Error::Invalid(format!("'{t}' is not a duration ({e}); try 30s, 5m or 1h")))
+}
+
+impl Settings {
+    /// Checks every field, so a bad value is refused before anything is saved.
+    pub fn validate(&self) -> Result<()> {
+        crate::queue::validate_orchestrator(&self.orchestrator_id)?;
+        let timeout = parse_duration(&self.claim_timeout)?;
+        let hb = parse_duration(&self.heartbeat)?;
+        let poll = parse_duration(&self.poll_interval)?;
+        let max_poll = parse_duration(&self.max_poll_interval)?;
+        if hb.is_zero() || hb >= timeout {
+            return Err(Error::Invalid(
+                "the heartbeat must be shorter than the claim timeout".into(),
+            ));
+        }
+        if poll.is_zero() || max_poll < poll {
+            return Err(Error::Invalid(
+                "the poll interval must be positive and at most the idle ceiling".into(),
+            ));
+        }
+        if self.max_attempts < 1 {
+            return Err(Error::Invalid("max attempts must be at least 1".into()));
+        }
+        if self.concurrency < 1 || self.concurrency > 256 {
+            return Err(Error::Invalid("concurrency must be between 1 and 256".into()));
+        }
+        if let Some(url) = self.database_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            let u = DbUrl::parse(url)?;
+            if u.password().is_some() {
+                return Err(Error::Invalid(
+                    "the database URL in settings must not contain a password; it goes to the keychain".into(),
+                ));
+            }
+        }
+        if let Some(agent) = self.agent.as_deref().filter(|a| !a.trim().is_empty()) {
+            split_command(agent)?;
+        }
+        if let Some(m) = &self.machine {
+            if m.chars().any(|c| c.is_control()) || m.len() > 200 {
+                return Err(Error::Invalid("the machine name must be printable".into()));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn machine_name(&self) -> String {
+        self.machine
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(default_machine_name)
+    }
+
+    pub fn agent_argv(&self) -> Result<Option<Vec<String>>> {
+        match self.agent.as_deref().filter(|a| !a.trim().is_empty()) {
+            Some(a) => Ok(Some(split_command(a)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Splits a command line into argv the way a POSIX shell splits words, with no expansion.
+pub fn split_command(line: &str) -> Result<Vec<String>> {
+    let argv = shell_words::split(line)
+        .map_err(|e| Error::Invalid(format!("the agent command cannot be parsed: {e}")))?;
+    if argv.is_empty() {
+        return Err(Error::Invalid("the agent command is empty".into()));
+    }
+    Ok(argv)
+}
+
+/// This machine's hostname.
+pub fn default_machine_name() -> String {
+    hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "this-machine".into())
+}
+
+/// Where the app keeps its files. `app` is "devpilot", or "devpilot-dev" for dev builds so
+/// they never touch a production profile.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    pub config_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub log_dir: PathBuf,
+}
+
+impl Paths {
+    pub fn for_app(app: &str) -> Result<Self> {
+        let dirs = directories::ProjectDirs::from("dev", "DevPilot", app).ok_or_else(|| {
+            Error::Invalid("cannot find a home directory for the config and data files".into())
+        })?;
+        let data_dir = dirs.data_local_dir().to_path_buf();
+        Ok(Self {
+            config_dir: dirs.config_dir().to_path_buf(),
+            log_dir: data_dir.join("logs"),
+            data_dir,
+        })
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.config_dir.join("config.toml")
+    }
+
+    /// The embedded default database.
+    pub fn default_db(&self) -> PathBuf {
+        self.data_dir.join("devpilot.sqlite")
+    }
+
+    pub fn job_log_dir(&self) -> PathBuf {
+        self.log_dir.join("jobs")
+    }
+
+    /// Reads the settings. A missing file gives defaults; a corrupt one is an error that
+    /// names the file, and the file is left as it is.
+    pub fn load(&self) -> Result<Settings> {
+        load_from(&self.config_file())
+    }
+
+    /// Validates, then writes atomically (temp file + rename), so a crash never leaves half a
+    /// config behind. The file is private to the user.
+    pub fn save(&self, settings: &Settings) -> Result<()> {
+        settings.validate()?;
+        save_to(&self.config_file(), settings)
+    }
+}
+
+pub fn load_from(path: &Path) -> Result<Settings> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| Error::Config {
+            path: path.display().to_string(),
+            reason: e.message().to_string(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
+        Err(e) => Err(Error::Config { path: path.display().to_string(), reason: e.to_string() }),
+    }
+}
+
+pub fn save_to(path: &Path, settings: &Settings) -> Result<()> {
+    let text = toml::to_string_pretty(settings)
+        .map_err(|e| Error::Invalid(format!("cannot serialise settings: {e}")))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("toml.tmp");
+    {
+        use std::io::Write;
+        let mut f = private_file(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Creates (truncating) a file readable only by this user.
+pub fn private_file(path: &Path) -> Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    Ok(o.open(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Defaults are valid, and each bad field is refused with a message naming it.
+    #[test]
+    fn validation_names_the_problem() {
+        assert!(Settings::default().validate().is_ok());
+        let bad = |f: fn(&mut Settings)| {
+            let mut s = Settings::default();
+            f(&mut s);
+            s.validate().unwrap_err().to_string()
+        };
+        assert!(bad(|s| s.orchestrator_id = " ".into()).contains("orchestrator id"));
+        assert!(bad(|s| s.claim_timeout = "soon".into()).contains("not a duration"));
+        assert!(bad(|s| s.heartbeat = "1h".into()).contains("heartbeat"));
+        assert!(bad(|s| s.max_attempts = 0).contains("max attempts"));
+        assert!(bad(|s| s.agent = Some("echo 'unclosed".into())).contains("agent command"));
+        assert!(bad(|s| s.database_url = Some("postgres://u:pw@h/d".into())).contains("keychain"));
+    }
+
+    /// A corrupt config file is an error naming the file, and is left untouched.
+    #[test]
+    fn corrupt_config_is_reported_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.toml");
+        std::fs::write(&p, "orchestrator_id = [unterminated").unwrap();
+        let e = load_from(&p).unwrap_err().to_string();
+        assert!(e.contains("config.toml") && e.contains("invalid"), "{e}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "orchestrator_id = [unterminated");
+    }
+
+    /// Settings survive a save and load unchanged.
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let mut s = Settings::default();
+        s.agent = Some("claude --print".into());
+        s.dispatch_enabled = false;
+        save_to(&p, &s).unwrap();
+        assert_eq!(load_from(&p).unwrap(), s);
+    }
+}

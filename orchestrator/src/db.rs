@@ -1,0 +1,317 @@
+//! Connecting to the queue database: URL checks, redaction, pool settings, migrations, and
+//! turning driver errors into messages a person can act on.
+
+use std::time::Duration;
+
+use devpilot_migrations::{Migrator, MigratorTrait};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr};
+
+use crate::error::{Error, Result};
+
+/// A parsed database URL. `Debug` and `Display` never show the password.
+#[derive(Clone)]
+pub struct DbUrl {
+    url: url::Url,
+    backend: DbBackend,
+}
+
+impl std::fmt::Debug for DbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DbUrl({})", self.redacted())
+    }
+}
+
+impl std::fmt::Display for DbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl DbUrl {
+    /// Parses `postgres://…`, `postgresql://…` or `sqlite://PATH`. The error never echoes
+    /// the input, which may hold a password.
+    pub fn parse(raw: &str) -> Result<Self> {
+        let raw = raw.trim();
+        let url = url::Url::parse(raw).map_err(|e| {
+            Error::BadUrl(format!(
+                "{e}; expected postgres://USER@HOST:PORT/DB or sqlite://PATH"
+            ))
+        })?;
+        let backend = match url.scheme() {
+            "postgres" | "postgresql" => DbBackend::Postgres,
+            "sqlite" => DbBackend::Sqlite,
+            other => {
+                return Err(Error::BadUrl(format!(
+                    "unsupported scheme '{other}'; expected postgres:// or sqlite://"
+                )))
+            }
+        };
+        if backend == DbBackend::Postgres && url.host_str().unwrap_or("").is_empty() {
+            return Err(Error::BadUrl("the postgres URL has no host".into()));
+        }
+        if backend == DbBackend::Sqlite && sqlite_path_of(&url).is_empty() {
+            return Err(Error::BadUrl("the sqlite URL has no file path".into()));
+        }
+        Ok(Self { url, backend })
+    }
+
+    /// A SQLite URL for a file path.
+    pub fn sqlite_file(path: &std::path::Path) -> Result<Self> {
+        Self::parse(&format!("sqlite://{}", path.display()))
+    }
+
+    pub fn backend(&self) -> DbBackend {
+        self.backend
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        self.backend == DbBackend::Sqlite
+    }
+
+    pub fn password(&self) -> Option<String> {
+        self.url.password().map(percent_decode)
+    }
+
+    pub fn user(&self) -> String {
+        self.url.username().to_string()
+    }
+
+    /// The same URL with `password` set (from the keychain).
+    pub fn with_password(&self, password: &str) -> Result<Self> {
+        let mut url = self.url.clone();
+        url.set_password(Some(password))
+            .map_err(|_| Error::BadUrl("this URL cannot carry a password".into()))?;
+        Ok(Self { url, backend: self.backend })
+    }
+
+    /// The same URL with no password: what may be written to the config file.
+    pub fn without_password(&self) -> Self {
+        let mut url = self.url.clone();
+        let _ = url.set_password(None);
+        Self { url, backend: self.backend }
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        let mut url = self.url.clone();
+        if url.password().is_some() {
+            let _ = url.set_password(Some("***"));
+        }
+        url.to_string()
+    }
+
+    /// `host:port/db` or the SQLite path, for messages.
+    pub fn target(&self) -> String {
+        match self.backend {
+            DbBackend::Postgres => format!(
+                "{}:{}{}",
+                self.url.host_str().unwrap_or("?"),
+                self.url.port().unwrap_or(5432),
+                self.url.path()
+            ),
+            _ => sqlite_path_of(&self.url),
+        }
+    }
+
+    /// The full URL, password included, for the driver only.
+    pub(crate) fn expose(&self) -> String {
+        match self.backend {
+            DbBackend::Sqlite => {
+                let mut s = format!("sqlite://{}", sqlite_path_of(&self.url));
+                s.push_str("?mode=rwc");
+                s
+            }
+            _ => self.url.to_string(),
+        }
+    }
+
+    pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
+        self.is_sqlite().then(|| std::path::PathBuf::from(sqlite_path_of(&self.url)))
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `sqlite:///abs/path`, `sqlite://rel/path` and `sqlite:/abs` all name a file path.
+fn sqlite_path_of(url: &url::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    let path = url.path();
+    if host.is_empty() {
+        path.to_string()
+    } else {
+        format!("{host}{path}")
+    }
+}
+
+/// Pool settings. A machine holds at most `max_connections` pooled connections, plus one
+/// LISTEN connection on PostgreSQL.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    pub connect_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self { max_connections: 1, connect_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Opens a pool and checks it with one round trip, so a bad password or an unreachable host
+/// is reported now, in words, rather than on the first poll.
+pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection> {
+    if let Some(path) = url.sqlite_path() {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Unreachable {
+                target: url.target(),
+                reason: format!("cannot create the directory {}: {e}", dir.display()),
+            })?;
+        }
+    }
+    let mut opts = ConnectOptions::new(url.expose());
+    opts.max_connections(pool.max_connections.max(1))
+        .min_connections(0)
+        .connect_timeout(pool.connect_timeout)
+        .acquire_timeout(pool.connect_timeout + Duration::from_secs(25))
+        .sqlx_logging(false);
+    if url.is_sqlite() {
+        opts.map_sqlx_sqlite_opts(|o| {
+            o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true)
+        });
+    }
+    let db = Database::connect(opts).await.map_err(|e| classify(url, e))?;
+    db.ping().await.map_err(|e| classify(url, e))?;
+    Ok(db)
+}
+
+/// Applies every pending migration.
+pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
+    Migrator::up(db, None).await.map_err(|e| classify(url, e))
+}
+
+/// Connects, and on SQLite (the embedded default) migrates on first use. PostgreSQL is shared,
+/// so its schema changes only through an explicit `devpilot migrate`; a missing schema gets a
+/// message that says so.
+pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection> {
+    let db = connect(url, pool).await?;
+    if url.is_sqlite() {
+        migrate(url, &db).await?;
+    } else {
+        check_schema(url, &db).await?;
+    }
+    Ok(db)
+}
+
+async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
+    use sea_orm::ConnectionTrait;
+    let r = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            "SELECT to_regclass('dispatch_queue') IS NOT NULL AS present",
+        ))
+        .await
+        .map_err(|e| classify(url, e))?;
+    let present = r.map(|r| r.try_get::<bool>("", "present")).transpose()?.unwrap_or(false);
+    if present {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "the database {} has no DevPilot schema yet: run `devpilot migrate` once",
+            url.target()
+        )))
+    }
+}
+
+/// Turns a driver error into one of the engine's errors, without the password.
+pub fn classify(url: &DbUrl, e: DbErr) -> Error {
+    let mut msg = e.to_string();
+    if let Some(pw) = url.password().filter(|p| !p.is_empty()) {
+        msg = msg.replace(&pw, "***");
+    }
+    let lower = msg.to_lowercase();
+    if lower.contains("password authentication failed")
+        || lower.contains("28p01")
+        || lower.contains("no password was provided")
+        || lower.contains("role") && lower.contains("does not exist")
+    {
+        return Error::Auth { user: url.user() };
+    }
+    let unreachable = [
+        "connection refused",
+        "timed out",
+        "failed to lookup address",
+        "name or service not known",
+        "no route to host",
+        "network is unreachable",
+        "unable to open database file",
+        "connection reset",
+        "does not exist",
+        "pool timed out",
+        "error communicating with database",
+    ];
+    if unreachable.iter().any(|p| lower.contains(p)) {
+        return Error::Unreachable { target: url.target(), reason: shorten(&msg) };
+    }
+    Error::Db(shorten(&msg))
+}
+
+fn shorten(msg: &str) -> String {
+    let msg = msg
+        .trim_start_matches("Connection Error: ")
+        .trim_start_matches("Execution Error: ")
+        .trim_start_matches("Query Error: ");
+    msg.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A password never appears in the redacted or displayed URL, only in what the driver gets.
+    #[test]
+    fn redaction_hides_the_password() {
+        let u = DbUrl::parse("postgres://alice:s3cr%40t@db.example:5433/dev").unwrap();
+        assert_eq!(u.password().as_deref(), Some("s3cr@t"));
+        assert!(!u.to_string().contains("s3cr"));
+        assert!(!format!("{u:?}").contains("s3cr"));
+        assert!(!u.without_password().expose().contains("s3cr"));
+        assert_eq!(u.target(), "db.example:5433/dev");
+    }
+
+    /// Bad URLs are rejected with a message that names what was expected.
+    #[test]
+    fn bad_urls_are_explained() {
+        for bad in ["", "not a url", "mysql://x/y", "postgres:///db", "sqlite://"] {
+            let e = DbUrl::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with("invalid database URL"), "{bad}: {e}");
+        }
+        let e = DbUrl::parse("mysql://u:hunter2@h/d").unwrap_err().to_string();
+        assert!(!e.contains("hunter2"));
+    }
+
+    /// SQLite URLs map to file paths in the usual spellings.
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(DbUrl::parse("sqlite:///tmp/a.db").unwrap().target(), "/tmp/a.db");
+        assert_eq!(DbUrl::parse("sqlite://rel/a.db").unwrap().target(), "rel/a.db");
+    }
+}

@@ -1,0 +1,31 @@
+//! The `dispatch_queue` entity, for the statements expressed through sea-orm's builder.
+
+pub mod dispatch_queue {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "dispatch_queue")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub orchestrator_id: String,
+        pub payload: Json,
+        pub title: Option<String>,
+        pub state: String,
+        pub created_at: i64,
+        pub claimed_at: Option<i64>,
+        pub claimed_by: Option<String>,
+        pub claim_token: i64,
+        pub heartbeat_at: Option<i64>,
+        pub attempts: i32,
+        pub completed_at: Option<i64>,
+        pub failed_at: Option<i64>,
+        pub dead_at: Option<i64>,
+        pub last_error: Option<String>,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

@@ -1,0 +1,31 @@
+//! The DevPilot dispatch engine: a shared queue of coding-agent jobs that a developer's
+//! machines claim exactly once, with leases that expire, heartbeats that renew them, and a
+//! fencing token on every write after the claim. No Tauri in here: the tray app and the
+//! headless `devpilot` CLI both embed this crate.
+//!
+//! # Layout
+//! - [`queue`]: every statement that touches the queue tables. The claim is there.
+//! - [`orchestrator`]: the loop that polls, claims, heartbeats, sweeps and obeys the user
+//!   (on/off, pause, hand-off, soft then hard stop), and publishes [`orchestrator::Event`]s.
+//! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file) and
+//!   stops it (SIGTERM, then SIGKILL).
+//! - [`listen`]: LISTEN/NOTIFY wake-ups on PostgreSQL; polling stays the fallback.
+//! - [`db`]: URLs (with redaction), pools, migrations, and driver errors in plain words.
+//! - [`config`]: settings file, paths, durations.
+//! - [`secrets`]: the database password in the OS keychain.
+//! - [`cli`]: the `devpilot` command line.
+//! - [`error`]: the one error type.
+
+pub mod agent;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod entity;
+pub mod error;
+pub mod listen;
+pub mod orchestrator;
+pub mod queue;
+pub mod secrets;
+
+pub use error::{Error, Result};
+pub use queue::Queue;
