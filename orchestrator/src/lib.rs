@@ -17,6 +17,7 @@
 //! - [`error`]: the one error type.
 
 pub mod agent;
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod db;

@@ -1,1 +1,433 @@
+//! Test harness for DevPilot's cross-crate tests: a throwaway PostgreSQL that the tests start
+//! themselves, real SQLite files, the `devpilot` binary, and recording agents.
+//!
+//! # Layout
+//! - [`PgCluster`]: `initdb` + `pg_ctl` in a temp dir on a free port, password auth over TCP,
+//!   stopped by a watchdog when the test process exits. One cluster per test binary; every
+//!   test gets its own database, cloned from a migrated template.
+//! - [`TestDb`]: an isolated, migrated database on either backend.
+//! - [`devpilot_bin`], [`Runner`]: real `devpilot` OS processes with isolated XDG dirs.
+//! - [`RecordingAgent`]: an agent script that appends every execution to a file.
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use devpilot::db::{self, DbUrl, PoolSettings};
+use devpilot::Queue;
+use sea_orm::ConnectionTrait;
+
+/// Which database a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// A PostgreSQL server in a temp dir.
+pub struct PgCluster {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub password: String,
+    bin: PathBuf,
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The directory holding initdb and pg_ctl.
+pub fn pg_bin_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("DEVPILOT_PG_BIN") {
+        return PathBuf::from(p);
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").exists()).collect())
+        .unwrap_or_default();
+    found.sort();
+    found.pop().expect("PostgreSQL server binaries not found under /usr/lib/postgresql: install the `postgresql` package")
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local addr").port()
+}
+
+fn as_pg_user(bin: &Path, prog: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin.join(prog));
+        c
+    } else {
+        Command::new(bin.join(prog))
+    }
+}
+
+impl PgCluster {
+    /// Starts a fresh cluster. It is stopped and deleted when this process exits.
+    pub fn start() -> PgCluster {
+        let bin = pg_bin_dir();
+        let dir = tempfile::Builder::new().prefix("devpilot-pg-").tempdir().expect("tempdir").keep();
+        let password: String = format!("pw{:016x}", rand::random::<u64>());
+        let pwfile = dir.join("pwfile");
+        std::fs::write(&pwfile, &password).expect("write pwfile");
+        let data = dir.join("data");
+        if is_root() {
+            let st = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().expect("chown");
+            assert!(st.success(), "chown of the cluster dir failed");
+        }
+        let out = as_pg_user(&bin, "initdb")
+            .arg("-D").arg(&data)
+            .args(["-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .output()
+            .expect("run initdb");
+        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        let port = free_port();
+        let c = PgCluster { dir, port, password, bin };
+        c.pg_ctl_start();
+        c.spawn_watchdog();
+        c
+    }
+
+    fn pg_ctl_start(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
+            self.port,
+            self.dir.display()
+        );
+        let out = as_pg_user(&self.bin, "pg_ctl")
+            .arg("-D").arg(self.dir.join("data"))
+            .arg("-l").arg(self.dir.join("server.log"))
+            .args(["-o", &opts, "-w", "-t", "60", "start"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("run pg_ctl");
+        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `pg_ctl restart -m immediate`: the crash-like restart of the fault tests.
+    pub fn restart_immediate(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
+            self.port,
+            self.dir.display()
+        );
+        let out = as_pg_user(&self.bin, "pg_ctl")
+            .arg("-D").arg(self.dir.join("data"))
+            .arg("-l").arg(self.dir.join("server.log"))
+            .args(["-o", &opts, "-m", "immediate", "-w", "-t", "60", "restart"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("run pg_ctl restart");
+        assert!(out.status.success(), "pg_ctl restart failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Stops the server (immediate mode).
+    pub fn stop(&self) {
+        let _ = as_pg_user(&self.bin, "pg_ctl")
+            .arg("-D").arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Starts it again after [`stop`](Self::stop).
+    pub fn start_again(&self) {
+        self.pg_ctl_start();
+    }
+
+    /// Kills the postmaster and removes the cluster once the test process is gone.
+    fn spawn_watchdog(&self) {
+        let script = format!(
+            "while kill -0 {ppid} 2>/dev/null; do sleep 0.5; done; \
+             pid=$(head -1 {dir}/data/postmaster.pid 2>/dev/null); \
+             [ -n \"$pid\" ] && kill -QUIT $pid 2>/dev/null; sleep 1; rm -rf {dir}",
+            ppid = std::process::id(),
+            dir = self.dir.display()
+        );
+        let _ = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+    }
+
+    /// A URL for database `db` as the superuser, with its password.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres:{}@127.0.0.1:{}/{}", self.password, self.port, db)
+    }
+
+    /// The same URL with a wrong password.
+    pub fn url_with_wrong_password(&self, db: &str) -> String {
+        format!("postgres://postgres:wrong-{}@127.0.0.1:{}/{}", self.password, self.port, db)
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+static SHARED_PG: OnceLock<PgCluster> = OnceLock::new();
+static TEMPLATE: OnceLock<()> = OnceLock::new();
+static DB_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The test binary's shared cluster, with a migrated template database.
+pub fn shared_pg() -> &'static PgCluster {
+    let pg = SHARED_PG.get_or_init(PgCluster::start);
+    TEMPLATE.get_or_init(|| {
+        // A throwaway runtime: the template is made once, before any test uses the cluster.
+        // (On its own thread, since callers may already be inside a runtime.)
+        let pg_url = pg.url("devpilot_template");
+        let admin = pg.url("postgres");
+        std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let a = DbUrl::parse(&admin).expect("url");
+            let conn = db::connect(&a, &PoolSettings::default()).await.expect("connect admin");
+            conn.execute_unprepared("CREATE DATABASE devpilot_template").await.expect("create template");
+            conn.close().await.expect("close");
+            let url = DbUrl::parse(&pg_url).expect("url");
+            let conn = db::connect(&url, &PoolSettings::default()).await.expect("connect template");
+            db::migrate(&url, &conn).await.expect("migrate template");
+            conn.close().await.expect("close");
+        });
+        })
+        .join()
+        .expect("template setup");
+    });
+    pg
+}
+
+async fn admin_exec(pg: &PgCluster, sql: &str) {
+    let url = DbUrl::parse(&pg.url("postgres")).expect("url");
+    let conn = db::connect(&url, &PoolSettings::default()).await.expect("connect admin");
+    conn.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    conn.close().await.expect("close");
+}
+
+/// A fresh migrated database on `pg`, cloned from its template.
+pub async fn fresh_pg_database(pg: &PgCluster) -> String {
+    let name = format!("t{}_{}", std::process::id(), DB_SEQ.fetch_add(1, Ordering::SeqCst));
+    admin_exec(pg, &format!("CREATE DATABASE {name} TEMPLATE devpilot_template")).await;
+    name
+}
+
+/// An isolated, migrated database.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: DbUrl,
+    pub raw_url: String,
+    pub queue: Queue,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> TestDb {
+        let dir = tempfile::Builder::new().prefix("devpilot-test-").tempdir().expect("tempdir");
+        let raw_url = match backend {
+            Backend::Postgres => {
+                let pg = shared_pg();
+                let name = fresh_pg_database(pg).await;
+                pg.url(&name)
+            }
+            Backend::Sqlite => format!("sqlite://{}", dir.path().join("queue.sqlite").display()),
+        };
+        let url = DbUrl::parse(&raw_url).expect("url");
+        let conn = db::connect(&url, &PoolSettings { max_connections: 4, ..Default::default() })
+            .await
+            .expect("connect");
+        db::migrate(&url, &conn).await.expect("migrate");
+        TestDb { backend, url, raw_url, queue: Queue::new(conn), dir }
+    }
+
+    /// A second, independent pool on the same database (another "machine").
+    pub async fn another_queue(&self) -> Queue {
+        let conn = db::connect(&self.url, &PoolSettings::default()).await.expect("connect");
+        Queue::new(conn)
+    }
+
+    /// A unique orchestrator id.
+    pub fn orch(&self, name: &str) -> String {
+        format!("{name}-{}", DB_SEQ.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+/// The `devpilot` binary built from this workspace.
+pub fn devpilot_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("DEVPILOT_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("devpilot");
+    assert!(bin.exists(), "{} is missing: run `cargo build --workspace --bins` first", bin.display());
+    bin
+}
+
+/// A `devpilot` command with isolated config/data dirs and the database URL set.
+pub fn devpilot(home: &Path, db_url: &str) -> Command {
+    let mut c = Command::new(devpilot_bin());
+    c.env("DEVPILOT_DATABASE_URL", db_url)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("DEVPILOT_LOG", "warn,devpilot=info")
+        .env_remove("DEVPILOT_ORCHESTRATOR")
+        .stdin(Stdio::null());
+    c
+}
+
+/// An agent script that records every execution: a `start` line when it begins and an
+/// `end` line when it finishes, or `term` if it was stopped. Lines are single appends, so
+/// processes can share the file.
+pub struct RecordingAgent {
+    pub script: PathBuf,
+    pub record: PathBuf,
+}
+
+impl RecordingAgent {
+    /// `body` runs between the start and end records (e.g. `sleep "${AGENT_SLEEP:-0}"`).
+    pub fn new(dir: &Path, body: &str) -> RecordingAgent {
+        let script = dir.join(format!("agent-{}.sh", DB_SEQ.fetch_add(1, Ordering::SeqCst)));
+        let record = dir.join("executions.log");
+        let text = format!(
+            "#!/bin/bash\n\
+             rec={record}\n\
+             now() {{ date +%s%N; }}\n\
+             echo \"start $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(now) $$\" >> \"$rec\"\n\
+             trap 'echo \"term $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(now) $$\" >> \"$rec\"; exit 143' TERM\n\
+             payload=$(cat)\n\
+             {body}\n\
+             echo \"end $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(now) $$\" >> \"$rec\"\n",
+            record = record.display()
+        );
+        std::fs::write(&script, text).expect("write agent");
+        let _ = Command::new("chmod").arg("+x").arg(&script).status();
+        RecordingAgent { script, record }
+    }
+
+    /// Parsed records.
+    pub fn records(&self) -> Vec<Record> {
+        let text = std::fs::read_to_string(&self.record).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 6).then(|| Record {
+                    kind: f[0].to_string(),
+                    job: f[1].parse().unwrap_or(-1),
+                    token: f[2].parse().unwrap_or(-1),
+                    machine: f[3].to_string(),
+                    at_ns: f[4].parse().unwrap_or(0),
+                    pid: f[5].parse().unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+}
+
+/// One line of an agent's record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub kind: String,
+    pub job: i64,
+    pub token: i64,
+    pub machine: String,
+    pub at_ns: u128,
+    pub pid: u32,
+}
+
+/// Waits for `cond` up to `limit`, checking every 50 ms. Returns whether it became true.
+pub async fn wait_for<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond().await
+}
+
+/// Sends `sig` to `pid` and all its descendants (a closing lid freezes the whole machine).
+pub fn signal_tree(pid: u32, sig: libc::c_int) {
+    for p in descendants(pid).into_iter().chain(std::iter::once(pid)) {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(p as libc::pid_t, sig) };
+    }
+}
+
+/// Every descendant of `pid`, from /proc.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = vec![];
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task")).map(|rd| rd.filter_map(|e| e.ok()).collect::<Vec<_>>()).unwrap_or_default();
+        for t in tasks {
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for c in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                out.push(c);
+                stack.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// A running `devpilot run` process that is killed if the test forgets it.
+pub struct Runner {
+    pub child: Child,
+    pub machine: String,
+}
+
+impl Runner {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for exit up to `limit`; returns the exit code, or None on timeout.
+    pub fn wait_timeout(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st.code().unwrap_or(-1));
+            }
+            if start.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        signal_tree(self.child.id(), libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `devpilot run` for `orch` as `machine` with extra flags, running `agent`.
+pub fn spawn_runner(home: &Path, db_url: &str, orch: &str, machine: &str, flags: &[&str], agent: &Path, env: &[(&str, &str)]) -> Runner {
+    let log = std::fs::File::create(home.join(format!("runner-{machine}.log"))).expect("runner log");
+    let mut c = devpilot(home, db_url);
+    c.args(["run", "--orchestrator", orch, "--machine", machine])
+        .args(flags)
+        .arg("--")
+        .arg(agent)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let child = c.spawn().expect("spawn devpilot run");
+    Runner { child, machine: machine.to_string() }
+}

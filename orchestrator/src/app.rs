@@ -1,0 +1,1133 @@
+//! The engine as an app embeds it: one [`Engine`] owns the settings, the database connection
+//! and the orchestrator, restarts the orchestrator when settings change, and decides which
+//! agent runs jobs. The tray app (and anything else with a UI) talks to this, never to SQL.
+//!
+//! Which agent:
+//! - an agent command (settings, or `DEVPILOT_AGENT`): that command;
+//! - none, on the embedded SQLite default: the built-in demo agent, so a new user sees the loop;
+//! - none, on PostgreSQL (shared, real jobs): nothing is claimed and the state is
+//!   [`AppState::NeedsAgent`]. Real jobs are never completed by the demo.
+//!
+//! Environment overrides (for scripts and several profiles): `DEVPILOT_DATABASE_URL`,
+//! `DEVPILOT_ORCHESTRATOR`, `DEVPILOT_AGENT` (split like a shell splits words).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use crate::agent::AgentSpec;
+use crate::config::{parse_duration, split_command, Paths, Settings, SleepAction};
+use crate::db::{self, DbUrl, PoolSettings};
+use crate::error::{Error, Result};
+use crate::orchestrator::{self, Event, Handle, MachineState, RunConfig, RunningJob, StopMode};
+use crate::queue::{Counts, JobEvent, JobRow, MachineRow, Queue};
+use crate::secrets;
+
+/// How long the demo agent takes.
+pub const DEMO_DURATION: Duration = Duration::from_secs(4);
+
+/// How long to wait before retrying a database that could not be reached at start.
+const RECONNECT_EVERY: Duration = Duration::from_secs(10);
+
+/// Values from the environment that override the settings file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    pub database_url: Option<String>,
+    pub orchestrator: Option<String>,
+    pub agent: Option<String>,
+}
+
+impl Overrides {
+    pub fn from_env() -> Self {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self {
+            database_url: get("DEVPILOT_DATABASE_URL"),
+            orchestrator: get("DEVPILOT_ORCHESTRATOR"),
+            agent: get("DEVPILOT_AGENT"),
+        }
+    }
+
+    /// The names of the variables in force, for the window to show.
+    pub fn active(&self) -> Vec<&'static str> {
+        let mut v = vec![];
+        if self.database_url.is_some() {
+            v.push("DEVPILOT_DATABASE_URL");
+        }
+        if self.orchestrator.is_some() {
+            v.push("DEVPILOT_ORCHESTRATOR");
+        }
+        if self.agent.is_some() {
+            v.push("DEVPILOT_AGENT");
+        }
+        v
+    }
+}
+
+/// What the app shows, in one word. The orchestrator's states plus the app's own.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AppState {
+    Starting,
+    Idle,
+    Working,
+    Paused,
+    Off,
+    Offline,
+    /// Something the user must fix (keychain, agent program, config file).
+    Error,
+    /// PostgreSQL with no agent command: nothing is claimed.
+    NeedsAgent,
+    Stopped,
+}
+
+impl From<MachineState> for AppState {
+    fn from(s: MachineState) -> Self {
+        match s {
+            MachineState::Idle => AppState::Idle,
+            MachineState::Working => AppState::Working,
+            MachineState::Paused => AppState::Paused,
+            MachineState::Off => AppState::Off,
+            MachineState::Offline => AppState::Offline,
+            MachineState::Stopped => AppState::Stopped,
+        }
+    }
+}
+
+/// Which agent runs jobs here.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    Demo,
+    Command,
+    None,
+}
+
+/// A snapshot for the tray and the window.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EngineStatus {
+    pub state: AppState,
+    /// What is wrong and what to do, when the state needs explaining.
+    pub message: Option<String>,
+    pub orchestrator_id: String,
+    pub machine: String,
+    /// `host:port/db` or the SQLite path; never a password.
+    pub database: String,
+    pub backend: String,
+    pub agent: AgentKind,
+    pub dispatch_enabled: bool,
+    pub paused: bool,
+    pub paused_for_secs: Option<u64>,
+    pub running: Vec<RunningJob>,
+    pub db_online: bool,
+    pub overrides: Vec<String>,
+}
+
+impl EngineStatus {
+    fn starting() -> Self {
+        Self {
+            state: AppState::Starting,
+            message: None,
+            orchestrator_id: String::new(),
+            machine: String::new(),
+            database: String::new(),
+            backend: String::new(),
+            agent: AgentKind::None,
+            dispatch_enabled: false,
+            paused: false,
+            paused_for_secs: None,
+            running: vec![],
+            db_online: false,
+            overrides: vec![],
+        }
+    }
+}
+
+/// One job with everything the detail view shows.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobDetail {
+    pub job: JobRow,
+    pub payload: serde_json::Value,
+    pub history: Vec<JobEvent>,
+    pub log_tail: String,
+}
+
+/// The fleet view.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Fleet {
+    pub machines: Vec<MachineRow>,
+    pub running: Vec<JobRow>,
+    pub counts: Counts,
+}
+
+/// The database part of the settings form. The password never travels back.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct DbForm {
+    /// "embedded" (the SQLite default), "postgres", or "url" (a sqlite:// URL in `url`).
+    pub mode: String,
+    pub host: String,
+    pub port: Option<u16>,
+    pub database: String,
+    pub user: String,
+    pub sslmode: String,
+    pub url: String,
+}
+
+impl DbForm {
+    /// The form for a stored URL.
+    pub fn of(url: Option<&str>) -> Self {
+        let Some(raw) = url.filter(|u| !u.trim().is_empty()) else {
+            return Self { mode: "embedded".into(), ..Self::default() };
+        };
+        match url::Url::parse(raw) {
+            Ok(u) if u.scheme().starts_with("postgres") => Self {
+                mode: "postgres".into(),
+                host: u.host_str().unwrap_or("").to_string(),
+                port: u.port(),
+                database: percent_decode(u.path().trim_start_matches('/')),
+                user: u.username().to_string(),
+                sslmode: u
+                    .query_pairs()
+                    .find(|(k, _)| k == "sslmode")
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default(),
+                url: String::new(),
+            },
+            _ => Self { mode: "url".into(), url: raw.to_string(), ..Self::default() },
+        }
+    }
+
+    /// The URL to store (never with a password), or `None` for the embedded default.
+    pub fn to_url(&self) -> Result<Option<DbUrl>> {
+        match self.mode.as_str() {
+            "" | "embedded" => Ok(None),
+            "url" => {
+                let u = DbUrl::parse(&self.url)?;
+                if u.password().is_some() {
+                    return Err(Error::Invalid(
+                        "do not put the password in the URL; type it in the password field and it goes to the keychain".into(),
+                    ));
+                }
+                Ok(Some(u))
+            }
+            "postgres" => {
+                let host = self.host.trim();
+                if host.is_empty() {
+                    return Err(Error::Invalid("the database host must not be empty".into()));
+                }
+                if host.chars().any(|c| c.is_whitespace() || "/@?#".contains(c)) {
+                    return Err(Error::Invalid(format!("'{host}' is not a host name")));
+                }
+                let user = self.user.trim();
+                if user.is_empty() {
+                    return Err(Error::Invalid("the database user must not be empty".into()));
+                }
+                let dbname = self.database.trim();
+                if dbname.is_empty() {
+                    return Err(Error::Invalid("the database name must not be empty".into()));
+                }
+                let mut u = url::Url::parse(&format!("postgres://{host}"))
+                    .map_err(|e| Error::BadUrl(format!("host '{host}': {e}")))?;
+                u.set_username(user).map_err(|_| Error::BadUrl("the user name cannot be used".into()))?;
+                u.set_port(Some(self.port.unwrap_or(5432)))
+                    .map_err(|_| Error::BadUrl("the port cannot be used".into()))?;
+                u.path_segments_mut()
+                    .map_err(|_| Error::BadUrl("the database name cannot be used".into()))?
+                    .push(dbname);
+                let ssl = self.sslmode.trim();
+                if !ssl.is_empty() {
+                    const MODES: [&str; 6] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+                    if !MODES.contains(&ssl) {
+                        return Err(Error::Invalid(format!(
+                            "sslmode '{ssl}' is not one of {}",
+                            MODES.join(", ")
+                        )));
+                    }
+                    u.query_pairs_mut().append_pair("sslmode", ssl);
+                }
+                Ok(Some(DbUrl::parse(u.as_str())?))
+            }
+            other => Err(Error::Invalid(format!("unknown database mode '{other}'"))),
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() && s.is_char_boundary(i + 3) {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The background tasks of the current start (connecting, forwarding).
+struct Current {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The engine, as the tray embeds it. Cheap to share behind an `Arc`.
+pub struct Engine {
+    paths: Paths,
+    service: String,
+    overrides: Overrides,
+    demo_duration: Duration,
+    events: broadcast::Sender<Event>,
+    status_tx: watch::Sender<EngineStatus>,
+    /// The queue the window reads (present even when nothing is claimed).
+    queue: RwLock<Option<Queue>>,
+    handle: RwLock<Option<Handle>>,
+    /// Effective settings (file + environment).
+    effective: RwLock<Settings>,
+    lifecycle: tokio::sync::Mutex<Option<Current>>,
+    generation: AtomicU64,
+    woke_at: Mutex<Option<Instant>>,
+    paused_for_sleep: AtomicBool,
+}
+
+fn lock_err<T>(_: T) -> Error {
+    Error::Invalid("internal state is unavailable".into())
+}
+
+impl Engine {
+    /// A new engine; nothing runs until [`Engine::start`].
+    pub fn new(paths: Paths, service: &str, overrides: Overrides) -> Arc<Self> {
+        let (events, _) = broadcast::channel(1024);
+        let (status_tx, _) = watch::channel(EngineStatus::starting());
+        Arc::new(Self {
+            paths,
+            service: service.to_string(),
+            overrides,
+            demo_duration: DEMO_DURATION,
+            events,
+            status_tx,
+            queue: RwLock::new(None),
+            handle: RwLock::new(None),
+            effective: RwLock::new(Settings::default()),
+            lifecycle: tokio::sync::Mutex::new(None),
+            generation: AtomicU64::new(0),
+            woke_at: Mutex::new(None),
+            paused_for_sleep: AtomicBool::new(false),
+        })
+    }
+
+    /// The same, with a demo agent of another length (tests).
+    pub fn with_demo_duration(paths: Paths, service: &str, overrides: Overrides, d: Duration) -> Arc<Self> {
+        let mut e = Self::new(paths, service, overrides);
+        if let Some(m) = Arc::get_mut(&mut e) {
+            m.demo_duration = d;
+        }
+        e
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    pub fn overrides(&self) -> &Overrides {
+        &self.overrides
+    }
+
+    /// Every orchestrator event, across restarts, plus the engine's own offline/online.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub fn status(&self) -> EngineStatus {
+        self.status_tx.borrow().clone()
+    }
+
+    pub fn watch_status(&self) -> watch::Receiver<EngineStatus> {
+        self.status_tx.subscribe()
+    }
+
+    /// The settings in force (file + environment).
+    pub fn settings(&self) -> Settings {
+        self.effective.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The settings file as saved (without the environment's overrides).
+    pub fn file_settings(&self) -> Result<Settings> {
+        self.paths.load()
+    }
+
+    fn queue(&self) -> Result<Queue> {
+        self.queue.read().map_err(lock_err)?.clone().ok_or_else(|| {
+            let st = self.status();
+            Error::Unreachable {
+                target: if st.database.is_empty() { "the database".into() } else { st.database },
+                reason: st.message.unwrap_or_else(|| "not connected yet".into()),
+            }
+        })
+    }
+
+    fn orchestrator(&self) -> Option<Handle> {
+        self.handle.read().ok().and_then(|h| h.clone())
+    }
+
+    /// Starts (or restarts) everything from the settings file and the environment.
+    /// Never fails: problems become the status' state and message, and an unreachable
+    /// database is retried in the background.
+    pub async fn start(self: &Arc<Self>) {
+        let mut cur = self.lifecycle.lock().await;
+        let gen = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.shutdown(cur.take(), StopMode::HandOff).await;
+        *cur = Some(self.launch(gen).await);
+    }
+
+    /// Stops the orchestrator (hand off: releases every claim now; drain: lets running jobs
+    /// finish for up to the grace, then hands off the rest).
+    pub async fn stop(&self, mode: StopMode) {
+        let mut cur = self.lifecycle.lock().await;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.shutdown(cur.take(), mode).await;
+        self.status_tx.send_modify(|s| {
+            s.state = AppState::Stopped;
+            s.running.clear();
+        });
+    }
+
+    /// Stops the running orchestrator (the generation has already moved on, so no
+    /// background task can start another), then lets the old tasks end.
+    async fn shutdown(&self, cur: Option<Current>, mode: StopMode) {
+        let old = self.handle.write().ok().and_then(|mut h| h.take());
+        if let Some(h) = old {
+            h.stop(mode).await;
+        }
+        if let Some(c) = cur {
+            for t in c.tasks {
+                // Forwarders end on their own once the old orchestrator's channel closes.
+                let abort = t.abort_handle();
+                if tokio::time::timeout(Duration::from_secs(2), t).await.is_err() {
+                    abort.abort();
+                }
+            }
+        }
+        if let Ok(mut q) = self.queue.write() {
+            *q = None;
+        }
+    }
+
+    async fn launch(self: &Arc<Self>, gen: u64) -> Current {
+        let mut current = Current { tasks: vec![] };
+        // 1. Settings: file, then environment.
+        let file = match self.paths.load() {
+            Ok(s) => s,
+            Err(e) => {
+                self.set_problem(AppState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
+                return current;
+            }
+        };
+        let mut settings = file;
+        if let Some(o) = &self.overrides.orchestrator {
+            settings.orchestrator_id = o.clone();
+        }
+        if let Some(a) = &self.overrides.agent {
+            settings.agent = Some(a.clone());
+        }
+        if let Some(u) = &self.overrides.database_url {
+            settings.database_url = Some(u.clone());
+        }
+        if let Ok(mut eff) = self.effective.write() {
+            *eff = settings.clone();
+        }
+        let machine = settings.machine_name();
+        self.status_tx.send_modify(|s| {
+            *s = EngineStatus::starting();
+            s.orchestrator_id = settings.orchestrator_id.clone();
+            s.machine = machine.clone();
+            s.dispatch_enabled = settings.dispatch_enabled;
+            s.overrides = self.overrides.active().iter().map(|v| v.to_string()).collect();
+        });
+        if let Err(e) = crate::queue::validate_orchestrator(&settings.orchestrator_id) {
+            self.set_problem(AppState::Error, e.to_string());
+            return current;
+        }
+        // 2. The database URL, with its password from the keychain (blocking: D-Bus).
+        let paths = self.paths.clone();
+        let service = self.service.clone();
+        let env_url = self.overrides.database_url.clone();
+        let resolved = tokio::task::spawn_blocking(move || resolve(&paths, &service, env_url.as_deref()))
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))
+            .and_then(|r| r);
+        let url = match resolved {
+            Ok(u) => u,
+            Err(e) => {
+                self.set_problem(AppState::Error, e.to_string());
+                return current;
+            }
+        };
+        self.status_tx.send_modify(|s| {
+            s.database = url.target();
+            s.backend = if url.is_sqlite() { "sqlite".into() } else { "postgres".into() };
+        });
+        // 3. The agent.
+        let agent = match settings.agent_argv() {
+            Ok(Some(argv)) => {
+                let spec = AgentSpec::Command(argv);
+                if let Err(e) = spec.check() {
+                    self.set_problem(AppState::Error, format!("{e}. Set a working agent command in Settings."));
+                    self.status_tx.send_modify(|s| s.agent = AgentKind::Command);
+                    // Still connect, so the window can show the queue.
+                    self.connect_in_background(&mut current, gen, url, settings, None);
+                    return current;
+                }
+                Some(spec)
+            }
+            Ok(None) if url.is_sqlite() => Some(AgentSpec::Demo { duration: self.demo_duration }),
+            Ok(None) => None,
+            Err(e) => {
+                self.set_problem(AppState::Error, e.to_string());
+                return current;
+            }
+        };
+        self.status_tx.send_modify(|s| {
+            s.agent = match &agent {
+                Some(AgentSpec::Command(_)) => AgentKind::Command,
+                Some(_) => AgentKind::Demo,
+                None => AgentKind::None,
+            };
+        });
+        if agent.is_none() {
+            self.set_problem(
+                AppState::NeedsAgent,
+                "This is a shared PostgreSQL queue and no agent command is set, so this machine claims nothing. Set an agent command in Settings (or DEVPILOT_AGENT).".into(),
+            );
+        }
+        self.connect_in_background(&mut current, gen, url, settings, agent);
+        current
+    }
+
+    /// Connects (retrying while unreachable), then starts the orchestrator if there is an agent.
+    fn connect_in_background(
+        self: &Arc<Self>,
+        current: &mut Current,
+        gen: u64,
+        url: DbUrl,
+        settings: Settings,
+        agent: Option<AgentSpec>,
+    ) {
+        let me = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let mut announced = false;
+            let queue = loop {
+                if me.generation.load(Ordering::SeqCst) != gen {
+                    return;
+                }
+                match db::open(&url, &PoolSettings { max_connections: 2, ..PoolSettings::default() }).await {
+                    Ok(conn) => break Queue::new(conn),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot open the database; retrying");
+                        if !announced {
+                            let _ = me.events.send(Event::DatabaseOffline { error: e.to_string() });
+                            announced = true;
+                        }
+                        let keep = me.status().state;
+                        me.status_tx.send_modify(|s| {
+                            s.db_online = false;
+                            if keep != AppState::NeedsAgent && keep != AppState::Error {
+                                s.state = AppState::Offline;
+                                s.message = Some(format!("{e}. Retrying every {}s.", RECONNECT_EVERY.as_secs()));
+                            }
+                        });
+                        tokio::time::sleep(RECONNECT_EVERY).await;
+                    }
+                }
+            };
+            if me.generation.load(Ordering::SeqCst) != gen {
+                return;
+            }
+            if announced {
+                let _ = me.events.send(Event::DatabaseOnline);
+            }
+            if let Ok(mut q) = me.queue.write() {
+                *q = Some(queue.clone());
+            }
+            me.status_tx.send_modify(|s| {
+                s.db_online = true;
+                if s.state == AppState::Offline || s.state == AppState::Starting {
+                    s.state = AppState::Starting;
+                    s.message = None;
+                }
+            });
+            let Some(agent) = agent else {
+                return;
+            };
+            let cfg = match run_config(&settings, agent, &me.paths) {
+                Ok(c) => c,
+                Err(e) => {
+                    me.set_problem(AppState::Error, e.to_string());
+                    return;
+                }
+            };
+            let handle = {
+                // Checked under the lock that `shutdown` takes, so a restart can never miss
+                // an orchestrator that is starting.
+                let Ok(mut slot) = me.handle.write() else { return };
+                if me.generation.load(Ordering::SeqCst) != gen {
+                    return;
+                }
+                let hints = if settings.poll_only { None } else { crate::listen::spawn(&url, &settings.orchestrator_id) };
+                let (handle, _join) = orchestrator::spawn(queue, cfg, hints);
+                *slot = Some(handle.clone());
+                handle
+            };
+            // Events: forward into the engine's own channel, which outlives restarts.
+            let mut rx = handle.subscribe();
+            let events = me.events.clone();
+            let fwd = tokio::spawn(async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(ev) => {
+                            let _ = events.send(ev);
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::warn!(skipped = n, "event forwarder lagged");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            });
+            // Status: mirror the orchestrator's snapshot.
+            let mut st = handle.watch_status();
+            let me2 = Arc::clone(&me);
+            let mirror = tokio::spawn(async move {
+                loop {
+                    let snap = st.borrow_and_update().clone();
+                    if me2.generation.load(Ordering::SeqCst) != gen {
+                        break;
+                    }
+                    me2.status_tx.send_modify(|s| {
+                        s.state = snap.state.into();
+                        s.message = if snap.db_online { None } else { snap.last_error.clone() };
+                        s.dispatch_enabled = snap.enabled;
+                        s.paused = snap.paused;
+                        s.paused_for_secs = snap.paused_for_secs;
+                        s.running = snap.running.clone();
+                        s.db_online = snap.db_online;
+                    });
+                    if st.changed().await.is_err() {
+                        break;
+                    }
+                }
+            });
+            drop(handle);
+            let _ = fwd.await;
+            mirror.abort();
+        });
+        current.tasks.push(task);
+    }
+
+    fn set_problem(&self, state: AppState, message: String) {
+        tracing::warn!(state = ?state, "{message}");
+        self.status_tx.send_modify(|s| {
+            s.state = state;
+            s.message = Some(message);
+        });
+    }
+
+    // ------------------------------------------------------------ user commands
+
+    /// Switches dispatch on or off, and remembers it across restarts.
+    pub async fn set_dispatch(&self, on: bool) -> Result<()> {
+        let mut file = self.paths.load()?;
+        file.dispatch_enabled = on;
+        self.paths.save(&file)?;
+        if let Ok(mut eff) = self.effective.write() {
+            eff.dispatch_enabled = on;
+        }
+        if let Some(h) = self.orchestrator() {
+            h.set_enabled(on);
+        } else {
+            self.status_tx.send_modify(|s| s.dispatch_enabled = on);
+        }
+        Ok(())
+    }
+
+    pub fn pause(&self, for_: Option<Duration>) -> Result<()> {
+        self.paused_for_sleep.store(false, Ordering::SeqCst);
+        self.running_orchestrator()?.pause(for_);
+        Ok(())
+    }
+
+    pub fn resume(&self) -> Result<()> {
+        self.paused_for_sleep.store(false, Ordering::SeqCst);
+        self.running_orchestrator()?.resume();
+        Ok(())
+    }
+
+    /// Releases every claim of this machine now; with `pause`, claims nothing new after.
+    pub async fn hand_off(&self, pause: bool) -> Result<Vec<i64>> {
+        Ok(self.running_orchestrator()?.hand_off(pause).await)
+    }
+
+    fn running_orchestrator(&self) -> Result<Handle> {
+        self.orchestrator().ok_or_else(|| {
+            let st = self.status();
+            Error::Invalid(match st.message {
+                Some(m) => format!("dispatch is not running: {m}"),
+                None => "dispatch is not running yet".into(),
+            })
+        })
+    }
+
+    /// Enqueues a demo job on this orchestrator and wakes the loop.
+    pub async fn enqueue_demo(&self) -> Result<i64> {
+        let s = self.settings();
+        let q = self.queue()?;
+        let n = q.counts(&s.orchestrator_id).await.map(|c| c.queued + c.running + c.completed + 1).unwrap_or(1);
+        let payload = serde_json::json!({
+            "title": format!("Demo job {n}"),
+            "source": "devpilot-tray",
+            "machine": s.machine_name(),
+            "note": "The demo agent logs this payload and succeeds after a few seconds.",
+        });
+        let id = q.enqueue(&s.orchestrator_id, &payload).await?;
+        if let Some(h) = self.orchestrator() {
+            h.wake();
+        }
+        Ok(id)
+    }
+
+    pub async fn jobs(&self, state: Option<&str>, limit: u32) -> Result<(Vec<JobRow>, Counts)> {
+        let s = self.settings();
+        let q = self.queue()?;
+        let jobs = q.jobs(&s.orchestrator_id, state, limit.clamp(1, 500)).await?;
+        let counts = q.counts(&s.orchestrator_id).await?;
+        Ok((jobs, counts))
+    }
+
+    pub async fn fleet(&self) -> Result<Fleet> {
+        let s = self.settings();
+        let q = self.queue()?;
+        Ok(Fleet {
+            machines: q.machines(&s.orchestrator_id).await?,
+            running: q.running(&s.orchestrator_id).await?,
+            counts: q.counts(&s.orchestrator_id).await?,
+        })
+    }
+
+    pub async fn job_detail(&self, id: i64) -> Result<JobDetail> {
+        let q = self.queue()?;
+        let (job, payload) = q.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
+        let history = q.history(id).await?;
+        let log_tail = self.log_tail(id, 16 * 1024);
+        Ok(JobDetail { job, payload, history, log_tail })
+    }
+
+    /// The last `max` bytes of this machine's agent log for job `id` (empty if none).
+    pub fn log_tail(&self, id: i64, max: u64) -> String {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = self.job_log(id);
+        let Ok(mut f) = std::fs::File::open(&path) else { return String::new() };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
+        let mut buf = vec![];
+        let _ = f.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    pub fn job_log(&self, id: i64) -> PathBuf {
+        self.paths.job_log_dir().join(format!("job-{id}.log"))
+    }
+
+    pub async fn requeue(&self, id: i64) -> Result<bool> {
+        let by = self.settings().machine_name();
+        self.queue()?.requeue(id, &by).await
+    }
+
+    pub async fn cancel(&self, id: i64) -> Result<bool> {
+        let by = self.settings().machine_name();
+        self.queue()?.cancel(id, &by).await
+    }
+
+    // ------------------------------------------------------------ settings
+
+    /// Whether a password is stored for the configured PostgreSQL URL (never the password).
+    pub async fn password_stored(&self) -> Result<bool> {
+        let file = self.paths.load()?;
+        let Some(raw) = file.database_url.filter(|u| !u.trim().is_empty()) else { return Ok(false) };
+        let url = DbUrl::parse(&raw)?;
+        if url.is_sqlite() {
+            return Ok(false);
+        }
+        let service = self.service.clone();
+        tokio::task::spawn_blocking(move || secrets::load_password(&service, &url).map(|p| p.is_some()))
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?
+    }
+
+    /// Checks new settings, verifies a changed database connection (and a new password) by
+    /// connecting, stores the password in the keychain, saves the file, and restarts.
+    /// Nothing is saved if any step fails.
+    pub async fn apply_settings(
+        self: &Arc<Self>,
+        mut new: Settings,
+        db: &DbForm,
+        password: Option<String>,
+    ) -> Result<()> {
+        let url = db.to_url()?;
+        new.database_url = url.as_ref().map(|u| u.without_password().to_string());
+        new.orchestrator_id = new.orchestrator_id.trim().to_string();
+        new.agent = new.agent.filter(|a| !a.trim().is_empty());
+        new.machine = new.machine.filter(|m| !m.trim().is_empty());
+        new.validate()?;
+        let old = self.paths.load()?;
+        let password = password.filter(|p| !p.is_empty());
+        if let Some(url) = url.as_ref().filter(|u| !u.is_sqlite()) {
+            let changed = old.database_url != new.database_url || password.is_some();
+            if changed {
+                // Verify with the new password, or the stored one.
+                let full = match &password {
+                    Some(pw) => url.with_password(pw)?,
+                    None => {
+                        let (service, u) = (self.service.clone(), url.clone());
+                        let stored = tokio::task::spawn_blocking(move || secrets::load_password(&service, &u))
+                            .await
+                            .map_err(|e| Error::Invalid(e.to_string()))??;
+                        match stored {
+                            Some(pw) => url.with_password(&pw)?,
+                            None => url.clone(),
+                        }
+                    }
+                };
+                let conn = db::connect(&full, &PoolSettings::default()).await?;
+                drop(conn);
+            }
+            if let Some(pw) = password {
+                let (service, u) = (self.service.clone(), url.clone());
+                tokio::task::spawn_blocking(move || secrets::store_password(&service, &u, &pw))
+                    .await
+                    .map_err(|e| Error::Invalid(e.to_string()))??;
+            }
+        } else if password.is_some() {
+            return Err(Error::Invalid("a password is only used with a PostgreSQL database".into()));
+        }
+        if let Some(argv) = new.agent_argv()? {
+            AgentSpec::Command(argv).check()?;
+        }
+        self.paths.save(&new)?;
+        let restart = engine_fields(&old) != engine_fields(&new);
+        if restart {
+            self.start().await;
+        } else if old.dispatch_enabled != new.dispatch_enabled {
+            self.set_dispatch(new.dispatch_enabled).await?;
+        } else if let Ok(mut eff) = self.effective.write() {
+            eff.notify = new.notify.clone();
+            eff.autostart = new.autostart;
+            eff.sleep_action = new.sleep_action;
+        }
+        Ok(())
+    }
+
+    /// Forgets the stored password for the configured PostgreSQL URL.
+    pub async fn forget_password(&self) -> Result<()> {
+        let file = self.paths.load()?;
+        let Some(raw) = file.database_url.filter(|u| !u.trim().is_empty()) else { return Ok(()) };
+        let url = DbUrl::parse(&raw)?;
+        let service = self.service.clone();
+        tokio::task::spawn_blocking(move || secrets::delete_password(&service, &url))
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?
+    }
+
+    // ------------------------------------------------------------ sleep
+
+    /// Before the machine sleeps: hand off (default) or pause, as the user chose.
+    /// Returns the ids handed off.
+    pub async fn prepare_for_sleep(&self) -> Vec<i64> {
+        let Some(h) = self.orchestrator() else { return vec![] };
+        let st = h.status();
+        if st.paused || !st.enabled {
+            // Already not claiming: only release what runs, if the user wants hand-off.
+            if self.settings().sleep_action == SleepAction::HandOff && !st.running.is_empty() {
+                return h.hand_off(false).await;
+            }
+            return vec![];
+        }
+        self.paused_for_sleep.store(true, Ordering::SeqCst);
+        match self.settings().sleep_action {
+            SleepAction::HandOff => h.hand_off(true).await,
+            SleepAction::Pause => {
+                h.pause(None);
+                vec![]
+            }
+        }
+    }
+
+    /// After a wake: re-check every lease first, then resume what sleep paused.
+    /// Returns the ids whose lease was lost while asleep.
+    pub async fn woke(&self) -> Vec<i64> {
+        if let Ok(mut w) = self.woke_at.lock() {
+            *w = Some(Instant::now());
+        }
+        let Some(h) = self.orchestrator() else { return vec![] };
+        let lost = h.recheck_leases().await;
+        if self.paused_for_sleep.swap(false, Ordering::SeqCst) {
+            h.resume();
+        }
+        lost
+    }
+
+    /// Time since the last wake from sleep, if there was one.
+    pub fn since_wake(&self) -> Option<Duration> {
+        self.woke_at.lock().ok().and_then(|w| w.map(|t| t.elapsed()))
+    }
+}
+
+/// The settings that need a restart of the orchestrator when they change.
+fn engine_fields(s: &Settings) -> impl PartialEq {
+    (
+        s.database_url.clone(),
+        s.orchestrator_id.clone(),
+        s.machine.clone(),
+        s.claim_timeout.clone(),
+        s.heartbeat.clone(),
+        s.max_attempts,
+        s.concurrency,
+        s.poll_interval.clone(),
+        s.max_poll_interval.clone(),
+        s.agent.clone(),
+        s.poll_only,
+    )
+}
+
+/// `DEVPILOT_DATABASE_URL` (given), else the config file's URL with its keychain password,
+/// else the embedded SQLite default. A keychain that cannot be reached is an error for a
+/// PostgreSQL URL: there is never a plain-text fallback.
+fn resolve(paths: &Paths, service: &str, env_url: Option<&str>) -> Result<DbUrl> {
+    if let Some(raw) = env_url {
+        return DbUrl::parse(raw);
+    }
+    let settings = paths.load()?;
+    if let Some(raw) = settings.database_url.filter(|u| !u.trim().is_empty()) {
+        let url = DbUrl::parse(&raw)?;
+        if url.is_sqlite() || url.password().is_some() {
+            return Ok(url);
+        }
+        return match secrets::load_password(service, &url)? {
+            Some(pw) => url.with_password(&pw),
+            None => Ok(url),
+        };
+    }
+    DbUrl::sqlite_file(&paths.default_db())
+}
+
+fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig> {
+    let mut cfg = RunConfig::new(&s.orchestrator_id, &s.machine_name(), agent, paths.data_dir.clone());
+    cfg.concurrency = s.concurrency.max(1);
+    cfg.claim_timeout = parse_duration(&s.claim_timeout)?;
+    cfg.heartbeat = parse_duration(&s.heartbeat)?;
+    cfg.max_attempts = s.max_attempts.max(1);
+    cfg.poll_interval = parse_duration(&s.poll_interval)?;
+    cfg.max_poll_interval = parse_duration(&s.max_poll_interval)?.max(cfg.poll_interval);
+    cfg.start_enabled = s.dispatch_enabled;
+    cfg.log_dir = paths.job_log_dir();
+    Ok(cfg)
+}
+
+/// Splits an agent command line (re-exported for the UI's validation).
+pub fn check_agent_line(line: &str) -> Result<Vec<String>> {
+    split_command(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(dir: &std::path::Path) -> Paths {
+        Paths {
+            config_dir: dir.join("config"),
+            data_dir: dir.join("data"),
+            log_dir: dir.join("data").join("logs"),
+        }
+    }
+
+    async fn wait_for<F: Fn(&EngineStatus) -> bool>(e: &Engine, what: &str, f: F) -> EngineStatus {
+        let mut rx = e.watch_status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = rx.borrow_and_update().clone();
+            if f(&s) {
+                return s;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                panic!("timed out waiting for {what}; last status {s:?}");
+            }
+        }
+    }
+
+    async fn wait_event<F: Fn(&Event) -> bool>(rx: &mut broadcast::Receiver<Event>, f: F) -> Event {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Ok(ev)) if f(&ev) => return ev,
+                Ok(Ok(_)) => {}
+                other => panic!("no matching event: {other:?}"),
+            }
+        }
+    }
+
+    fn fast(p: &Paths) {
+        let mut s = Settings::default();
+        s.poll_interval = "200ms".into();
+        s.max_poll_interval = "1s".into();
+        s.orchestrator_id = "unit".into();
+        p.save(&s).unwrap();
+    }
+
+    /// With no agent on the embedded SQLite default, the demo agent runs a demo job to the end,
+    /// and its log and history are readable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn demo_job_runs_on_the_sqlite_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        fast(&p);
+        let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(300));
+        let mut ev = e.subscribe();
+        e.start().await;
+        let st = wait_for(&e, "idle", |s| s.state == AppState::Idle).await;
+        assert_eq!(st.agent, AgentKind::Demo);
+        assert_eq!(st.backend, "sqlite");
+        assert!(p.default_db().exists(), "the embedded database is created on first use");
+        let id = e.enqueue_demo().await.unwrap();
+        wait_event(&mut ev, |x| matches!(x, Event::Claimed { job } if job.id == id)).await;
+        wait_event(&mut ev, |x| matches!(x, Event::Completed { job } if job.id == id)).await;
+        let d = e.job_detail(id).await.unwrap();
+        assert_eq!(d.job.state, "completed");
+        assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);
+        assert!(d.history.iter().any(|h| h.kind == "claimed"));
+        assert_eq!(d.payload["source"], "devpilot-tray");
+        e.stop(StopMode::HandOff).await;
+    }
+
+    /// Dispatch off claims nothing and is remembered in the config file; on again claims.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dispatch_toggle_persists_and_gates_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        fast(&p);
+        let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+        e.start().await;
+        wait_for(&e, "idle", |s| s.state == AppState::Idle).await;
+        e.set_dispatch(false).await.unwrap();
+        wait_for(&e, "off", |s| s.state == AppState::Off).await;
+        assert!(!p.load().unwrap().dispatch_enabled);
+        let id = e.enqueue_demo().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(e.job_detail(id).await.unwrap().job.state, "queued");
+        // A restart keeps it off.
+        e.start().await;
+        wait_for(&e, "off after restart", |s| s.state == AppState::Off).await;
+        e.set_dispatch(true).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while e.job_detail(id).await.unwrap().job.state != "completed" {
+            assert!(Instant::now() < deadline, "job was not run after dispatch was switched on");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(p.load().unwrap().dispatch_enabled);
+        e.stop(StopMode::HandOff).await;
+    }
+
+    /// On PostgreSQL with no agent, nothing is claimed and the state says what to do. (The
+    /// host is unreachable here; the agent decision comes first and does not need it.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_without_agent_needs_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        let o = Overrides { database_url: Some("postgres://u@127.0.0.1:1/db".into()), ..Overrides::default() };
+        let e = Engine::new(p, "devpilot-test", o);
+        e.start().await;
+        let st = wait_for(&e, "needs_agent", |s| s.state == AppState::NeedsAgent).await;
+        assert_eq!(st.agent, AgentKind::None);
+        assert!(st.message.unwrap().contains("agent command"));
+        assert!(e.hand_off(true).await.is_err(), "no orchestrator runs, so there is nothing to hand off");
+        e.stop(StopMode::HandOff).await;
+    }
+
+    /// Environment overrides win over the file, and an agent that does not exist is an error
+    /// state, not a crash.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn overrides_and_missing_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        fast(&p);
+        let db = dir.path().join("other.sqlite");
+        let o = Overrides {
+            database_url: Some(format!("sqlite://{}", db.display())),
+            orchestrator: Some("from-env".into()),
+            agent: Some("/nonexistent/agent --flag 'two words'".into()),
+        };
+        let e = Engine::new(p, "devpilot-test", o);
+        e.start().await;
+        let st = wait_for(&e, "error", |s| s.state == AppState::Error).await;
+        assert_eq!(st.orchestrator_id, "from-env");
+        assert!(st.message.unwrap().contains("/nonexistent/agent"));
+        assert_eq!(st.overrides.len(), 3);
+        assert!(db.exists(), "the window can still read the queue");
+        e.stop(StopMode::HandOff).await;
+    }
+
+    /// Bad settings are refused with a clear message and nothing is saved; an unreachable
+    /// database is reported as such before anything is saved.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_settings_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        fast(&p);
+        let before = std::fs::read_to_string(p.config_file()).unwrap();
+        let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
+        let mut s = p.load().unwrap();
+        s.orchestrator_id = "  ".into();
+        let err = e.apply_settings(s, &DbForm::of(None), None).await.unwrap_err();
+        assert!(err.to_string().contains("orchestrator id"), "{err}");
+        let s = p.load().unwrap();
+        let form = DbForm { mode: "postgres".into(), host: "127.0.0.1".into(), port: Some(1), database: "d".into(), user: "u".into(), ..DbForm::default() };
+        let err = e.apply_settings(s.clone(), &form, Some("pw-not-stored".into())).await.unwrap_err();
+        assert_eq!(err.kind(), "unreachable", "{err}");
+        assert!(err.to_string().contains("127.0.0.1:1/d"), "{err}");
+        assert!(!err.to_string().contains("pw-not-stored"));
+        let form = DbForm { host: "".into(), ..form };
+        assert!(e.apply_settings(s, &form, None).await.unwrap_err().to_string().contains("host"));
+        assert_eq!(std::fs::read_to_string(p.config_file()).unwrap(), before);
+    }
+
+    /// The database form builds a URL without a password and reads one back.
+    #[test]
+    fn db_form_round_trip() {
+        let f = DbForm {
+            mode: "postgres".into(),
+            host: "db.example".into(),
+            port: Some(6543),
+            database: "dev pilot".into(),
+            user: "alice".into(),
+            sslmode: "require".into(),
+            url: String::new(),
+        };
+        let u = f.to_url().unwrap().unwrap();
+        assert_eq!(u.target(), "db.example:6543/dev%20pilot");
+        assert_eq!(DbForm::of(Some(&u.to_string())), f.clone());
+        let bad = DbForm { sslmode: "maybe".into(), ..f };
+        assert!(bad.to_url().unwrap_err().to_string().contains("sslmode"));
+        assert_eq!(DbForm::of(None).mode, "embedded");
+    }
+}

@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Drives the real devpilot-tray inside the headless session that e2e.sh set up, and
+asserts on what it observes: D-Bus, the X screen, the window's DOM (WebDriver), the queue
+(the `devpilot` CLI on the same SQLite file), the keychain (secret-tool) and the files.
+
+Every check prints PASS/FAIL; the first failure ends the run with exit code 1.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+ENV = os.environ
+WORK = ENV["E2E_WORK"]
+ART = ENV["E2E_ARTIFACTS"]
+TRAY = ENV["E2E_TRAY_BIN"]
+CLI = ENV["E2E_CLI_BIN"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROFILE_NAME = "devpilot-dev" if ENV.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
+ORCH = "e2e"
+DB = os.path.join(WORK, "queue.sqlite")
+AGENT = f"python3 {os.path.join(HERE, 'agent.py')}"
+MACHINE = os.uname().nodename
+WD = "http://127.0.0.1:4444"
+
+STARTED = []  # (name, Popen) we started, ended by pid at exit
+RESULTS = []
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def check(name, cond, detail=""):
+    RESULTS.append((name, bool(cond)))
+    log(f"{'PASS' if cond else 'FAIL'}: {name}{(' — ' + str(detail)) if detail and not cond else ''}")
+    if not cond:
+        raise SystemExit(1)
+
+
+def wait(what, fn, timeout=30, every=0.3):
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001 (keep polling; report the last error)
+            last = e
+        time.sleep(every)
+    check(what, False, f"timed out after {timeout}s; last: {last!r}")
+
+
+def app_env():
+    e = dict(ENV)
+    e.update({
+        "DEVPILOT_DATABASE_URL": f"sqlite://{DB}",
+        "DEVPILOT_ORCHESTRATOR": ORCH,
+        "DEVPILOT_AGENT": AGENT,
+        "DEVPILOT_LOG": "info,devpilot=debug",
+        "DEVPILOT_NO_SLEEP_HOOK": "1",
+        "NO_AT_BRIDGE": "1",
+    })
+    return e
+
+
+def cli(*args, machine_env=None):
+    r = subprocess.run([CLI, *args], env=app_env(), capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(f"devpilot {' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def status():
+    return json.loads(cli("status", "--orchestrator", ORCH, "--json"))
+
+
+def enqueue(payload):
+    return int(cli("enqueue", "--orchestrator", ORCH, "--payload", json.dumps(payload)).strip())
+
+
+def job_state(jid):
+    s = status()
+    for j in s["running"]:
+        if j["id"] == jid:
+            return "running", j
+    return None, None
+
+
+def sqlite_job(jid):
+    # The CLI has no per-job query; read through the window's command instead when needed.
+    return wd_invoke("job_detail", {"id": jid})
+
+
+def shot(name):
+    path = os.path.join(ART, f"{name}.png")
+    subprocess.run(["import", "-window", "root", path], check=True, env=ENV)
+    return path
+
+
+def notify_log():
+    with open(os.path.join(WORK, "notify-monitor.log"), errors="replace") as f:
+        return f.read()
+
+
+# ------------------------------------------------------------------ WebDriver
+
+SESSION = None
+
+
+def wd(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(WD + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read() or b"{}").get("value")
+
+
+def wd_exec(script, args=None):
+    return wd("POST", f"/session/{SESSION}/execute/sync", {"script": script, "args": args or []})
+
+
+def wd_invoke(cmd, args=None):
+    """Calls a Tauri command from inside the page and returns {ok} or {err}."""
+    r = wd("POST", f"/session/{SESSION}/execute/async", {
+        "script": "const [c, a, done] = arguments;"
+                  "window.__TAURI__.core.invoke(c, a).then(v => done({ok: v}), e => done({err: e}));",
+        "args": [cmd, args or {}],
+    })
+    if "err" in r:
+        raise RuntimeError(f"{cmd}: {r['err']}")
+    return r["ok"]
+
+
+def wd_text(css):
+    return wd_exec("const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", [css])
+
+
+def wd_click(css):
+    return wd_exec("const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;", [css])
+
+
+def wd_set(css, value):
+    wd_exec("const e = document.querySelector(arguments[0]); e.value = arguments[1];"
+            "e.dispatchEvent(new Event('change', {bubbles: true}));", [css, value])
+
+
+# ------------------------------------------------------------------ tray
+
+def sni_items():
+    r = subprocess.run(
+        ["gdbus", "call", "--session", "--dest", "org.kde.StatusNotifierWatcher", "--object-path",
+         "/StatusNotifierWatcher", "--method", "org.freedesktop.DBus.Properties.Get",
+         "org.kde.StatusNotifierWatcher", "RegisteredStatusNotifierItems"],
+        capture_output=True, text=True, timeout=10)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def find_color(png, rgb, region, tol=40):
+    """Pixels of about `rgb` within region (x, y, w, h) of a screenshot; returns their centre."""
+    x0, y0, w, h = region
+    txt = subprocess.run(["convert", png, "-crop", f"{w}x{h}+{x0}+{y0}", "+repage", "txt:-"],
+                         capture_output=True, text=True, check=True).stdout
+    xs, ys = [], []
+    for line in txt.splitlines()[1:]:
+        m = re.match(r"(\d+),(\d+): \((\d+),(\d+),(\d+)", line)
+        if not m:
+            continue
+        x, y, r, g, b = map(int, m.groups())
+        if abs(r - rgb[0]) < tol and abs(g - rgb[1]) < tol and abs(b - rgb[2]) < tol:
+            xs.append(x)
+            ys.append(y)
+    if len(xs) < 6:
+        return None
+    return (x0 + sum(xs) // len(xs), y0 + sum(ys) // len(ys), len(xs))
+
+
+ICON_RGB = {"idle": (46, 158, 79), "working": (31, 111, 209), "paused": (217, 142, 4),
+            "off": (138, 138, 138), "offline": (198, 40, 40)}
+PANEL = (0, 0, 1280, 40)
+
+
+def tray_icon(state, timeout=20):
+    def look():
+        p = shot(f"panel-{state}")
+        return find_color(p, ICON_RGB[state], PANEL)
+    return wait(f"tray icon shows the '{state}' picture", look, timeout=timeout, every=1)
+
+
+def tray_menu(keys, name):
+    """Opens the tray menu with a real click on the icon, screenshots it, then presses keys."""
+    pos = None
+    for st in ICON_RGB:
+        pos = find_color(shot("panel-find"), ICON_RGB[st], PANEL)
+        if pos:
+            break
+    check("tray icon found on the panel", pos)
+    before = os.path.join(ART, f"{name}-before.png")
+    subprocess.run(["import", "-window", "root", before], check=True)
+    subprocess.run(["xdotool", "mousemove", str(pos[0]), str(pos[1]), "click", "1"], check=True)
+    time.sleep(1.0)
+    after = shot(f"{name}-menu-open")
+    diff = subprocess.run(["compare", "-metric", "AE", "-fuzz", "5%", before, after, "null:"],
+                          capture_output=True, text=True).stderr.strip()
+    changed = float(diff.split()[0]) if diff else 0
+    check(f"tray menu opens on click ({name})", changed > 2000, f"{changed} pixels changed")
+    for k in keys:
+        subprocess.run(["xdotool", "key", k], check=True)
+        time.sleep(0.15)
+    time.sleep(0.8)
+
+
+# ------------------------------------------------------------------ main
+
+def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    env = app_env()
+    # The window (WebDriver) starts the app itself: tauri-driver -> WebKitWebDriver -> devpilot-tray.
+    drv_log = open(os.path.join(WORK, "tauri-driver.log"), "w")
+    drv = subprocess.Popen(["tauri-driver"], env=env, stdout=drv_log, stderr=subprocess.STDOUT)
+    STARTED.append(("tauri-driver", drv))
+    wait("tauri-driver listens", lambda: wd("GET", "/status") is not None, timeout=20)
+    global SESSION
+    caps = {"capabilities": {"alwaysMatch": {"tauri:options": {"application": TRAY, "args": ["--show"]}}}}
+    SESSION = wd("POST", "/session", caps)["sessionId"]
+    log(f"webdriver session {SESSION}")
+
+    # 1. The app starts, the window renders, the engine is idle on the e2e queue.
+    st = wait("engine idle with the e2e agent", lambda: (s := wd_invoke("get_status"))["state"] == "idle" and s, timeout=40)
+    check("environment overrides in force", st["orchestrator_id"] == ORCH and st["backend"] == "sqlite" and st["agent"] == "command", st)
+    check("window shows the state pill", (wd_text("#state") or "").startswith("Idle"), wd_text("#state"))
+    shot("01-window-idle")
+
+    # 2. The tray icon is hosted (StatusNotifierWatcher) and its menu opens on a click.
+    items = wait("tray item registered with StatusNotifierWatcher", lambda: (s := sni_items()) and "/" in s and s, timeout=20)
+    log(f"registered items: {items.strip()}")
+    tray_icon("idle")
+
+    # 3. Toggle dispatch OFF from the tray menu (first enabled item is "Dispatch enabled").
+    tray_menu(["Down", "Return"], "02-dispatch-off")
+    wait("dispatch off after the tray click", lambda: wd_invoke("get_status")["state"] == "off", timeout=10)
+    cfg = os.path.join(ENV["XDG_CONFIG_HOME"], PROFILE_NAME, "config.toml")
+    with open(cfg) as f:
+        check("dispatch off persisted in the config file", "dispatch_enabled = false" in f.read())
+    tray_icon("off")
+    jid = enqueue({"title": "enqueued while off", "sleep": 1})
+    time.sleep(4)
+    check("nothing is claimed while dispatch is off", wd_invoke("job_detail", {"id": jid})["job"]["state"] == "queued")
+
+    # 4. Switch it back ON from the window; the job runs and shows in the window.
+    wd_exec("location.hash = '#queue';")
+    wd_click("#dispatch")
+    wait("job completes after dispatch is switched on",
+         lambda: wd_invoke("job_detail", {"id": jid})["job"]["state"] == "completed", timeout=30)
+    wait("the window's queue lists the completed job",
+         lambda: wd_exec("return document.querySelector(`#jobs tr[data-id='%d']`)?.dataset.state" % jid) == "completed",
+         timeout=10)
+    check("CLI sees it completed", status()["counts"]["completed"] >= 1)
+    wd_exec("document.querySelector(`#jobs tr[data-id='%d']`).click();" % jid)
+    wait("job detail shows payload and log tail",
+         lambda: "enqueued while off" in (wd_text("#detail-payload") or "") and "e2e agent done" in (wd_text("#detail-log") or ""),
+         timeout=10)
+    shot("03-window-job-detail")
+
+    # 5. Notifications reached the notification daemon over D-Bus.
+    wait("a 'job finished' notification on D-Bus", lambda: "DevPilot: job finished" in notify_log(), timeout=15)
+    sent = wd_invoke("recent_notifications")
+    check("the app recorded the notification as accepted", any(s["error"] is None for s in sent), sent)
+    # A burst of three failures coalesces into one notification.
+    for i in range(3):
+        enqueue({"title": f"burst {i}", "sleep": 0, "exit": 3})
+    wait("a coalesced notification for the burst",
+         lambda: any(len(s["kinds"]) >= 2 for s in wd_invoke("recent_notifications")), timeout=30)
+
+    # 6. Bad settings give clear errors and are not saved.
+    wd_exec("location.hash = '#settings';")
+    wait("settings form loaded", lambda: wd_exec("return document.querySelector('#s-orchestrator_id').value") != "", timeout=10)
+    wd_set("#s-orchestrator_id", "")
+    wd_click("#save-settings")
+    wait("empty orchestrator id is refused with a clear message",
+         lambda: "orchestrator id" in (wd_text("#settings-msg") or "") and wd_exec("return document.querySelector('#settings-msg').className") == "err",
+         timeout=10)
+    shot("04-settings-bad-orchestrator")
+    wd_set("#s-orchestrator_id", ORCH)
+    wd_set("#db-mode", "postgres")
+    wd_set("#db-host", "127.0.0.1")
+    wd_set("#db-port", "1")
+    wd_set("#db-name", "postgres")
+    wd_set("#db-user", "postgres")
+    wd_click("#save-settings")
+    wait("an unreachable host is refused with a clear message",
+         lambda: "cannot reach the database at 127.0.0.1:1/postgres" in (wd_text("#settings-msg") or ""), timeout=20)
+    shot("05-settings-unreachable")
+
+    # 7. The password goes to the Secret Service, round-trips, and is in no file.
+    with open(ENV["E2E_PGPW_FILE"]) as f:
+        pw = f.read().strip()
+    wd_set("#db-port", ENV["E2E_PGPORT"])
+    wd_set("#db-password", pw)
+    wd_click("#save-settings")
+    wait("settings with a verified PostgreSQL password saved", lambda: wd_text("#settings-msg") == "Saved.", timeout=30)
+    account = f"postgres@127.0.0.1:{ENV['E2E_PGPORT']}/postgres"
+    r = subprocess.run(["secret-tool", "lookup", "service", PROFILE_NAME, "username", account], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout:
+        r = subprocess.run(["secret-tool", "search", "--unlock", "service", PROFILE_NAME], capture_output=True, text=True)
+        found = pw in r.stdout
+    else:
+        found = r.stdout.strip() == pw
+    check("the password is in the Secret Service", found, r.stdout + r.stderr)
+    leaked = subprocess.run(["grep", "-rlF", pw, ENV["XDG_CONFIG_HOME"], ENV["XDG_DATA_HOME"]], capture_output=True, text=True).stdout
+    check("the password is in no file under the config and data dirs", leaked.strip() == "", leaked)
+    with open(cfg) as f:
+        text = f.read()
+    check("the config file holds the URL without a password", f"postgres://postgres@127.0.0.1:{ENV['E2E_PGPORT']}/postgres" in text and pw not in text, text)
+    check("the form never shows the password back", wd_exec("return document.querySelector('#db-password').value") == "")
+    check("the form says a password is stored", "stored in the OS keychain" in (wd_text("#pw-state") or ""))
+    shot("06-settings-saved")
+
+    # 8. Hand off & pause from the tray: a second `devpilot run` finishes the job.
+    wait("engine back to idle", lambda: wd_invoke("get_status")["state"] == "idle", timeout=20)
+    long_id = enqueue({"title": "long job", "sleep": 120})
+    wait("the tray app is working on the long job",
+         lambda: any(r["job"]["id"] == long_id for r in wd_invoke("get_status")["running"]), timeout=20)
+    tray_icon("working")
+    # Menu: status, job line (disabled), Dispatch, Pause, Hand off & pause.
+    tray_menu(["Down", "Down", "Down", "Return"], "07-handoff")
+    wait("the claim is released at once", lambda: wd_invoke("job_detail", {"id": long_id})["job"]["state"] != "running", timeout=15)
+    wait("this machine is paused", lambda: wd_invoke("get_status")["state"] == "paused", timeout=10)
+    tray_icon("paused")
+    hist = [h["kind"] for h in wd_invoke("job_detail", {"id": long_id})["history"]]
+    check("history records the hand-off", "handed_off" in hist, hist)
+    runner = subprocess.run([CLI, "run", "--orchestrator", ORCH, "--machine", "e2e-runner", "--until-empty",
+                             "--poll-interval", "300ms", "--", "true"],
+                            env=app_env(), capture_output=True, text=True, timeout=60)
+    check("a second `devpilot run` exits cleanly", runner.returncode == 0, runner.stderr)
+    d = wd_invoke("job_detail", {"id": long_id})
+    check("the second machine finished the handed-off job", d["job"]["state"] == "completed" and d["job"]["claimed_by"] == "e2e-runner", d["job"])
+    shot("08-after-handoff")
+
+    # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
+    wd_invoke("resume")
+    try:
+        wd_invoke("quit", {"mode": "check"})
+    except Exception:  # noqa: BLE001 (the app exits under the call)
+        pass
+    m = wait("the app stopped and says so in the machines table",
+             lambda: [x for x in status()["machines"] if x["machine"] == MACHINE and x["status"] == "stopped"], timeout=20)
+    log(f"machines: {m}")
+    log(f"\nALL {len(RESULTS)} CHECKS PASSED")
+
+
+def finish():
+    try:
+        if SESSION:
+            wd("DELETE", f"/session/{SESSION}")
+    except Exception:  # noqa: BLE001
+        pass
+    for name, p in reversed(STARTED):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        finish()

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# End-to-end test of the real devpilot-tray in a headless desktop session:
+# Xvfb + a private D-Bus session + gnome-keyring (unlocked) + dunst + xfce4-panel (systray)
+# + a throwaway PostgreSQL (for the keychain round trip), then tests/desktop/e2e.py drives
+# the app through its tray menu (xdotool), its window (WebDriver via tauri-driver) and the
+# `devpilot` CLI, and asserts on what it observes.
+#
+# Usage:  bash tests/desktop/e2e.sh            (from the repository root)
+# Env:    CARGO_TARGET_DIR   (default /root/.cache/devpilot-target)
+#         E2E_ARTIFACTS      (default: a new temp dir; screenshots and logs land here)
+#         E2E_PROFILE        debug (default) or release
+# Needs the apt packages listed in docs (xvfb dbus-x11 dunst gnome-keyring libsecret-tools
+# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql) and installs
+# tauri-driver with `cargo install --locked` when it is missing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/tests/desktop"
+
+if [[ "${1:-}" != "--inner" ]]; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/devpilot-target}"
+  PROFILE="${E2E_PROFILE:-debug}"
+  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus; do
+    command -v "$tool" >/dev/null || { echo "e2e: missing $tool (see docs: apt packages for the desktop tests)" >&2; exit 2; }
+  done
+  PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
+  [[ -x "$PGBIN/initdb" ]] || { echo "e2e: missing PostgreSQL server binaries (apt package postgresql)" >&2; exit 2; }
+  echo "== building devpilot-tray and devpilot ($PROFILE)"
+  flags=()
+  [[ "$PROFILE" == release ]] && flags=(--release)
+  (cd "$ROOT" && cargo build "${flags[@]}" -p devpilot-tray -p devpilot-orchestrator --bins)
+  if ! command -v tauri-driver >/dev/null; then
+    echo "== installing tauri-driver"
+    cargo install tauri-driver --locked
+  fi
+  export E2E_TRAY_BIN="$CARGO_TARGET_DIR/$PROFILE/devpilot-tray"
+  export E2E_CLI_BIN="$CARGO_TARGET_DIR/$PROFILE/devpilot"
+  export E2E_PROFILE="$PROFILE" E2E_PGBIN="$PGBIN"
+  export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$(mktemp -d /tmp/devpilot-e2e-artifacts.XXXXXX)}"
+  mkdir -p "$E2E_ARTIFACTS"
+  echo "== artifacts: $E2E_ARTIFACTS"
+  exec dbus-run-session -- bash "$0" --inner
+fi
+
+# ---- inside the private D-Bus session
+WORK="$(mktemp -d /tmp/devpilot-e2e.XXXXXX)"
+ART="$E2E_ARTIFACTS"
+export E2E_WORK="$WORK"
+export XDG_RUNTIME_DIR="$WORK/run" XDG_CONFIG_HOME="$WORK/config" XDG_DATA_HOME="$WORK/data" XDG_CACHE_HOME="$WORK/cache"
+mkdir -p "$XDG_RUNTIME_DIR" "$XDG_CONFIG_HOME/xfce4/xfconf/xfce-perchannel-xml" "$XDG_DATA_HOME"
+chmod 700 "$XDG_RUNTIME_DIR"
+cp "$HERE/xfce4-panel.xml" "$XDG_CONFIG_HOME/xfce4/xfconf/xfce-perchannel-xml/"
+PIDS=()
+cleanup() {
+  local rc=$?
+  for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill "${PIDS[$i]}" 2>/dev/null || true; done
+  if [[ -n "${PGDATA_DIR:-}" ]]; then runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate stop >/dev/null 2>&1 || true; fi
+  sleep 0.5
+  cp -f "$WORK"/*.log "$ART"/ 2>/dev/null || true
+  cp -rf "$XDG_DATA_HOME"/devpilot*/logs "$ART"/app-logs 2>/dev/null || true
+  echo "== artifacts in $ART (exit $rc)"
+  exit $rc
+}
+trap cleanup EXIT
+
+export DISPLAY=:$(( 90 + RANDOM % 9 ))
+Xvfb "$DISPLAY" -screen 0 1280x800x24 -nolisten tcp >"$WORK/xvfb.log" 2>&1 & PIDS+=($!)
+for _ in $(seq 50); do xdpyinfo >/dev/null 2>&1 && break; sleep 0.1; done
+xdpyinfo >/dev/null 2>&1 || { echo "e2e: Xvfb did not start"; exit 1; }
+
+eval "$(printf 'e2e-keyring-password' | gnome-keyring-daemon --unlock --components=secrets --daemonize)"
+export GNOME_KEYRING_CONTROL
+[[ -n "${GNOME_KEYRING_PID:-}" ]] && PIDS+=("$GNOME_KEYRING_PID")
+dunst >"$WORK/dunst.log" 2>&1 & PIDS+=($!)
+dbus-monitor "interface='org.freedesktop.Notifications'" >"$WORK/notify-monitor.log" 2>&1 & PIDS+=($!)
+xfce4-panel >"$WORK/panel.log" 2>&1 & PIDS+=($!)
+
+# A throwaway PostgreSQL with password auth, for the keychain round trip.
+PGDATA_DIR="$WORK/pg"
+PGPORT=$(( 55000 + RANDOM % 900 ))
+mkdir -p "$PGDATA_DIR" && chown postgres "$PGDATA_DIR" && chmod 755 "$WORK"
+printf '%s\n' "e2e-pg-secret-$RANDOM$RANDOM" >"$WORK/.pgpw"
+chmod 644 "$WORK/.pgpw"
+runuser -u postgres -- "$E2E_PGBIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=scram-sha-256 --pwfile="$WORK/.pgpw" >"$WORK/initdb.log" 2>&1
+runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1" -l "$WORK/postgres.log" -w start >/dev/null
+export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw"
+
+python3 "$HERE/e2e.py"

@@ -1,0 +1,339 @@
+//! Queue statements against real databases: every test runs on PostgreSQL and on SQLite.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use devpilot::agent::AgentSpec;
+use devpilot::orchestrator::{self, RunConfig, StopMode};
+use devpilot::queue::FailOutcome;
+use devpilot_tests::{wait_for, Backend, TestDb};
+use sea_orm::ConnectionTrait;
+use serde_json::json;
+use tokio::sync::Barrier;
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() { super::$name(devpilot_tests::Backend::Postgres).await }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() { super::$name(devpilot_tests::Backend::Sqlite).await }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    five_concurrent_claims_one_winner,
+    herd_free_pick_never_double_claims,
+    fenced_writes_reject_a_stale_token,
+    sweep_releases_stale_and_spares_fresh_and_finished,
+    sweep_kills_a_job_over_max_attempts,
+    failure_retries_then_dies,
+    release_hands_back_without_burning_an_attempt,
+    orchestrator_sweep_is_throttled,
+    failing_sweep_never_fails_the_poll,
+    orchestrator_runs_and_hands_off,
+    enqueue_rejects_non_object_payload,
+);
+
+/// The article's proof: five claims race for one row on five connections; exactly one gets the
+/// payload and four get nothing. Repeated, because one lucky run proves little.
+async fn five_concurrent_claims_one_winner(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("race");
+    let mut machines = vec![];
+    for _ in 0..5 {
+        machines.push(db.another_queue().await);
+    }
+    for round in 0..20 {
+        let id = db.queue.enqueue(&orch, &json!({"round": round})).await.unwrap();
+        let barrier = Arc::new(Barrier::new(5));
+        let mut tasks = vec![];
+        for (i, q) in machines.iter().enumerate() {
+            let (q, b, orch) = (q.clone(), barrier.clone(), orch.clone());
+            tasks.push(tokio::spawn(async move {
+                b.wait().await;
+                q.claim_by_id(id, &orch, &format!("m{i}")).await.unwrap()
+            }));
+        }
+        let mut winners = vec![];
+        for t in tasks {
+            if let Some(c) = t.await.unwrap() {
+                winners.push(c);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
+        assert_eq!(winners[0].payload, json!({"round": round}));
+        assert_eq!(winners[0].attempt, 1);
+        assert_eq!(winners[0].token, 1);
+    }
+}
+
+/// Eight claimers pick-and-claim concurrently; every job is claimed exactly once.
+async fn herd_free_pick_never_double_claims(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("pick");
+    let payloads: Vec<_> = (0..200).map(|i| json!({"n": i})).collect();
+    db.queue.enqueue_many(&orch, &payloads).await.unwrap();
+    let mut tasks = vec![];
+    for m in 0..8 {
+        let q = db.another_queue().await;
+        let orch = orch.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = vec![];
+            loop {
+                let got = q.claim_next(&orch, &format!("m{m}"), 3).await.unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                mine.extend(got.into_iter().map(|c| c.id));
+            }
+            mine
+        }));
+    }
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_unstable();
+    let before = all.len();
+    all.dedup();
+    assert_eq!(before, 200, "every job claimed");
+    assert_eq!(all.len(), 200, "no job claimed twice");
+    assert_eq!(db.queue.counts(&orch).await.unwrap().running, 200);
+}
+
+/// After a job is swept and re-claimed, the old holder's renew, complete, fail and release
+/// all match zero rows, and the new holder's complete succeeds exactly once.
+async fn fenced_writes_reject_a_stale_token(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("fence");
+    let id = db.queue.enqueue(&orch, &json!({"title": "fenced"})).await.unwrap();
+    let old = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let swept = db.queue.sweep(Some(&orch), Duration::from_millis(100), 3).await.unwrap();
+    assert_eq!(swept.len(), 1);
+    let new = db.queue.claim_next(&orch, "desktop", 1).await.unwrap().remove(0);
+    assert_eq!(new.id, id);
+    assert!(new.token > old.token, "every claim changes the token");
+
+    assert!(db.queue.renew(&[(id, old.token)]).await.unwrap().is_empty());
+    assert!(!db.queue.complete(id, old.token, "laptop").await.unwrap());
+    assert_eq!(db.queue.fail(id, old.token, "laptop", "x", 3).await.unwrap(), None);
+    assert!(!db.queue.release(id, old.token, "laptop", "x").await.unwrap());
+    assert_eq!(db.queue.renew(&[(id, new.token)]).await.unwrap(), vec![id]);
+    assert!(db.queue.complete(id, new.token, "desktop").await.unwrap());
+    assert!(!db.queue.complete(id, new.token, "desktop").await.unwrap(), "no double completion");
+
+    let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        ["claimed", "swept", "claimed", "completion_rejected", "lease_lost", "lease_lost", "completed", "completion_rejected"]
+    );
+}
+
+/// A stale claim is released; a fresh claim and a completed job are untouched.
+async fn sweep_releases_stale_and_spares_fresh_and_finished(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("sweep");
+    let ids = db.queue.enqueue_many(&orch, &[json!({}), json!({}), json!({})]).await.unwrap();
+    let stale = db.queue.claim_by_id(ids[0], &orch, "asleep").await.unwrap().unwrap();
+    let done = db.queue.claim_by_id(ids[1], &orch, "fast").await.unwrap().unwrap();
+    assert!(db.queue.complete(done.id, done.token, "fast").await.unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let fresh = db.queue.claim_by_id(ids[2], &orch, "awake").await.unwrap().unwrap();
+
+    let swept = db.queue.sweep(Some(&orch), Duration::from_millis(300), 3).await.unwrap();
+    assert_eq!(swept.iter().map(|s| s.id).collect::<Vec<_>>(), vec![stale.id]);
+    assert_eq!(swept[0].previous_holder.as_deref(), Some("asleep"));
+    assert!(!swept[0].dead);
+
+    let state = |id| {
+        let q = db.queue.clone();
+        async move { q.job(id).await.unwrap().unwrap().0.state }
+    };
+    assert_eq!(state(stale.id).await, "queued");
+    assert_eq!(state(done.id).await, "completed");
+    assert_eq!(state(fresh.id).await, "running");
+    // A second sweep finds nothing: the fresh claim is still fresh.
+    assert!(db.queue.sweep(Some(&orch), Duration::from_secs(60), 3).await.unwrap().is_empty());
+    // The released job is claimable again, as attempt 2.
+    let again = db.queue.claim_next(&orch, "awake", 5).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].id, again[0].attempt), (stale.id, 2));
+}
+
+/// A job whose claims keep expiring becomes dead after max_attempts, not released forever.
+async fn sweep_kills_a_job_over_max_attempts(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("dead");
+    let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    for attempt in 1..=2 {
+        let c = db.queue.claim_next(&orch, "flaky", 1).await.unwrap();
+        assert_eq!(c.len(), 1, "attempt {attempt} claims");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let s = db.queue.sweep(None, Duration::from_millis(100), 2).await.unwrap();
+        let s: Vec<_> = s.into_iter().filter(|s| s.id == id).collect();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].dead, attempt == 2);
+    }
+    let (row, _) = db.queue.job(id).await.unwrap().unwrap();
+    assert_eq!(row.state, "dead");
+    assert!(db.queue.claim_next(&orch, "flaky", 1).await.unwrap().is_empty());
+    let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, ["claimed", "swept", "claimed", "dead"]);
+    assert!(db.queue.requeue(id, "me").await.unwrap());
+    assert_eq!(db.queue.claim_next(&orch, "ok", 1).await.unwrap()[0].attempt, 1);
+}
+
+/// A failed attempt goes back for a retry until max_attempts, then the job is dead.
+async fn failure_retries_then_dies(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("fail");
+    let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    let mut outcomes = vec![];
+    for _ in 0..3 {
+        let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
+        outcomes.push(db.queue.fail(c.id, c.token, "m", "exit 1", 3).await.unwrap().unwrap());
+    }
+    assert_eq!(outcomes, [FailOutcome::WillRetry, FailOutcome::WillRetry, FailOutcome::Dead]);
+    let (row, _) = db.queue.job(id).await.unwrap().unwrap();
+    assert_eq!((row.state.as_str(), row.attempts, row.last_error.as_deref()), ("dead", 3, Some("exit 1")));
+}
+
+/// A hand-off puts the job straight back and does not count the attempt.
+async fn release_hands_back_without_burning_an_attempt(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("rel");
+    let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    let c = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
+    assert!(db.queue.release(c.id, c.token, "laptop", "lid closing").await.unwrap());
+    let c2 = db.queue.claim_next(&orch, "desktop", 1).await.unwrap().remove(0);
+    assert_eq!((c2.id, c2.attempt), (id, 1));
+    // The administrative release (devpilot release) does the same for a whole machine.
+    assert_eq!(db.queue.release_machine(&orch, "desktop").await.unwrap(), vec![id]);
+    assert_eq!(db.queue.counts(&orch).await.unwrap().queued, 1);
+}
+
+fn cfg(db: &TestDb, orch: &str, agent: AgentSpec) -> RunConfig {
+    let mut c = RunConfig::new(orch, "test-machine", agent, db.dir.path().to_path_buf());
+    c.poll_interval = Duration::from_millis(20);
+    c.max_poll_interval = Duration::from_millis(100);
+    c.heartbeat = Duration::from_millis(200);
+    c.claim_timeout = Duration::from_secs(5);
+    c.concurrency = 4;
+    c
+}
+
+/// The opportunistic sweep runs at most once per sweep interval, however often we poll.
+async fn orchestrator_sweep_is_throttled(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("throttle");
+    let mut c = cfg(&db, &orch, AgentSpec::NoOp);
+    c.sweep_every = Duration::from_secs(3600);
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
+    assert!(wait_for(Duration::from_secs(10), || async { h.stats().polls.load(Ordering::Relaxed) >= 20 }).await);
+    assert_eq!(h.stats().sweeps.load(Ordering::Relaxed), 1);
+    h.stop(StopMode::HandOff).await;
+}
+
+/// A sweep whose statement fails (a trigger makes it fail in the database) is logged and
+/// counted, and polling, claiming and completing carry on regardless.
+async fn failing_sweep_never_fails_the_poll(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("sweepfail");
+    let sabotage = match backend {
+        Backend::Postgres => vec![
+            "CREATE FUNCTION fail_sweep() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected sweep failure'; END $$",
+            "CREATE TRIGGER sabotage BEFORE UPDATE ON dispatch_queue FOR EACH ROW WHEN (NEW.last_error LIKE 'lease expired%') EXECUTE FUNCTION fail_sweep()",
+        ],
+        Backend::Sqlite => vec![
+            "CREATE TRIGGER sabotage BEFORE UPDATE ON dispatch_queue WHEN NEW.last_error LIKE 'lease expired%' BEGIN SELECT RAISE(ABORT, 'injected sweep failure'); END",
+        ],
+    };
+    for s in sabotage {
+        db.queue.connection().execute_unprepared(s).await.unwrap();
+    }
+    // A stale claim, so every sweep has a row to trip on.
+    db.queue.enqueue(&orch, &json!({"stale": true})).await.unwrap();
+    db.queue.claim_next(&orch, "gone", 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut c = cfg(&db, &orch, AgentSpec::NoOp);
+    c.claim_timeout = Duration::from_millis(100);
+    c.heartbeat = Duration::from_millis(50);
+    c.sweep_every = Duration::from_millis(50);
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
+    let ids = db.queue.enqueue_many(&orch, &vec![json!({}); 20]).await.unwrap();
+    let q = db.queue.clone();
+    let o = orch.clone();
+    assert!(wait_for(Duration::from_secs(20), || {
+        let (q, o) = (q.clone(), o.clone());
+        async move { q.counts(&o).await.unwrap().completed == 20 }
+    }).await, "jobs complete while every sweep fails");
+    assert!(
+        wait_for(Duration::from_secs(10), || async { h.stats().sweep_failures.load(Ordering::Relaxed) >= 2 }).await,
+        "sweeps kept failing and were counted"
+    );
+    assert_eq!(h.status().db_online, true);
+    assert_eq!(ids.len(), 20);
+    h.stop(StopMode::HandOff).await;
+}
+
+/// The in-process loop runs real agent processes to completion, and a hand-off stops a long
+/// agent and releases its claim at once.
+async fn orchestrator_runs_and_hands_off(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("loop");
+    let agent = devpilot_tests::RecordingAgent::new(db.dir.path(), "sleep \"${AGENT_SLEEP:-0}\"");
+    let mut c = cfg(&db, &orch, AgentSpec::Command(vec![agent.script.display().to_string()]));
+    c.cancel_grace = Duration::from_secs(2);
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
+    let mut events = h.subscribe();
+    db.queue.enqueue_many(&orch, &vec![json!({"quick": true}); 6]).await.unwrap();
+    let q = db.queue.clone();
+    let o = orch.clone();
+    assert!(wait_for(Duration::from_secs(30), || {
+        let (q, o) = (q.clone(), o.clone());
+        async move { q.counts(&o).await.unwrap().completed == 6 }
+    }).await);
+    // Pause: nothing new is claimed.
+    h.pause(None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let long = db.queue.enqueue(&orch, &json!({"title": "long"})).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(db.queue.job(long).await.unwrap().unwrap().0.state, "queued", "paused claims nothing");
+    h.resume();
+    // (The agent inherits our environment; a long sleep comes from the payload file instead.)
+    let _ = long;
+    assert!(wait_for(Duration::from_secs(10), || {
+        let q = db.queue.clone();
+        async move { q.job(long).await.unwrap().unwrap().0.state == "completed" }
+    }).await);
+    let mut saw_completed = 0;
+    while let Ok(ev) = events.try_recv() {
+        if matches!(ev, orchestrator::Event::Completed { .. }) {
+            saw_completed += 1;
+        }
+    }
+    assert_eq!(saw_completed, 7);
+    let recs = agent.records();
+    assert_eq!(recs.iter().filter(|r| r.kind == "end").count(), 7);
+    h.stop(StopMode::HandOff).await;
+}
+
+/// A payload that is not a JSON object or array is refused and nothing is written.
+async fn enqueue_rejects_non_object_payload(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("bad");
+    let e = db.queue.enqueue(&orch, &json!("just a string")).await.unwrap_err();
+    assert!(e.to_string().contains("malformed payload"), "{e}");
+    assert!(db.queue.enqueue("", &json!({})).await.is_err());
+    assert_eq!(db.queue.counts(&orch).await.unwrap(), Default::default());
+}
