@@ -1,0 +1,377 @@
+//! The window's only way into the app: Tauri commands. Errors are the engine's
+//! [`devpilot::Error`], which reaches the page as `{kind, message}`.
+//!
+//! Nothing here touches SQL: the engine's [`devpilot::app::Engine`] does.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use devpilot::app::{DbForm, EngineStatus, Fleet, JobDetail};
+use devpilot::config::Settings;
+use devpilot::orchestrator::StopMode;
+use devpilot::queue::{Counts, JobRow};
+use devpilot::{Error, Result};
+use serde::{Deserialize, Serialize};
+use tauri::{AppHandle, Runtime, State};
+
+use crate::notify::Sent;
+use crate::AppState;
+
+/// The command table, for the real app and for tests.
+pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + Sync + 'static {
+    tauri::generate_handler![
+        get_status,
+        set_dispatch,
+        pause,
+        resume,
+        hand_off,
+        enqueue_demo,
+        list_jobs,
+        fleet,
+        job_detail,
+        requeue,
+        cancel,
+        get_settings,
+        save_settings,
+        forget_password,
+        quit,
+        recent_notifications,
+        open_logs,
+    ]
+}
+
+#[tauri::command]
+pub fn get_status(state: State<'_, AppState>) -> EngineStatus {
+    state.engine.status()
+}
+
+#[tauri::command]
+pub async fn set_dispatch(state: State<'_, AppState>, enabled: bool) -> Result<EngineStatus> {
+    state.engine.set_dispatch(enabled).await?;
+    Ok(state.engine.status())
+}
+
+/// Pauses claiming for `minutes` (or until resumed when absent). Running jobs finish.
+#[tauri::command]
+pub fn pause(state: State<'_, AppState>, minutes: Option<u64>) -> Result<()> {
+    state.engine.pause(minutes.map(|m| Duration::from_secs(m.saturating_mul(60))))
+}
+
+#[tauri::command]
+pub fn resume(state: State<'_, AppState>) -> Result<()> {
+    state.engine.resume()
+}
+
+/// Releases this machine's claims now; with `pause`, claims nothing new afterwards.
+#[tauri::command]
+pub async fn hand_off(state: State<'_, AppState>, pause: Option<bool>) -> Result<Vec<i64>> {
+    state.engine.hand_off(pause.unwrap_or(true)).await
+}
+
+#[tauri::command]
+pub async fn enqueue_demo(state: State<'_, AppState>) -> Result<i64> {
+    state.engine.enqueue_demo().await
+}
+
+#[derive(Serialize)]
+pub struct JobList {
+    pub jobs: Vec<JobRow>,
+    pub counts: Counts,
+}
+
+#[tauri::command]
+pub async fn list_jobs(state: State<'_, AppState>, job_state: Option<String>, limit: Option<u32>) -> Result<JobList> {
+    const STATES: [&str; 6] = ["queued", "running", "failed", "completed", "dead", "cancelled"];
+    let filter = job_state.filter(|s| !s.is_empty() && s != "all");
+    if let Some(s) = &filter {
+        if !STATES.contains(&s.as_str()) {
+            return Err(Error::Invalid(format!("unknown job state '{s}'")));
+        }
+    }
+    let (jobs, counts) = state.engine.jobs(filter.as_deref(), limit.unwrap_or(100)).await?;
+    Ok(JobList { jobs, counts })
+}
+
+#[tauri::command]
+pub async fn fleet(state: State<'_, AppState>) -> Result<Fleet> {
+    state.engine.fleet().await
+}
+
+#[tauri::command]
+pub async fn job_detail(state: State<'_, AppState>, id: i64) -> Result<JobDetail> {
+    state.engine.job_detail(id).await
+}
+
+/// Puts a dead (or failed) job back in the queue.
+#[tauri::command]
+pub async fn requeue(state: State<'_, AppState>, id: i64) -> Result<bool> {
+    state.engine.requeue(id).await
+}
+
+/// Cancels a queued job.
+#[tauri::command]
+pub async fn cancel(state: State<'_, AppState>, id: i64) -> Result<bool> {
+    state.engine.cancel(id).await
+}
+
+/// What the settings form shows. There is no password in it, only whether one is stored.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct SettingsView {
+    pub settings: Settings,
+    pub db: DbForm,
+    pub password_stored: bool,
+    /// Why the keychain could not be asked, if it could not.
+    pub keychain_error: Option<String>,
+    pub overrides: Vec<String>,
+    pub config_file: String,
+    pub log_dir: String,
+}
+
+#[tauri::command]
+pub async fn get_settings(state: State<'_, AppState>) -> Result<SettingsView> {
+    let e = &state.engine;
+    let settings = e.file_settings()?;
+    let (password_stored, keychain_error) = match e.password_stored().await {
+        Ok(b) => (b, None),
+        Err(err) => (false, Some(err.to_string())),
+    };
+    Ok(SettingsView {
+        db: DbForm::of(settings.database_url.as_deref()),
+        settings,
+        password_stored,
+        keychain_error,
+        overrides: e.overrides().active().iter().map(|s| s.to_string()).collect(),
+        config_file: e.paths().config_file().display().to_string(),
+        log_dir: e.paths().log_dir.display().to_string(),
+    })
+}
+
+#[derive(Deserialize, Debug)]
+pub struct SettingsInput {
+    pub settings: Settings,
+    pub db: DbForm,
+    /// A new password, straight to the keychain. Empty or absent: keep the stored one.
+    pub password: Option<String>,
+}
+
+impl Drop for SettingsInput {
+    fn drop(&mut self) {
+        // Best effort: do not leave the password lying around in freed memory longer than needed.
+        if let Some(p) = self.password.take() {
+            let mut bytes = p.into_bytes();
+            bytes.iter_mut().for_each(|b| *b = 0);
+        }
+    }
+}
+
+/// Validates, verifies the connection, stores the password in the keychain, saves, restarts.
+#[tauri::command]
+pub async fn save_settings<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_, AppState>,
+    mut input: SettingsInput,
+) -> Result<SettingsView> {
+    let password = input.password.take();
+    let autostart = input.settings.autostart;
+    state.engine.apply_settings(input.settings.clone(), &input.db, password).await?;
+    crate::set_autostart(&app, autostart);
+    get_settings(state).await
+}
+
+#[tauri::command]
+pub async fn forget_password(state: State<'_, AppState>) -> Result<()> {
+    state.engine.forget_password().await
+}
+
+/// Quits. `mode`: "hand_off" releases running jobs now; "drain" lets them finish (up to 10
+/// minutes) and hands off the rest; "check" quits only if nothing runs, and otherwise
+/// returns the running job ids for the window to ask about.
+#[tauri::command]
+pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mode: String) -> Result<Vec<i64>> {
+    let running: Vec<i64> = state.engine.status().running.iter().map(|r| r.job.id).collect();
+    let stop = match mode.as_str() {
+        "check" if !running.is_empty() => return Ok(running),
+        "check" | "hand_off" => StopMode::HandOff,
+        "drain" => StopMode::Drain { grace: Duration::from_secs(600) },
+        other => return Err(Error::Invalid(format!("unknown quit mode '{other}'"))),
+    };
+    tracing::info!(?stop, running = running.len(), "quitting");
+    state.quitting.store(true, Ordering::SeqCst);
+    state.engine.stop(stop).await;
+    app.exit(0);
+    Ok(vec![])
+}
+
+/// The notifications sent so far (newest last), for the window and for tests.
+#[tauri::command]
+pub fn recent_notifications(state: State<'_, AppState>) -> Vec<Sent> {
+    state.notifier.recent()
+}
+
+/// Opens the log folder in the file manager.
+#[tauri::command]
+pub fn open_logs(state: State<'_, AppState>) -> Result<String> {
+    let dir = state.engine.paths().log_dir.clone();
+    crate::window::reveal(&dir)?;
+    Ok(dir.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devpilot::app::{Engine, Overrides};
+    use devpilot::config::Paths;
+    use serde_json::{json, Value};
+    use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
+    use tauri::webview::InvokeRequest;
+    use tauri::WebviewWindow;
+
+    fn app(dir: &std::path::Path, overrides: Overrides) -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
+        let paths = Paths {
+            config_dir: dir.join("config"),
+            data_dir: dir.join("data"),
+            log_dir: dir.join("data").join("logs"),
+        };
+        let mut s = Settings::default();
+        s.orchestrator_id = "cmd-test".into();
+        s.poll_interval = "200ms".into();
+        s.max_poll_interval = "1s".into();
+        paths.save(&s).unwrap();
+        let engine = Engine::with_demo_duration(paths, "devpilot-test", overrides, Duration::from_millis(200));
+        let app = mock_builder()
+            .manage(AppState::new(engine.clone()))
+            .invoke_handler(handler())
+            .build(mock_context(noop_assets()))
+            .unwrap();
+        tauri::async_runtime::block_on(engine.start());
+        let w = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
+        (app, w)
+    }
+
+    fn call(w: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> std::result::Result<Value, Value> {
+        get_ipc_response(
+            w,
+            InvokeRequest {
+                cmd: cmd.into(),
+                callback: tauri::ipc::CallbackFn(0),
+                error: tauri::ipc::CallbackFn(1),
+                url: "tauri://localhost".parse().unwrap(),
+                body: tauri::ipc::InvokeBody::Json(args),
+                headers: Default::default(),
+                invoke_key: INVOKE_KEY.to_string(),
+            },
+        )
+        .map(|b| b.deserialize::<Value>().unwrap())
+    }
+
+    fn wait_status(w: &WebviewWindow<MockRuntime>, state: &str) -> Value {
+        for _ in 0..100 {
+            let s = call(w, "get_status", json!({})).unwrap();
+            if s["state"] == state {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("state never became {state}: {:?}", call(w, "get_status", json!({})));
+    }
+
+    /// The demo loop through the commands the window uses: enqueue, list, detail with log tail.
+    #[test]
+    fn enqueue_list_and_detail() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides::default());
+        let st = wait_status(&w, "idle");
+        assert_eq!(st["agent"], "demo");
+        let id = call(&w, "enqueue_demo", json!({})).unwrap().as_i64().unwrap();
+        let mut done = false;
+        for _ in 0..100 {
+            let list = call(&w, "list_jobs", json!({"jobState": "completed"})).unwrap();
+            if list["jobs"].as_array().unwrap().iter().any(|j| j["id"] == id) {
+                assert_eq!(list["counts"]["completed"], 1);
+                done = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(done, "the demo job did not complete");
+        let d = call(&w, "job_detail", json!({"id": id})).unwrap();
+        assert_eq!(d["payload"]["source"], "devpilot-tray");
+        assert!(d["log_tail"].as_str().unwrap().contains("demo agent"));
+        let kinds: Vec<&str> = d["history"].as_array().unwrap().iter().map(|h| h["kind"].as_str().unwrap()).collect();
+        assert!(kinds.contains(&"claimed") && kinds.contains(&"completed"), "{kinds:?}");
+        let fleet = call(&w, "fleet", json!({})).unwrap();
+        assert!(!fleet["machines"].as_array().unwrap().is_empty());
+        let e = call(&w, "list_jobs", json!({"jobState": "bogus"})).unwrap_err();
+        assert_eq!(e["kind"], "invalid");
+    }
+
+    /// Dispatch off, then cancel a queued job; requeue refuses a job that is not dead.
+    #[test]
+    fn dispatch_cancel_requeue() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides::default());
+        wait_status(&w, "idle");
+        let st = call(&w, "set_dispatch", json!({"enabled": false})).unwrap();
+        assert_eq!(st["dispatch_enabled"], false);
+        wait_status(&w, "off");
+        let id = call(&w, "enqueue_demo", json!({})).unwrap().as_i64().unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(call(&w, "job_detail", json!({"id": id})).unwrap()["job"]["state"], "queued");
+        assert_eq!(call(&w, "requeue", json!({"id": id})).unwrap(), false);
+        assert_eq!(call(&w, "cancel", json!({"id": id})).unwrap(), true);
+        assert_eq!(call(&w, "job_detail", json!({"id": id})).unwrap()["job"]["state"], "cancelled");
+        let s = call(&w, "get_settings", json!({})).unwrap();
+        assert_eq!(s["settings"]["dispatch_enabled"], false);
+    }
+
+    /// Bad settings come back as a clear error and nothing is saved; the view never carries a
+    /// password field.
+    #[test]
+    fn settings_errors_and_no_password_echo() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides::default());
+        let view = call(&w, "get_settings", json!({})).unwrap();
+        assert_eq!(view["db"]["mode"], "embedded");
+        assert!(!view.to_string().to_lowercase().contains("\"password\""));
+        let mut settings = view["settings"].clone();
+        settings["orchestrator_id"] = json!("");
+        let e = call(&w, "save_settings", json!({"input": {"settings": settings, "db": view["db"]}})).unwrap_err();
+        assert_eq!(e["kind"], "invalid");
+        assert!(e["message"].as_str().unwrap().contains("orchestrator id"), "{e}");
+        let settings = view["settings"].clone();
+        let db = json!({"mode": "postgres", "host": "127.0.0.1", "port": 1, "database": "x", "user": "u"});
+        let e = call(&w, "save_settings", json!({"input": {"settings": settings, "db": db, "password": "hunter2-test"}})).unwrap_err();
+        assert_eq!(e["kind"], "unreachable", "{e}");
+        assert!(!e.to_string().contains("hunter2-test"));
+        let after = call(&w, "get_settings", json!({})).unwrap();
+        assert_eq!(after["settings"]["orchestrator_id"], "cmd-test");
+        assert_eq!(after["db"]["mode"], "embedded");
+        // A valid change is saved and applied.
+        let mut settings = view["settings"].clone();
+        settings["orchestrator_id"] = json!("renamed");
+        call(&w, "save_settings", json!({"input": {"settings": settings, "db": view["db"]}})).unwrap();
+        let st = wait_status(&w, "idle");
+        assert_eq!(st["orchestrator_id"], "renamed");
+    }
+
+    /// Quit with nothing running reports no jobs to ask about; unknown modes are refused.
+    #[test]
+    fn quit_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides { agent: Some("sleep 30".into()), ..Overrides::default() });
+        wait_status(&w, "idle");
+        call(&w, "enqueue_demo", json!({})).unwrap();
+        let st = wait_status(&w, "working");
+        let id = st["running"][0]["job"]["id"].as_i64().unwrap();
+        // With a job running, "check" does not quit: it names the job so the window can ask.
+        assert_eq!(call(&w, "quit", json!({"mode": "check"})).unwrap(), json!([id]));
+        assert_eq!(call(&w, "quit", json!({"mode": "later"})).unwrap_err()["kind"], "invalid");
+        // Hand off & pause releases the claim at once.
+        let ids = call(&w, "hand_off", json!({"pause": true})).unwrap();
+        assert_eq!(ids, json!([]), "hand_off returns once everything is released");
+        let d = call(&w, "job_detail", json!({"id": id})).unwrap();
+        assert_ne!(d["job"]["state"], "running", "{d}");
+        assert!(d["history"].as_array().unwrap().iter().any(|h| h["kind"] == "handed_off"), "{d}");
+        wait_status(&w, "paused");
+    }
+}

@@ -1,0 +1,229 @@
+//! The DevPilot tray app. It embeds the engine ([`devpilot::app::Engine`]) in this process and
+//! adds the parts a person sees: the tray icon and its menu, the window, notifications, the
+//! sleep hook and start-at-login. Every one of those OS integrations is optional: when one is
+//! missing (no tray host, no notification daemon, no logind, no keychain) it is logged and the
+//! rest keeps working.
+//!
+//! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in).
+//! - [`tray`]: the icon (five states) and the menu, kept current from the engine's status.
+//! - [`notify`]: notifications per event, coalesced, sent off the async worker threads.
+//! - [`sleep`]: logind's PrepareForSleep: hand off (or pause) before sleep, re-check after wake.
+//! - [`window`]: opening the window, and what closing it does.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use devpilot::app::{Engine, Overrides};
+use devpilot::config::Paths;
+use devpilot::orchestrator::StopMode;
+use tauri::{AppHandle, Emitter, Manager, RunEvent, Runtime};
+
+pub mod commands;
+pub mod notify;
+pub mod sleep;
+pub mod tray;
+pub mod window;
+
+/// The profile name: its config, data, logs and keychain entries. Debug builds use their own,
+/// so development never touches a user's real profile or credentials.
+pub const PROFILE: &str = if cfg!(debug_assertions) { "devpilot-dev" } else { "devpilot" };
+
+/// Shared state, managed by Tauri.
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub notifier: notify::Notifier,
+    /// Set once the user chose to quit, so closing the last window is not mistaken for it.
+    pub quitting: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        let notifier = notify::Notifier::new(engine.clone());
+        Self { engine, notifier, quitting: AtomicBool::new(false) }
+    }
+}
+
+/// Log to a daily-rotated file under the platform log dir (7 kept), and to stderr.
+fn init_logging(paths: &Paths) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::prelude::*;
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("DEVPILOT_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,devpilot=info,devpilot_tray=info"))
+    };
+    let file = tracing_appender::rolling::Builder::new()
+        .rotation(tracing_appender::rolling::Rotation::DAILY)
+        .filename_prefix("devpilot-tray")
+        .filename_suffix("log")
+        .max_log_files(7)
+        .build(&paths.log_dir);
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter());
+    match file {
+        Ok(appender) => {
+            let (w, guard) = tracing_appender::non_blocking(appender);
+            let layer = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(w).with_filter(filter());
+            let _ = tracing_subscriber::registry().with(stderr).with(layer).try_init();
+            Some(guard)
+        }
+        Err(e) => {
+            let _ = tracing_subscriber::registry().with(stderr).try_init();
+            tracing::warn!(error = %e, dir = %paths.log_dir.display(), "cannot open the log file; logging to stderr only");
+            None
+        }
+    }
+}
+
+/// Runs the app until the user quits.
+pub fn run() -> std::process::ExitCode {
+    let paths = match Paths::for_app(PROFILE) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("devpilot-tray: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let _log_guard = init_logging(&paths);
+    let first_run = !paths.config_file().exists();
+    tracing::info!(profile = PROFILE, config = %paths.config_file().display(), "starting");
+    let mut ctx = tauri::generate_context!();
+    if cfg!(debug_assertions) {
+        // A development build is another app as far as the OS is concerned.
+        ctx.config_mut().identifier = "dev.devpilot.tray.dev".into();
+    }
+    let engine = Engine::new(paths, PROFILE, Overrides::from_env());
+    let show_at_start = first_run || std::env::args().any(|a| a == "--show");
+    let built = tauri::Builder::default()
+        // First: a second launch only opens the first instance's window.
+        .plugin(tauri_plugin_single_instance::init(|app, _argv, _cwd| {
+            window::open(app, None);
+        }))
+        .plugin(tauri_plugin_autostart::init(tauri_plugin_autostart::MacosLauncher::LaunchAgent, None))
+        .manage(AppState::new(engine))
+        .invoke_handler(commands::handler())
+        .setup(move |app| {
+            setup(app.handle(), show_at_start);
+            Ok(())
+        })
+        .build(ctx);
+    let app = match built {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the app");
+            eprintln!("devpilot-tray: cannot start: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    app.run(|app, event| match event {
+        RunEvent::ExitRequested { code: None, api, .. } => {
+            // The last window closed: DevPilot lives in the tray.
+            if !app.state::<AppState>().quitting.load(Ordering::SeqCst) {
+                api.prevent_exit();
+            }
+        }
+        RunEvent::Exit => {
+            // Whatever ends us, never leave a claim to the sweep when it can be handed off.
+            let engine = app.state::<AppState>().engine.clone();
+            if !engine.status().running.is_empty() {
+                tracing::info!("exiting with running jobs: handing them off");
+            }
+            tauri::async_runtime::block_on(async move {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(15), engine.stop(StopMode::HandOff)).await;
+            });
+        }
+        _ => {}
+    });
+    std::process::ExitCode::SUCCESS
+}
+
+/// Everything that starts with the app. Generic over the runtime so tests can use the mock.
+pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
+    let state = app.state::<AppState>();
+    let engine = state.engine.clone();
+    {
+        let engine = engine.clone();
+        tauri::async_runtime::spawn(async move { engine.start().await });
+    }
+    state.notifier.start();
+    tray::install(app);
+    spawn_status_forwarder(app);
+    sleep::spawn(engine.clone());
+    sync_autostart(app);
+    spawn_signal_handler(app);
+    if show_window {
+        window::open(app, None);
+    }
+}
+
+/// Pushes every status change to the tray and to the window (if open).
+fn spawn_status_forwarder<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let mut rx = app.state::<AppState>().engine.watch_status();
+    let mut events = app.state::<AppState>().engine.subscribe();
+    let app2 = app.clone();
+    tauri::async_runtime::spawn(async move {
+        loop {
+            let st = rx.borrow_and_update().clone();
+            tray::refresh(&app, &st);
+            let _ = app.emit("status", &st);
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    // Job events reach the window so it refreshes lists only when something happened.
+    tauri::async_runtime::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(ev) => {
+                    let _ = app2.emit("engine-event", &ev);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => break,
+            }
+        }
+    });
+}
+
+/// Makes the OS's start-at-login entry match the setting. Failures are logged only.
+fn sync_autostart<R: Runtime>(app: &AppHandle<R>) {
+    let want = app.state::<AppState>().engine.file_settings().map(|s| s.autostart).unwrap_or(false);
+    set_autostart(app, want);
+}
+
+/// Turns start-at-login on or off (no-op where the plugin is absent, as in tests).
+pub fn set_autostart<R: Runtime>(app: &AppHandle<R>, want: bool) {
+    let Some(al) = app.try_state::<tauri_plugin_autostart::AutoLaunchManager>() else {
+        return;
+    };
+    let now = al.is_enabled().unwrap_or(false);
+    if now != want {
+        let res = if want { al.enable() } else { al.disable() };
+        match res {
+            Ok(()) => tracing::info!(enabled = want, "start at login updated"),
+            Err(e) => tracing::warn!(error = %e, "cannot change start at login"),
+        }
+    }
+}
+
+/// SIGTERM/SIGINT (logout, `kill`, Ctrl-C): hand off running jobs, then exit.
+fn spawn_signal_handler<R: Runtime>(app: &AppHandle<R>) {
+    #[cfg(unix)]
+    {
+        let app = app.clone();
+        tauri::async_runtime::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                tracing::warn!("cannot listen for SIGTERM/SIGINT");
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!("signal received: handing off and quitting");
+            let state = app.state::<AppState>();
+            state.quitting.store(true, Ordering::SeqCst);
+            state.engine.stop(StopMode::HandOff).await;
+            app.exit(0);
+        });
+    }
+}

@@ -1,0 +1,285 @@
+//! Notifications through notify-rust, one toggle per event.
+//!
+//! - Bursts are coalesced: events that arrive within [`COALESCE`] of each other become one
+//!   notification ("3 jobs finished").
+//! - "Database offline" is sent once, only if the database is still offline after
+//!   [`OFFLINE_GRACE`], and never in the first [`WAKE_QUIET`] after a wake from sleep (the
+//!   network is usually just coming back). "Back online" follows only an offline notice.
+//! - notify-rust's blocking `show()` runs on a blocking thread, never on an async worker
+//!   (it panics there on Linux). A missing notification daemon is logged, never fatal.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use devpilot::app::Engine;
+use devpilot::config::NotifySettings;
+use devpilot::orchestrator::{Event, LossReason};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+pub const COALESCE: Duration = Duration::from_millis(1500);
+pub const OFFLINE_GRACE: Duration = Duration::from_secs(20);
+pub const WAKE_QUIET: Duration = Duration::from_secs(90);
+
+/// What a notification is about.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Claimed,
+    Completed,
+    Failed,
+    Dead,
+    LeaseLost,
+    Offline,
+    Online,
+}
+
+/// One event worth telling, before coalescing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub kind: Kind,
+    pub text: String,
+}
+
+/// A notification that was shown (or attempted).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Sent {
+    pub summary: String,
+    pub body: String,
+    pub kinds: Vec<Kind>,
+    /// `None` when the daemon accepted it; otherwise why not.
+    pub error: Option<String>,
+}
+
+/// Which notice an event gives, if its toggle is on. Offline/online are handled separately.
+pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
+    let n = |kind, text: String| Some(Notice { kind, text });
+    match ev {
+        Event::Claimed { job } if on.claimed => n(Kind::Claimed, format!("Started {}", job.label())),
+        Event::Completed { job } if on.completed => n(Kind::Completed, format!("Finished {}", job.label())),
+        Event::Failed { job, error, dead: true } if on.dead => {
+            n(Kind::Dead, format!("{} is dead after its last attempt: {error}", job.label()))
+        }
+        Event::Failed { job, error, dead: false } if on.failed => {
+            n(Kind::Failed, format!("{} failed (attempt {}), will retry: {error}", job.label(), job.attempt))
+        }
+        Event::LeaseLost { job, reason } if on.lease_lost => n(
+            Kind::LeaseLost,
+            match reason {
+                LossReason::LeaseExpired => {
+                    format!("Lost {}: its lease expired and another machine may have it. The agent was stopped.", job.label())
+                }
+                LossReason::CompletionRejected => {
+                    format!("{} finished here, but another machine had taken it over; this result was not recorded.", job.label())
+                }
+            },
+        ),
+        _ => None,
+    }
+}
+
+/// One notification for a burst.
+pub fn render(batch: &[Notice]) -> (String, String) {
+    if let [one] = batch {
+        let summary = match one.kind {
+            Kind::Claimed => "DevPilot: job started",
+            Kind::Completed => "DevPilot: job finished",
+            Kind::Failed => "DevPilot: job failed",
+            Kind::Dead => "DevPilot: job is dead",
+            Kind::LeaseLost => "DevPilot: claim lost",
+            Kind::Offline => "DevPilot: database offline",
+            Kind::Online => "DevPilot: database back online",
+        };
+        return (summary.into(), one.text.clone());
+    }
+    let count = |k| batch.iter().filter(|n| n.kind == k).count();
+    let mut parts = vec![];
+    for (k, one, many) in [
+        (Kind::LeaseLost, "claim lost", "claims lost"),
+        (Kind::Dead, "job dead", "jobs dead"),
+        (Kind::Failed, "job failed", "jobs failed"),
+        (Kind::Completed, "job finished", "jobs finished"),
+        (Kind::Claimed, "job started", "jobs started"),
+    ] {
+        match count(k) {
+            0 => {}
+            1 => parts.push(format!("1 {one}")),
+            c => parts.push(format!("{c} {many}")),
+        }
+    }
+    for k in [Kind::Offline, Kind::Online] {
+        if count(k) > 0 {
+            parts.push(if k == Kind::Offline { "database offline".into() } else { "database back online".into() });
+        }
+    }
+    let body: Vec<String> = batch.iter().take(5).map(|n| format!("• {}", n.text)).collect();
+    let more = if batch.len() > 5 { format!("\n… and {} more", batch.len() - 5) } else { String::new() };
+    (format!("DevPilot: {}", parts.join(", ")), format!("{}{more}", body.join("\n")))
+}
+
+/// Sends notifications for the engine's events.
+#[derive(Clone)]
+pub struct Notifier {
+    engine: Arc<Engine>,
+    recent: Arc<Mutex<VecDeque<Sent>>>,
+    started: Arc<AtomicBool>,
+}
+
+impl Notifier {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine, recent: Arc::new(Mutex::new(VecDeque::new())), started: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// What was sent, newest last (at most 50).
+    pub fn recent(&self) -> Vec<Sent> {
+        self.recent.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Starts listening (once).
+    pub fn start(&self) {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel::<Notice>();
+        let me = self.clone();
+        tauri::async_runtime::spawn(me.clone().batcher(rx));
+        tauri::async_runtime::spawn(me.listen(tx));
+    }
+
+    async fn listen(self, tx: mpsc::UnboundedSender<Notice>) {
+        let mut events = self.engine.subscribe();
+        let offline_sent = Arc::new(AtomicBool::new(false));
+        let mut offline_timer: Option<tokio::task::JoinHandle<()>> = None;
+        loop {
+            let ev = match events.recv().await {
+                Ok(ev) => ev,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(skipped = n, "notifications lagged behind events");
+                    continue;
+                }
+                Err(_) => break,
+            };
+            let on = self.engine.settings().notify;
+            // A finished offline timer leaves the slot free for the next outage.
+            if offline_timer.as_ref().is_some_and(|t| t.is_finished()) {
+                offline_timer = None;
+            }
+            match &ev {
+                Event::DatabaseOffline { error } => {
+                    if offline_timer.is_some() || offline_sent.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let (engine, tx, sent, error) = (self.engine.clone(), tx.clone(), offline_sent.clone(), error.clone());
+                    offline_timer = Some(tokio::spawn(async move {
+                        tokio::time::sleep(OFFLINE_GRACE).await;
+                        if engine.status().db_online {
+                            return;
+                        }
+                        if engine.since_wake().is_some_and(|d| d < WAKE_QUIET + OFFLINE_GRACE) {
+                            tracing::info!("database offline right after a wake; not notifying");
+                            return;
+                        }
+                        sent.store(true, Ordering::SeqCst);
+                        if engine.settings().notify.offline {
+                            let _ = tx.send(Notice {
+                                kind: Kind::Offline,
+                                text: format!("Nothing is claimed until it is back. {error}"),
+                            });
+                        }
+                    }));
+                }
+                Event::DatabaseOnline => {
+                    if let Some(t) = offline_timer.take() {
+                        t.abort();
+                    }
+                    if offline_sent.swap(false, Ordering::SeqCst) && on.online {
+                        let _ = tx.send(Notice { kind: Kind::Online, text: "Dispatch carries on.".into() });
+                    }
+                }
+                other => {
+                    if let Some(n) = notice_for(other, &on) {
+                        let _ = tx.send(n);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn batcher(self, mut rx: mpsc::UnboundedReceiver<Notice>) {
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            let deadline = tokio::time::Instant::now() + COALESCE;
+            while let Ok(Some(n)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+                batch.push(n);
+            }
+            let (summary, body) = render(&batch);
+            let kinds = batch.iter().map(|n| n.kind).collect();
+            let urgent = batch.iter().any(|n| matches!(n.kind, Kind::Dead | Kind::LeaseLost | Kind::Offline));
+            let (s2, b2) = (summary.clone(), body.clone());
+            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent)).await;
+            let error = match res {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(e) => Some(format!("notification thread failed: {e}")),
+            };
+            match &error {
+                None => tracing::info!(%summary, "notified"),
+                Some(e) => tracing::warn!(%summary, error = %e, "cannot show a notification (is a notification daemon running?)"),
+            }
+            if let Ok(mut r) = self.recent.lock() {
+                r.push_back(Sent { summary, body, kinds, error });
+                while r.len() > 50 {
+                    r.pop_front();
+                }
+            }
+        }
+    }
+}
+
+/// Blocking: runs on a blocking thread.
+fn show(summary: &str, body: &str, urgent: bool) -> Result<(), String> {
+    let mut n = notify_rust::Notification::new();
+    n.appname("DevPilot").summary(summary).body(body).icon("dialog-information");
+    #[cfg(all(unix, not(target_os = "macos")))]
+    {
+        n.urgency(if urgent { notify_rust::Urgency::Critical } else { notify_rust::Urgency::Normal });
+    }
+    let _ = urgent;
+    n.timeout(notify_rust::Timeout::Milliseconds(8000));
+    n.show().map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devpilot::orchestrator::JobRef;
+
+    fn job(id: i64) -> JobRef {
+        JobRef { id, title: Some(format!("T{id}")), attempt: 1, token: 1 }
+    }
+
+    /// Toggles decide; routine events are off by default, failures and losses on.
+    #[test]
+    fn toggles() {
+        let d = NotifySettings::default();
+        assert!(notice_for(&Event::Claimed { job: job(1) }, &d).is_none());
+        assert!(notice_for(&Event::Failed { job: job(1), error: "x".into(), dead: true }, &d).unwrap().text.contains("dead"));
+        let off = NotifySettings { lease_lost: false, ..d };
+        assert!(notice_for(&Event::LeaseLost { job: job(1), reason: LossReason::LeaseExpired }, &off).is_none());
+    }
+
+    /// A burst renders as one notification that counts each kind.
+    #[test]
+    fn bursts_coalesce() {
+        let on = NotifySettings { claimed: true, ..NotifySettings::default() };
+        let mut batch: Vec<Notice> = (1..=7).filter_map(|i| notice_for(&Event::Completed { job: job(i) }, &on)).collect();
+        batch.push(notice_for(&Event::LeaseLost { job: job(9), reason: LossReason::CompletionRejected }, &on).unwrap());
+        let (s, b) = render(&batch);
+        assert_eq!(s, "DevPilot: 1 claim lost, 7 jobs finished");
+        assert!(b.contains("… and 3 more"), "{b}");
+        let (s, b) = render(&batch[..1]);
+        assert_eq!((s.as_str(), b.as_str()), ("DevPilot: job finished", "Finished T1 (#1)"));
+    }
+}

@@ -1,0 +1,320 @@
+// DevPilot window. Talks to Rust only through Tauri commands (invoke) and events (listen).
+// No timers tick while nothing changes: lists refresh on engine events.
+'use strict';
+
+const T = window.__TAURI__;
+const invoke = (cmd, args) => T.core.invoke(cmd, args || {});
+const $ = (id) => document.getElementById(id);
+
+let status = null;
+let filter = 'all';
+let openJob = null;
+
+function el(tag, props, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(e.dataset, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? '' : String(c)));
+  return e;
+}
+
+function ago(ms) {
+  if (ms == null) return '';
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return s + 's';
+  if (s < 3600) return Math.floor(s / 60) + 'm';
+  if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+  return Math.floor(s / 86400) + 'd';
+}
+
+function errText(e) {
+  if (e && typeof e === 'object' && e.message) return e.message;
+  return String(e);
+}
+
+// ---------------------------------------------------------------- status
+
+const WORDS = {
+  starting: 'Starting…', idle: 'Idle', working: 'Working', paused: 'Paused', off: 'Dispatch off',
+  offline: 'Offline', error: 'Needs attention', needs_agent: 'Set an agent command', stopped: 'Stopped',
+};
+
+function renderStatus(st) {
+  status = st;
+  const pill = $('state');
+  pill.dataset.state = st.state;
+  let text = WORDS[st.state] || st.state;
+  if (st.state === 'working') text += ` (${st.running.length})`;
+  if (st.state === 'paused' && st.paused_for_secs != null) text += ` · ${ago(st.paused_for_secs * 1000)} left`;
+  if (st.agent === 'demo') text += ' · demo agent';
+  pill.textContent = text;
+  pill.title = `${st.orchestrator_id} on ${st.machine} · ${st.backend} ${st.database}`;
+  $('dispatch').checked = !!st.dispatch_enabled;
+  $('pause-btn').textContent = st.paused ? 'Resume' : 'Pause';
+  const banner = $('banner');
+  if (st.message) {
+    banner.textContent = st.message;
+    banner.hidden = false;
+  } else {
+    banner.hidden = true;
+  }
+  $('fleet-orch').textContent = st.orchestrator_id ? `orchestrator ${st.orchestrator_id}` : '';
+}
+
+async function refreshStatus() {
+  try { renderStatus(await invoke('get_status')); } catch (e) { console.error(e); }
+}
+
+// ---------------------------------------------------------------- fleet
+
+async function refreshFleet() {
+  const body = $('machines');
+  try {
+    const f = await invoke('fleet');
+    body.replaceChildren();
+    const holds = {};
+    for (const j of f.running) {
+      (holds[j.claimed_by] = holds[j.claimed_by] || []).push(j);
+    }
+    for (const m of f.machines) {
+      const seen = m.now - m.last_seen_at;
+      const stale = seen > 120000 && m.status !== 'stopped';
+      const word = stale ? 'offline' : m.status;
+      const held = (holds[m.machine] || []).map((j) => `${j.title || '#' + j.id} (#${j.id}, ${ago(j.now - (j.claimed_at || j.now))})`).join(', ');
+      body.append(el('tr', { dataset: { machine: m.machine } },
+        el('td', {}, m.machine),
+        el('td', { class: 'state' }, word + (m.dispatch_enabled ? '' : ' (dispatch off)')),
+        el('td', {}, ago(seen) + ' ago'),
+        el('td', {}, `${m.running}/${m.concurrency}`),
+        el('td', {}, held || '—')));
+    }
+    $('fleet-empty').hidden = f.machines.length > 0;
+  } catch (e) {
+    body.replaceChildren(el('tr', {}, el('td', { colSpan: 5 }, errText(e))));
+  }
+}
+
+// ---------------------------------------------------------------- queue
+
+async function refreshJobs() {
+  const body = $('jobs');
+  try {
+    const r = await invoke('list_jobs', { jobState: filter, limit: 200 });
+    const c = r.counts;
+    $('counts').textContent = `queued ${c.queued} · running ${c.running} · failed ${c.failed} · completed ${c.completed} · dead ${c.dead} · cancelled ${c.cancelled}`;
+    body.replaceChildren();
+    for (const j of r.jobs) {
+      const actions = el('td', {});
+      if (j.state === 'dead' || j.state === 'failed') {
+        actions.append(el('button', { type: 'button', class: 'requeue', onclick: (ev) => { ev.stopPropagation(); act('requeue', j.id); } }, 'Requeue'));
+      }
+      if (j.state === 'queued') {
+        actions.append(el('button', { type: 'button', class: 'cancel', onclick: (ev) => { ev.stopPropagation(); act('cancel', j.id); } }, 'Cancel'));
+      }
+      body.append(el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
+        el('td', {}, j.id),
+        el('td', {}, j.title || ''),
+        el('td', { class: `state state-${j.state}` }, j.state),
+        el('td', {}, j.attempts),
+        el('td', {}, j.claimed_by || ''),
+        el('td', {}, ago(j.now - j.created_at)),
+        actions));
+    }
+    if (openJob != null) showJob(openJob);
+  } catch (e) {
+    body.replaceChildren(el('tr', {}, el('td', { colSpan: 7 }, errText(e))));
+  }
+}
+
+async function act(cmd, id) {
+  try {
+    const ok = await invoke(cmd, { id });
+    if (!ok) alert(`Job #${id} could not be ${cmd === 'cancel' ? 'cancelled' : 'requeued'} (its state changed).`);
+  } catch (e) { alert(errText(e)); }
+  refreshJobs();
+}
+
+async function showJob(id) {
+  openJob = id;
+  try {
+    const d = await invoke('job_detail', { id });
+    const j = d.job;
+    $('detail-title').textContent = `#${j.id} ${j.title || ''}`;
+    $('detail-meta').textContent = `${j.state} · attempts ${j.attempts} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
+    const h = $('detail-history');
+    h.replaceChildren();
+    for (const ev of d.history) {
+      h.append(el('li', {}, `${new Date(ev.at).toLocaleTimeString()} ${ev.kind}${ev.machine ? ' by ' + ev.machine : ''}${ev.detail ? ': ' + ev.detail : ''}`));
+    }
+    $('detail-payload').textContent = JSON.stringify(d.payload, null, 2);
+    $('detail-log').textContent = d.log_tail || '(no log on this machine)';
+    $('detail').hidden = false;
+  } catch (e) {
+    $('detail-title').textContent = errText(e);
+    $('detail').hidden = false;
+  }
+}
+
+// ---------------------------------------------------------------- settings
+
+let view = null;
+
+function dbModeChanged() {
+  const m = $('db-mode').value;
+  $('pg-fields').hidden = m !== 'postgres';
+  $('url-fields').hidden = m !== 'url';
+}
+
+async function loadSettings() {
+  try {
+    view = await invoke('get_settings');
+  } catch (e) {
+    $('settings-msg').textContent = errText(e);
+    $('settings-msg').className = 'err';
+    return;
+  }
+  const s = view.settings;
+  const d = view.db;
+  $('db-mode').value = d.mode || 'embedded';
+  $('db-host').value = d.host || '';
+  $('db-port').value = d.port || '';
+  $('db-name').value = d.database || '';
+  $('db-user').value = d.user || '';
+  $('db-sslmode').value = d.sslmode || '';
+  $('db-url').value = d.url || '';
+  $('db-password').value = '';
+  $('db-password').placeholder = view.password_stored ? 'stored in the keychain (type to replace)' : '';
+  $('pw-state').textContent = view.keychain_error
+    ? `Keychain: ${view.keychain_error}`
+    : (view.password_stored ? 'A password is stored in the OS keychain. It is never shown.' : 'No password stored.');
+  for (const k of ['orchestrator_id', 'claim_timeout', 'heartbeat', 'poll_interval']) $('s-' + k).value = s[k];
+  $('s-machine').value = s.machine || '';
+  $('s-agent').value = s.agent || '';
+  $('s-max_attempts').value = s.max_attempts;
+  $('s-concurrency').value = s.concurrency;
+  $('s-sleep_action').value = s.sleep_action;
+  $('s-autostart').checked = !!s.autostart;
+  for (const k of Object.keys(s.notify)) { const c = $('n-' + k); if (c) c.checked = !!s.notify[k]; }
+  const ov = view.overrides.length ? ` Environment overrides in force: ${view.overrides.join(', ')}.` : '';
+  $('settings-paths').textContent = `Settings file: ${view.config_file}. Logs: ${view.log_dir}.${ov}`;
+  dbModeChanged();
+}
+
+async function saveSettings(ev) {
+  ev.preventDefault();
+  if (!view) return;
+  const msg = $('settings-msg');
+  const s = Object.assign({}, view.settings);
+  for (const k of ['orchestrator_id', 'claim_timeout', 'heartbeat', 'poll_interval']) s[k] = $('s-' + k).value;
+  s.machine = $('s-machine').value || null;
+  s.agent = $('s-agent').value || null;
+  s.max_attempts = parseInt($('s-max_attempts').value, 10) || 0;
+  s.concurrency = parseInt($('s-concurrency').value, 10) || 0;
+  s.sleep_action = $('s-sleep_action').value;
+  s.autostart = $('s-autostart').checked;
+  s.notify = Object.assign({}, s.notify);
+  for (const k of Object.keys(s.notify)) { const c = $('n-' + k); if (c) s.notify[k] = c.checked; }
+  const db = {
+    mode: $('db-mode').value,
+    host: $('db-host').value,
+    port: $('db-port').value ? parseInt($('db-port').value, 10) : null,
+    database: $('db-name').value,
+    user: $('db-user').value,
+    sslmode: $('db-sslmode').value,
+    url: $('db-url').value,
+  };
+  const pw = $('db-password').value;
+  msg.textContent = 'Checking…';
+  msg.className = '';
+  $('save-settings').disabled = true;
+  try {
+    await invoke('save_settings', { input: { settings: s, db, password: pw || null } });
+    $('db-password').value = '';
+    msg.textContent = 'Saved.';
+    msg.className = 'ok';
+    await loadSettings();
+  } catch (e) {
+    msg.textContent = errText(e);
+    msg.className = 'err';
+  } finally {
+    $('save-settings').disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- navigation
+
+function show(section) {
+  const name = (section || 'fleet').replace(/^#/, '');
+  for (const s of document.querySelectorAll('main > section')) s.hidden = s.id !== name;
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('on', a.dataset.tab === name);
+  if (name === 'fleet') refreshFleet();
+  if (name === 'queue') refreshJobs();
+  if (name === 'settings') loadSettings();
+  if (name === 'quit') {
+    const n = status ? status.running.length : 0;
+    $('quit-text').textContent = n
+      ? `${n} job${n === 1 ? ' is' : 's are'} running on this machine: ${status.running.map((r) => '#' + r.job.id).join(', ')}.`
+      : 'Nothing is running.';
+  }
+}
+
+function current() { return (location.hash || '#fleet').slice(1); }
+
+async function quit(mode) {
+  try { await invoke('quit', { mode }); } catch (e) { alert(errText(e)); }
+}
+
+window.addEventListener('hashchange', () => show(current()));
+
+document.addEventListener('DOMContentLoaded', async () => {
+  $('dispatch').addEventListener('change', async (e) => {
+    try { renderStatus(await invoke('set_dispatch', { enabled: e.target.checked })); } catch (err) { alert(errText(err)); refreshStatus(); }
+  });
+  $('pause-btn').addEventListener('click', async () => {
+    try { await invoke(status && status.paused ? 'resume' : 'pause', {}); } catch (e) { alert(errText(e)); }
+  });
+  $('handoff-btn').addEventListener('click', async () => {
+    try { await invoke('hand_off', { pause: true }); } catch (e) { alert(errText(e)); }
+  });
+  $('demo-btn').addEventListener('click', async () => {
+    try { const id = await invoke('enqueue_demo'); openJob = id; location.hash = '#queue'; refreshJobs(); } catch (e) { alert(errText(e)); }
+  });
+  for (const b of document.querySelectorAll('#filters button')) {
+    b.addEventListener('click', () => {
+      filter = b.dataset.filter;
+      for (const o of document.querySelectorAll('#filters button')) o.classList.toggle('on', o === b);
+      refreshJobs();
+    });
+  }
+  $('detail-close').addEventListener('click', () => { openJob = null; $('detail').hidden = true; });
+  $('db-mode').addEventListener('change', dbModeChanged);
+  $('settings-form').addEventListener('submit', saveSettings);
+  $('forget-pw').addEventListener('click', async () => {
+    try { await invoke('forget_password'); await loadSettings(); } catch (e) { alert(errText(e)); }
+  });
+  $('quit-handoff').addEventListener('click', () => quit('hand_off'));
+  $('quit-drain').addEventListener('click', () => quit('drain'));
+  $('quit-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
+
+  await T.event.listen('status', (e) => renderStatus(e.payload));
+  await T.event.listen('navigate', (e) => { if (current() === e.payload) show(e.payload); else location.hash = '#' + e.payload; });
+  let pending = null;
+  await T.event.listen('engine-event', (e) => {
+    const t = e.payload && e.payload.type;
+    if (t === 'state_changed' || t === 'lost_race') return;
+    // Coalesce bursts: one refresh per 300 ms.
+    if (pending) return;
+    pending = setTimeout(() => {
+      pending = null;
+      const s = current();
+      if (s === 'queue') refreshJobs();
+      if (s === 'fleet') refreshFleet();
+    }, 300);
+  });
+  await refreshStatus();
+  show(current());
+});
