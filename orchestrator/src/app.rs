@@ -657,9 +657,9 @@ impl Engine {
         }
         if let Some(h) = self.orchestrator() {
             h.set_enabled(on);
-        } else {
-            self.status_tx.send_modify(|s| s.dispatch_enabled = on);
         }
+        // Show the choice at once; the orchestrator's own snapshot follows.
+        self.status_tx.send_modify(|s| s.dispatch_enabled = on);
         Ok(())
     }
 
