@@ -160,6 +160,19 @@ impl RunningAgent {
         }
     }
 
+    /// The agent's exit, if it has already ended (without waiting).
+    pub fn try_exit(&mut self) -> Option<AgentExit> {
+        match self {
+            RunningAgent::Process { child, .. } => match child.try_wait() {
+                Ok(Some(s)) if s.success() => Some(AgentExit::Success),
+                Ok(Some(s)) => Some(AgentExit::Failed(describe_status(s))),
+                _ => None,
+            },
+            RunningAgent::InProcess(None) => Some(AgentExit::Success),
+            RunningAgent::InProcess(Some(task)) => task.is_finished().then_some(AgentExit::Success),
+        }
+    }
+
     /// Stops the agent: SIGTERM to its process group, then SIGKILL after `grace`.
     pub async fn terminate(&mut self, grace: Duration) {
         match self {

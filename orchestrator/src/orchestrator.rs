@@ -909,8 +909,14 @@ async fn run_job(ctx: JobCtx, claim: Claim, mut cancel: oneshot::Receiver<Cancel
         biased;
         exit = agent.wait() => Outcome::Exited(exit),
         why = &mut cancel => {
-            agent.terminate(ctx.grace).await;
-            Outcome::Cancelled(why.unwrap_or(CancelReason::HandOff))
+            match agent.try_exit() {
+                // It finished just as we were told to stop: report the outcome (fenced).
+                Some(exit) => Outcome::Exited(exit),
+                None => {
+                    agent.terminate(ctx.grace).await;
+                    Outcome::Cancelled(why.unwrap_or(CancelReason::HandOff))
+                }
+            }
         }
     };
     drop(agent);

@@ -275,7 +275,7 @@ pub fn devpilot(home: &Path, db_url: &str) -> Command {
     c.env("DEVPILOT_DATABASE_URL", db_url)
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_DATA_HOME", home.join("data"))
-        .env("DEVPILOT_LOG", "warn,devpilot=info")
+        .env("DEVPILOT_LOG", "warn,devpilot=debug")
         .env_remove("DEVPILOT_ORCHESTRATOR")
         .stdin(Stdio::null());
     c
@@ -385,6 +385,7 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 pub struct Runner {
     pub child: Child,
     pub machine: String,
+    pub log: PathBuf,
 }
 
 impl Runner {
@@ -409,6 +410,10 @@ impl Runner {
 
 impl Drop for Runner {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A failing test shows what each machine said.
+            eprintln!("--- log of runner {} ---\n{}", self.machine, std::fs::read_to_string(&self.log).unwrap_or_default());
+        }
         signal_tree(self.child.id(), libc::SIGCONT);
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -417,7 +422,8 @@ impl Drop for Runner {
 
 /// Starts `devpilot run` for `orch` as `machine` with extra flags, running `agent`.
 pub fn spawn_runner(home: &Path, db_url: &str, orch: &str, machine: &str, flags: &[&str], agent: &Path, env: &[(&str, &str)]) -> Runner {
-    let log = std::fs::File::create(home.join(format!("runner-{machine}.log"))).expect("runner log");
+    let log_path = home.join(format!("runner-{machine}.log"));
+    let log = std::fs::File::create(&log_path).expect("runner log");
     let mut c = devpilot(home, db_url);
     c.args(["run", "--orchestrator", orch, "--machine", machine])
         .args(flags)
@@ -429,5 +435,5 @@ pub fn spawn_runner(home: &Path, db_url: &str, orch: &str, machine: &str, flags:
         c.env(k, v);
     }
     let child = c.spawn().expect("spawn devpilot run");
-    Runner { child, machine: machine.to_string() }
+    Runner { child, machine: machine.to_string(), log: log_path }
 }
