@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything DevPilot needs on a fresh Debian/Ubuntu machine: build packages for the
+# tray app, the PostgreSQL server the tests start themselves, and the headless desktop the
+# end-to-end tests drive. Idempotent: installs only what is missing.
+set -euo pipefail
+
+PACKAGES=(
+  # building the engine and the tray app
+  build-essential pkg-config curl wget file libssl-dev
+  libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev
+  libayatana-appindicator3-1
+  # the database the tests start (initdb/pg_ctl)
+  postgresql
+  # the headless desktop session for end-to-end tests
+  xvfb xauth dbus-x11 dunst gnome-keyring libsecret-tools imagemagick xdotool x11-utils
+  xfce4-panel webkit2gtk-driver at-spi2-core
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for c in "$HOME/.cargo/bin/cargo"; do [ -x "$c" ] && export PATH="$(dirname "$c"):$PATH"; done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: no Rust toolchain found. Install one with rustup (https://rustup.rs), then run this again." >&2
+  exit 1
+fi
+echo "setup: ok ($(cargo --version))"

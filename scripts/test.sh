@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test: engine unit tests, queue tests on PostgreSQL and SQLite, multi-process
+# races and faults, the reduced-scale fleet test, and the desktop end-to-end test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# Reused across runs on the same machine; a fresh machine simply builds cold.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/devpilot-target}"
+export RUST_BACKTRACE=0
+
+cargo build --workspace --bins --locked
+cargo test --workspace --locked --no-fail-fast -- --test-threads="${DEVPILOT_TEST_THREADS:-2}"
+
+if [ -x tests/desktop/e2e.sh ]; then
+  tests/desktop/e2e.sh
+fi
