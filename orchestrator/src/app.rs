@@ -31,6 +31,9 @@ use crate::secrets;
 /// How long the demo agent takes.
 pub const DEMO_DURATION: Duration = Duration::from_secs(4);
 
+/// How long a keychain call may take.
+const KEYCHAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long to wait before retrying a database that could not be reached at start.
 const RECONNECT_EVERY: Duration = Duration::from_secs(10);
 
@@ -465,10 +468,7 @@ impl Engine {
         let paths = self.paths.clone();
         let service = self.service.clone();
         let env_url = self.overrides.database_url.clone();
-        let resolved = tokio::task::spawn_blocking(move || resolve(&paths, &service, env_url.as_deref()))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))
-            .and_then(|r| r);
+        let resolved = keychain(move || resolve(&paths, &service, env_url.as_deref())).await;
         let url = match resolved {
             Ok(u) => u,
             Err(e) => {
@@ -771,9 +771,7 @@ impl Engine {
             return Ok(false);
         }
         let service = self.service.clone();
-        tokio::task::spawn_blocking(move || secrets::load_password(&service, &url).map(|p| p.is_some()))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))?
+        keychain(move || secrets::load_password(&service, &url).map(|p| p.is_some())).await
     }
 
     /// Checks new settings, verifies a changed database connection (and a new password) by
@@ -801,23 +799,20 @@ impl Engine {
                     Some(pw) => url.with_password(pw)?,
                     None => {
                         let (service, u) = (self.service.clone(), url.clone());
-                        let stored = tokio::task::spawn_blocking(move || secrets::load_password(&service, &u))
-                            .await
-                            .map_err(|e| Error::Invalid(e.to_string()))??;
+                        let stored = keychain(move || secrets::load_password(&service, &u)).await?;
                         match stored {
                             Some(pw) => url.with_password(&pw)?,
                             None => url.clone(),
                         }
                     }
                 };
+                probe(&full).await?;
                 let conn = db::connect(&full, &PoolSettings::default()).await?;
                 drop(conn);
             }
             if let Some(pw) = password {
                 let (service, u) = (self.service.clone(), url.clone());
-                tokio::task::spawn_blocking(move || secrets::store_password(&service, &u, &pw))
-                    .await
-                    .map_err(|e| Error::Invalid(e.to_string()))??;
+                keychain(move || secrets::store_password(&service, &u, &pw)).await?;
             }
         } else if password.is_some() {
             return Err(Error::Invalid("a password is only used with a PostgreSQL database".into()));
@@ -845,9 +840,7 @@ impl Engine {
         let Some(raw) = file.database_url.filter(|u| !u.trim().is_empty()) else { return Ok(()) };
         let url = DbUrl::parse(&raw)?;
         let service = self.service.clone();
-        tokio::task::spawn_blocking(move || secrets::delete_password(&service, &url))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))?
+        keychain(move || secrets::delete_password(&service, &url)).await
     }
 
     // ------------------------------------------------------------ sleep
@@ -891,6 +884,31 @@ impl Engine {
     /// Time since the last wake from sleep, if there was one.
     pub fn since_wake(&self) -> Option<Duration> {
         self.woke_at.lock().ok().and_then(|w| w.map(|t| t.elapsed()))
+    }
+}
+
+/// A quick TCP check, so an unreachable host is reported in seconds (the pool would retry
+/// for its whole acquire timeout first).
+async fn probe(url: &DbUrl) -> Result<()> {
+    let target = url.target();
+    let hostport = target.split('/').next().unwrap_or_default().to_string();
+    match tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(hostport.as_str())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Error::Unreachable { target, reason: e.to_string() }),
+        Err(_) => Err(Error::Unreachable { target, reason: "no answer within 5s".into() }),
+    }
+}
+
+/// Runs a blocking keychain call off the async workers, with a time limit: a keychain that
+/// waits for an unlock prompt nobody answers must not hang the app.
+async fn keychain<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::time::timeout(KEYCHAIN_TIMEOUT, tokio::task::spawn_blocking(f)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(Error::Keychain(format!("the keychain call failed: {e}"))),
+        Err(_) => Err(Error::Keychain(format!(
+            "the keychain did not answer within {}s; it may be locked and waiting for a password prompt: unlock it, then try again",
+            KEYCHAIN_TIMEOUT.as_secs()
+        ))),
     }
 }
 

@@ -167,6 +167,9 @@ fn spawn_status_forwarder<R: Runtime>(app: &AppHandle<R>) {
             if rx.changed().await.is_err() {
                 break;
             }
+            // Calm: a burst of changes (jobs failing fast) becomes one update. Rebuilding the
+            // tray menu many times a second also upsets some tray hosts.
+            tokio::time::sleep(std::time::Duration::from_millis(700)).await;
         }
     });
     // Job events reach the window so it refreshes lists only when something happened.

@@ -37,7 +37,7 @@ def log(msg):
 
 def check(name, cond, detail=""):
     RESULTS.append((name, bool(cond)))
-    log(f"{'PASS' if cond else 'FAIL'}: {name}{(' — ' + str(detail)) if detail and not cond else ''}")
+    log(f"{'PASS' if cond else 'FAIL'}: {name}{(' — ' + repr(detail)) if not cond else ''}")
     if not cond:
         raise SystemExit(1)
 
@@ -49,6 +49,7 @@ def wait(what, fn, timeout=30, every=0.3):
         try:
             last = fn()
             if last:
+                log(f"PASS: {what}")
                 return last
         except Exception as e:  # noqa: BLE001 (keep polling; report the last error)
             last = e
@@ -232,7 +233,10 @@ def main():
     # 1. The app starts, the window renders, the engine is idle on the e2e queue.
     st = wait("engine idle with the e2e agent", lambda: (s := wd_invoke("get_status"))["state"] == "idle" and s, timeout=40)
     check("environment overrides in force", st["orchestrator_id"] == ORCH and st["backend"] == "sqlite" and st["agent"] == "command", st)
-    check("window shows the state pill", (wd_text("#state") or "").startswith("Idle"), wd_text("#state"))
+    wait("window shows the state pill", lambda: (wd_text("#state") or "").startswith("Idle"), timeout=10)
+    # There is no window manager: move the window below the panel so the tray is visible.
+    subprocess.run(["xdotool", "search", "--name", "^DevPilot$", "windowmove", "%@", "0", "60"], capture_output=True)
+    time.sleep(1.5)
     shot("01-window-idle")
 
     # 2. The tray icon is hosted (StatusNotifierWatcher) and its menu opens on a click.
@@ -268,8 +272,8 @@ def main():
 
     # 5. Notifications reached the notification daemon over D-Bus.
     wait("a 'job finished' notification on D-Bus", lambda: "DevPilot: job finished" in notify_log(), timeout=15)
-    sent = wd_invoke("recent_notifications")
-    check("the app recorded the notification as accepted", any(s["error"] is None for s in sent), sent)
+    wait("the app recorded the notification as accepted by the daemon",
+         lambda: any(s["error"] is None for s in wd_invoke("recent_notifications")), timeout=10)
     # A burst of three failures coalesces into one notification.
     for i in range(3):
         enqueue({"title": f"burst {i}", "sleep": 0, "exit": 3})
@@ -292,8 +296,10 @@ def main():
     wd_set("#db-name", "postgres")
     wd_set("#db-user", "postgres")
     wd_click("#save-settings")
-    wait("an unreachable host is refused with a clear message",
-         lambda: "cannot reach the database at 127.0.0.1:1/postgres" in (wd_text("#settings-msg") or ""), timeout=20)
+    msg = wait("the save of an unreachable database finishes",
+               lambda: (t := wd_text("#settings-msg")) not in (None, "", "Checking…") and t, timeout=30)
+    check("an unreachable host is refused with a clear message",
+          "cannot reach the database at 127.0.0.1:1/postgres" in msg, msg)
     shot("05-settings-unreachable")
 
     # 7. The password goes to the Secret Service, round-trips, and is in no file.
@@ -302,7 +308,9 @@ def main():
     wd_set("#db-port", ENV["E2E_PGPORT"])
     wd_set("#db-password", pw)
     wd_click("#save-settings")
-    wait("settings with a verified PostgreSQL password saved", lambda: wd_text("#settings-msg") == "Saved.", timeout=30)
+    msg = wait("the save with a password finishes",
+               lambda: (t := wd_text("#settings-msg")) not in (None, "", "Checking…") and t, timeout=30)
+    check("settings with a verified PostgreSQL password saved", msg == "Saved.", msg)
     account = f"postgres@127.0.0.1:{ENV['E2E_PGPORT']}/postgres"
     r = subprocess.run(["secret-tool", "lookup", "service", PROFILE_NAME, "username", account], capture_output=True, text=True)
     if r.returncode != 0 or not r.stdout:
@@ -354,6 +362,10 @@ def main():
 
 
 def finish():
+    try:
+        shot("zz-final")
+    except Exception:  # noqa: BLE001
+        pass
     try:
         if SESSION:
             wd("DELETE", f"/session/{SESSION}")

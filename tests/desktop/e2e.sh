@@ -82,7 +82,7 @@ mkdir -p "$PGDATA_DIR" && chown postgres "$PGDATA_DIR" && chmod 755 "$WORK"
 printf '%s\n' "e2e-pg-secret-$RANDOM$RANDOM" >"$WORK/.pgpw"
 chmod 644 "$WORK/.pgpw"
 runuser -u postgres -- "$E2E_PGBIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=scram-sha-256 --pwfile="$WORK/.pgpw" >"$WORK/initdb.log" 2>&1
-runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1" -l "$WORK/postgres.log" -w start >/dev/null
+runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw"
 
 python3 "$HERE/e2e.py"
