@@ -119,36 +119,58 @@ pub fn job_lines(st: &EngineStatus) -> Vec<String> {
         .collect()
 }
 
+/// The menu, built once and then updated in place: replacing a tray menu while a tray host
+/// reads it crashed hosts (and, with libappindicator, the app) under bursts of updates.
+pub struct TrayMenu<R: Runtime> {
+    menu: Menu<R>,
+    status: MenuItem<R>,
+    jobs_item: MenuItem<R>,
+    dispatch: CheckMenuItem<R>,
+    pause: Submenu<R>,
+    resume: MenuItem<R>,
+    handoff: MenuItem<R>,
+}
+
 /// What the tray last showed, to skip needless updates.
-#[derive(Default)]
-pub struct TrayCache {
+pub struct TrayCache<R: Runtime> {
     icon: Mutex<Option<Icon>>,
     key: Mutex<Option<String>>,
+    menu: Mutex<Option<TrayMenu<R>>>,
 }
 
 /// Creates the tray icon. A missing tray host or appindicator library is logged and the app
 /// carries on without a tray (the window and notifications still work).
 pub fn install<R: Runtime>(app: &AppHandle<R>) {
-    app.manage(TrayCache::default());
     let st = app.state::<AppState>().engine.status();
-    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> tauri::Result<()> {
-        let menu = build_menu(app, &st)?;
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> tauri::Result<TrayMenu<R>> {
+        let tm = build_menu(app)?;
         let mut b = TrayIconBuilder::with_id(TRAY_ID)
             .tooltip(format!("DevPilot — {}", state_line(&st)))
-            .menu(&menu)
+            .menu(&tm.menu)
             .show_menu_on_left_click(true)
             .on_menu_event(|app, event| on_menu(app, event.id().as_ref()));
         if let Some(img) = Icon::of(&st).image() {
             b = b.icon(img);
         }
         b.build(app)?;
-        Ok(())
+        Ok(tm)
     }));
-    match built {
-        Ok(Ok(())) => tracing::info!("tray icon created"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "cannot create the tray icon; running without it (open the window with a second launch of devpilot-tray)"),
-        Err(_) => tracing::error!("the tray icon could not be created (is libayatana-appindicator3 installed?); running without it"),
-    }
+    let menu = match built {
+        Ok(Ok(tm)) => {
+            tracing::info!("tray icon created");
+            Some(tm)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot create the tray icon; running without it (open the window with a second launch of devpilot-tray)");
+            None
+        }
+        Err(_) => {
+            tracing::error!("the tray icon could not be created (is libayatana-appindicator3 installed?); running without it");
+            None
+        }
+    };
+    app.manage(TrayCache { icon: Mutex::new(Some(Icon::of(&st))), key: Mutex::new(None), menu: Mutex::new(menu) });
+    refresh(app, &st);
     // While jobs run, refresh their running time once a minute.
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
@@ -169,7 +191,7 @@ pub fn refresh<R: Runtime>(app: &AppHandle<R>, st: &EngineStatus) {
 
 fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &EngineStatus, force: bool) {
     let Some(tray) = app.tray_by_id(TRAY_ID) else { return };
-    let Some(cache) = app.try_state::<TrayCache>() else { return };
+    let Some(cache) = app.try_state::<TrayCache<R>>() else { return };
     let icon = Icon::of(st);
     if let Ok(mut last) = cache.icon.lock() {
         if *last != Some(icon) {
@@ -193,59 +215,50 @@ fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &EngineStatus, force: bool)
         *k = Some(key);
         changed
     });
-    if force || changed.unwrap_or(true) {
-        let _ = tray.set_tooltip(Some(format!("DevPilot — {}", state_line(st))));
-        match build_menu(app, st) {
-            Ok(menu) => {
-                if let Err(e) = tray.set_menu(Some(menu)) {
-                    tracing::warn!(error = %e, "cannot update the tray menu");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot build the tray menu"),
-        }
+    if !(force || changed.unwrap_or(true)) {
+        return;
+    }
+    let _ = tray.set_tooltip(Some(format!("DevPilot — {}", state_line(st))));
+    let Ok(mut guard) = cache.menu.lock() else { return };
+    let Some(tm) = guard.as_mut() else { return };
+    if let Err(e) = update_menu(app, tm, st) {
+        tracing::warn!(error = %e, "cannot update the tray menu");
     }
 }
 
-fn build_menu<R: Runtime>(app: &AppHandle<R>, st: &EngineStatus) -> tauri::Result<Menu<R>> {
-    let mut items: Vec<Box<dyn IsMenuItem<R>>> = vec![];
-    items.push(Box::new(MenuItem::with_id(app, "status", state_line(st), false, None::<&str>)?));
+fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
+    let status = MenuItem::with_id(app, "status", "Starting…", false, None::<&str>)?;
+    let jobs_item = MenuItem::with_id(app, "jobs", "No jobs running here", false, None::<&str>)?;
+    let dispatch = CheckMenuItem::with_id(app, "dispatch", "Dispatch enabled", true, false, None::<&str>)?;
+    let p30 = MenuItem::with_id(app, "pause_30", "For 30 minutes", true, None::<&str>)?;
+    let p60 = MenuItem::with_id(app, "pause_60", "For 1 hour", true, None::<&str>)?;
+    let pin = MenuItem::with_id(app, "pause_indef", "Until resumed", true, None::<&str>)?;
+    let pause = Submenu::with_id_and_items(app, "pause", "Pause", true, &[&p30, &p60, &pin])?;
+    let resume = MenuItem::with_id(app, "resume", "Resume", false, None::<&str>)?;
+    let handoff = MenuItem::with_id(app, "handoff", "Hand off & pause", true, None::<&str>)?;
+    let open = MenuItem::with_id(app, "open", "Open DevPilot", true, None::<&str>)?;
+    let settings = MenuItem::with_id(app, "settings", "Settings…", true, None::<&str>)?;
+    let logs = MenuItem::with_id(app, "logs", "View logs", true, None::<&str>)?;
+    let quit = MenuItem::with_id(app, "quit", "Quit DevPilot", true, None::<&str>)?;
+    let (s1, s2, s3) = (PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?);
+    let items: [&dyn IsMenuItem<R>; 13] =
+        [&status, &jobs_item, &s1, &dispatch, &pause, &resume, &handoff, &s2, &open, &settings, &logs, &s3, &quit];
+    let menu = Menu::with_items(app, &items)?;
+    Ok(TrayMenu { menu, status, jobs_item, dispatch, pause, resume, handoff })
+}
+
+fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &EngineStatus) -> tauri::Result<()> {
+    tm.status.set_text(state_line(st))?;
+    // One fixed item for the running jobs, one line per job: inserting and removing items
+    // in a live appindicator menu left it unable to open on xfce4-panel.
     let lines = job_lines(st);
-    for (i, line) in lines.iter().enumerate() {
-        items.push(Box::new(MenuItem::with_id(app, format!("job-{i}"), line, false, None::<&str>)?));
-    }
-    items.push(Box::new(PredefinedMenuItem::separator(app)?));
+    tm.jobs_item.set_text(if lines.is_empty() { "No jobs running here".to_string() } else { lines.join("\n") })?;
     let can_dispatch = !matches!(st.state, S::NeedsAgent | S::Error | S::Starting | S::Stopped);
-    items.push(Box::new(CheckMenuItem::with_id(
-        app,
-        "dispatch",
-        "Dispatch enabled",
-        true,
-        st.dispatch_enabled,
-        None::<&str>,
-    )?));
-    if st.paused {
-        items.push(Box::new(MenuItem::with_id(app, "resume", "Resume", can_dispatch, None::<&str>)?));
-    } else {
-        let p30 = MenuItem::with_id(app, "pause_30", "For 30 minutes", true, None::<&str>)?;
-        let p60 = MenuItem::with_id(app, "pause_60", "For 1 hour", true, None::<&str>)?;
-        let pin = MenuItem::with_id(app, "pause_indef", "Until resumed", true, None::<&str>)?;
-        items.push(Box::new(Submenu::with_id_and_items(app, "pause", "Pause", can_dispatch, &[&p30, &p60, &pin])?));
-    }
-    items.push(Box::new(MenuItem::with_id(
-        app,
-        "handoff",
-        "Hand off & pause",
-        can_dispatch,
-        None::<&str>,
-    )?));
-    items.push(Box::new(PredefinedMenuItem::separator(app)?));
-    items.push(Box::new(MenuItem::with_id(app, "open", "Open DevPilot", true, None::<&str>)?));
-    items.push(Box::new(MenuItem::with_id(app, "settings", "Settings…", true, None::<&str>)?));
-    items.push(Box::new(MenuItem::with_id(app, "logs", "View logs", true, None::<&str>)?));
-    items.push(Box::new(PredefinedMenuItem::separator(app)?));
-    items.push(Box::new(MenuItem::with_id(app, "quit", "Quit DevPilot", true, None::<&str>)?));
-    let refs: Vec<&dyn IsMenuItem<R>> = items.iter().map(|b| b.as_ref()).collect();
-    Menu::with_items(app, &refs)
+    tm.dispatch.set_checked(st.dispatch_enabled)?;
+    tm.pause.set_enabled(can_dispatch && !st.paused)?;
+    tm.resume.set_enabled(can_dispatch && st.paused)?;
+    tm.handoff.set_enabled(can_dispatch)?;
+    Ok(())
 }
 
 /// What each menu item does.
