@@ -166,10 +166,17 @@ pub fn resolve_database(paths: &Paths, service: &str) -> Result<DbUrl> {
 }
 
 async fn open_queue(pool: PoolSettings) -> Result<(Queue, DbUrl)> {
+    open_queue_named(pool, None).await
+}
+
+async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>) -> Result<(Queue, DbUrl)> {
     let paths = Paths::for_app("devpilot")?;
-    let url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE))
+    let mut url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE))
         .await
         .map_err(|e| Error::Invalid(e.to_string()))??;
+    if let Some(name) = app_name {
+        url = url.with_application_name(name);
+    }
     let conn = db::open(&url, &pool).await?;
     Ok((Queue::new(conn), url))
 }
@@ -270,7 +277,7 @@ async fn run(a: RunArgs) -> Result<()> {
         return Err(Error::Invalid("--heartbeat must be shorter than --claim-timeout".into()));
     }
     let pool = PoolSettings { max_connections: a.connections.max(1), ..PoolSettings::default() };
-    let (queue, url) = open_queue(pool).await?;
+    let (queue, url) = open_queue_named(pool, Some(&format!("devpilot:{machine}"))).await?;
     let hints = if a.poll_only { None } else { crate::listen::spawn(&url, &a.orchestrator) };
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();

@@ -84,6 +84,21 @@ impl DbUrl {
         Ok(Self { url, backend: self.backend })
     }
 
+    /// Tags PostgreSQL connections with `application_name`, so `pg_stat_activity` shows
+    /// which machine holds which connection. No-op on SQLite.
+    pub fn with_application_name(&self, name: &str) -> Self {
+        let mut url = self.url.clone();
+        if self.backend == DbBackend::Postgres {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .filter(|(k, _)| k != "application_name")
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs).append_pair("application_name", name);
+        }
+        Self { url, backend: self.backend }
+    }
+
     /// The same URL with no password: what may be written to the config file.
     pub fn without_password(&self) -> Self {
         let mut url = self.url.clone();

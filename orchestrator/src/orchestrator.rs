@@ -309,6 +309,7 @@ pub fn spawn(
         status_tx,
         stats,
         running: HashMap::new(),
+        zombies: Default::default(),
         done_tx,
         net_tx,
         completer,
@@ -364,7 +365,9 @@ struct Loop {
     status_tx: watch::Sender<Status>,
     stats: Arc<Stats>,
     running: HashMap<i64, Slot>,
-    done_tx: mpsc::UnboundedSender<i64>,
+    done_tx: mpsc::UnboundedSender<(i64, i64)>,
+    /// Old claims of a job this machine has since re-claimed: still stopping, no longer ours.
+    zombies: std::collections::HashSet<(i64, i64)>,
     net_tx: mpsc::UnboundedSender<Net>,
     completer: Completer,
     enabled: bool,
@@ -391,7 +394,7 @@ impl Loop {
     async fn run(
         mut self,
         mut cmd_rx: mpsc::UnboundedReceiver<Command>,
-        mut done_rx: mpsc::UnboundedReceiver<i64>,
+        mut done_rx: mpsc::UnboundedReceiver<(i64, i64)>,
         mut net_rx: mpsc::UnboundedReceiver<Net>,
         hints: Option<mpsc::Receiver<()>>,
     ) {
@@ -413,7 +416,7 @@ impl Loop {
             tokio::select! {
                 biased;
                 Some(cmd) = cmd_rx.recv() => self.command(cmd),
-                Some(id) = done_rx.recv() => self.job_done(id),
+                Some((id, token)) = done_rx.recv() => self.job_done(id, token),
                 Some(net) = net_rx.recv() => self.net(net),
                 _ = tokio::time::sleep_until(stop_deadline), if matches!(self.stopping, Some((StopMode::Drain { .. }, _, _))) => {
                     // The soft stop's grace is over: hard stop.
@@ -576,13 +579,17 @@ impl Loop {
     }
 
     fn maybe_finish_stop(&mut self) {
-        if self.stopping.is_some() && self.running.is_empty() {
+        if self.stopping.is_some() && self.running.is_empty() && self.zombies.is_empty() {
             self.finished = true;
         }
     }
 
-    fn job_done(&mut self, id: i64) {
-        self.running.remove(&id);
+    fn job_done(&mut self, id: i64, token: i64) {
+        if self.running.get(&id).is_some_and(|s| s.job.token == token) {
+            self.running.remove(&id);
+        } else {
+            self.zombies.remove(&(id, token));
+        }
         if self.running.is_empty() {
             for w in self.handoff_waiters.drain(..) {
                 let _ = w.send(vec![]);
@@ -822,6 +829,14 @@ impl Loop {
     fn start_job(&mut self, claim: Claim) {
         let job = JobRef::of(&claim);
         let (cancel_tx, cancel_rx) = oneshot::channel();
+        if let Some(mut old) = self.running.remove(&claim.id) {
+            // We re-claimed a job whose earlier claim of ours was swept (say, this machine
+            // stalled past the timeout). That old run is no longer ours: stop it.
+            if let Some(c) = old.cancel.take() {
+                let _ = c.send(CancelReason::LeaseLost);
+            }
+            self.zombies.insert((claim.id, old.job.token));
+        }
         if self.running.is_empty() {
             self.next_heartbeat = Instant::now() + self.cfg.heartbeat;
         }
@@ -882,7 +897,7 @@ struct JobCtx {
     grace: Duration,
     events: broadcast::Sender<Event>,
     completer: Completer,
-    done: mpsc::UnboundedSender<i64>,
+    done: mpsc::UnboundedSender<(i64, i64)>,
 }
 
 enum Outcome {
@@ -901,7 +916,7 @@ async fn run_job(ctx: JobCtx, claim: Claim, mut cancel: oneshot::Receiver<Cancel
             let _ = ctx.events.send(Event::AgentError { job: job.clone(), error: e.to_string() });
             let reason = format!("agent could not start: {e}");
             let _ = retry(&cancel_never(), || ctx.queue.release(id, token, &ctx.machine, &reason)).await;
-            let _ = ctx.done.send(id);
+            let _ = ctx.done.send((id, token));
             return;
         }
     };
@@ -952,7 +967,7 @@ async fn run_job(ctx: JobCtx, claim: Claim, mut cancel: oneshot::Receiver<Cancel
     if let Some(ev) = ev {
         let _ = ctx.events.send(ev);
     }
-    let _ = ctx.done.send(id);
+    let _ = ctx.done.send((id, token));
 }
 
 fn cancel_never() -> Duration {

@@ -420,8 +420,25 @@ impl Queue {
                 detail: None,
             })
             .collect();
-        let rejected: Vec<(i64, i64)> =
+        let mut rejected: Vec<(i64, i64)> =
             done.iter().copied().filter(|(id, _)| !accepted.contains(id)).collect();
+        if !rejected.is_empty() {
+            // A retry after a lost reply (say, the server restarted just after committing)
+            // finds its own earlier completion: same token, already completed. That is ours.
+            let (pairs, values) = pair_list(&rejected, 0);
+            let ours = self
+                .query(
+                    &format!(
+                        "SELECT id FROM dispatch_queue
+                          WHERE (id, claim_token) IN ({pairs}) AND state = 'completed'"
+                    ),
+                    values,
+                )
+                .await?;
+            let ours = ids_of(&ours)?;
+            rejected.retain(|(id, _)| !ours.contains(id));
+            accepted.extend(ours);
+        }
         let rejected_orch = self.orchestrators_of(&rejected).await.unwrap_or_default();
         for ((id, token), orch) in rejected.iter().zip(&rejected_orch) {
             events.push(NewEvent {

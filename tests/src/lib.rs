@@ -93,9 +93,11 @@ impl PgCluster {
         c
     }
 
+    // fsync=off survives a server crash (the OS keeps the pages); synchronous_commit stays
+    // on, because an immediate restart must never lose a commit that was acknowledged.
     fn pg_ctl_start(&self) {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
             self.port,
             self.dir.display()
         );
@@ -112,7 +114,7 @@ impl PgCluster {
     /// `pg_ctl restart -m immediate`: the crash-like restart of the fault tests.
     pub fn restart_immediate(&self) {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
             self.port,
             self.dir.display()
         );

@@ -1,0 +1,399 @@
+//! The fleet-scale proof the article never ran: many real `devpilot run` processes, many
+//! orchestrators, hundreds of concurrent claimers, and faults injected at random moments
+//! (kill -9 of runners, an immediate PostgreSQL restart, a runner frozen past its lease).
+//!
+//! Scale comes from the environment, so CI runs a reduced fleet and a person can run the
+//! full one:
+//!
+//! ```sh
+//! DEVPILOT_FLEET_JOBS=100000 cargo test --release -p devpilot-tests --test fleet -- --nocapture
+//! ```
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use devpilot::db::{self, DbUrl, PoolSettings};
+use devpilot::Queue;
+use devpilot_tests::{signal_tree, spawn_runner, PgCluster, Runner};
+use rand::{Rng, SeedableRng};
+use sea_orm::ConnectionTrait;
+use serde_json::json;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[derive(Debug, Clone)]
+enum Fault {
+    Kill { machine: String, at_ms: i64 },
+    Stop { machine: String, from_ms: i64, to_ms: i64 },
+    PgRestart,
+}
+
+/// One execution of a job by an agent: from the agent's own records.
+#[derive(Debug, Clone)]
+struct Execution {
+    job: i64,
+    token: i64,
+    machine: String,
+    start_ms: i64,
+    end_ms: Option<i64>,
+    ended: Option<String>,
+}
+
+/// 40 processes (two machines for each of 20 orchestrators), 200 concurrent claimers drain the queue while
+/// faults are injected; then the records and the database must agree that every job ended,
+/// none was lost or completed twice, no two lease-holding executions of a job overlapped,
+/// every late completion was rejected and recorded, and frozen runners stopped their agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_under_faults() {
+    let jobs = env_usize("DEVPILOT_FLEET_JOBS", 10_000);
+    let orchestrators = env_usize("DEVPILOT_FLEET_ORCHESTRATORS", 20);
+    let per_runner = env_usize("DEVPILOT_FLEET_CONCURRENCY", 5);
+    let seed = env_usize("DEVPILOT_FLEET_SEED", 7) as u64;
+    assert!(orchestrators >= 20 && orchestrators * 2 * per_runner >= 200, "the proof needs the fleet the issue names");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let started = Instant::now();
+
+    let pg = PgCluster::start();
+    let admin = DbUrl::parse(&pg.url("postgres")).unwrap();
+    let conn = db::connect(&admin, &PoolSettings::default()).await.unwrap();
+    conn.execute_unprepared("CREATE DATABASE fleet").await.unwrap();
+    conn.close().await.unwrap();
+    let url = DbUrl::parse(&pg.url("fleet")).unwrap();
+    let conn = db::connect(&url, &PoolSettings { max_connections: 2, ..Default::default() }).await.unwrap();
+    db::migrate(&url, &conn).await.unwrap();
+    let queue = Queue::new(conn);
+
+    let home = tempfile::Builder::new().prefix("devpilot-fleet-").tempdir().unwrap();
+    let orchs: Vec<String> = (0..orchestrators).map(|i| format!("fleet-{i:02}")).collect();
+    let mut all_ids = vec![];
+    for (i, o) in orchs.iter().enumerate() {
+        let n = jobs / orchestrators + usize::from(i < jobs % orchestrators);
+        let payloads: Vec<_> = (0..n).map(|k| json!({"title": format!("{o}/{k}")})).collect();
+        all_ids.extend(queue.enqueue_many(o, &payloads).await.unwrap());
+    }
+    assert_eq!(all_ids.len(), jobs);
+
+    // The agent: one append when it starts, one when it ends, "term" if stopped. One job in
+    // ten works for a while, so faults land mid-execution.
+    let record = home.path().join("executions.log");
+    let agent = home.path().join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/bash\n\
+             rec={rec}\n\
+             t() {{ local e=${{EPOCHREALTIME/./}}; echo ${{e:0:13}}; }}\n\
+             echo \"start $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec\n\
+             trap 'echo \"term $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec; exit 143' TERM\n\
+             if (( DEVPILOT_JOB_ID % 10 == 0 )); then sleep 0.4; fi\n\
+             echo \"end $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec\n",
+            rec = record.display()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&agent).status().unwrap();
+
+    let claim_timeout = "3s";
+    let flags: Vec<&str> = vec![
+        "--until-empty",
+        "--claim-timeout", claim_timeout,
+        "--heartbeat", "400ms",
+        "--sweep-interval", "1s",
+        "--poll-interval", "100ms",
+        "--max-poll-interval", "1s",
+        "--max-attempts", "20",
+        "--cancel-grace", "1s",
+    ];
+    let mut owned: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+    owned.extend(["--concurrency".to_string(), per_runner.to_string()]);
+    let raw = pg.url("fleet");
+    let start_runner = |o: &str, m: &str| {
+        let f: Vec<&str> = owned.iter().map(String::as_str).collect();
+        spawn_runner(home.path(), &raw, o, m, &f, &agent, &[])
+    };
+    // Two machines per orchestrator, like a developer's laptop and desktop.
+    let mut runners: HashMap<String, (String, Runner)> = HashMap::new();
+    for o in &orchs {
+        for side in ["laptop", "desktop"] {
+            let m = format!("{o}-{side}");
+            runners.insert(m.clone(), (o.clone(), start_runner(o, &m)));
+        }
+    }
+    println!("fleet: {jobs} jobs, {orchestrators} orchestrators, {} processes x {per_runner} claimers", runners.len());
+
+    // Faults, at random moments, until the work is done. The first three are one of each.
+    let mut faults: Vec<Fault> = vec![];
+    let mut plan = vec!["kill", "stop", "restart"];
+    let mut pg_restarts = 0;
+    let mut max_conns_per_machine = 0i64;
+    let deadline = Instant::now() + Duration::from_secs(env_usize("DEVPILOT_FLEET_TIMEOUT_SECS", 1500) as u64);
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3500))).await;
+        if let Ok(rows) = queue
+            .connection()
+            .query_all_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT application_name, count(*) AS n FROM pg_stat_activity
+                  WHERE application_name LIKE 'devpilot:%' GROUP BY application_name",
+            ))
+            .await
+        {
+            for r in rows {
+                max_conns_per_machine = max_conns_per_machine.max(r.try_get::<i64>("", "n").unwrap_or(0));
+            }
+        }
+        let open: i64 = {
+            let mut n = 0;
+            let mut ok = true;
+            for o in &orchs {
+                match queue.counts(o).await {
+                    Ok(c) => n += c.open(),
+                    Err(_) => ok = false,
+                }
+            }
+            if ok { n } else { i64::MAX }
+        };
+        // Restart anything that exited early (e.g. killed) while work remains.
+        for (m, (o, r)) in runners.iter_mut() {
+            if let Ok(Some(_)) = r.child.try_wait() {
+                if open > 0 {
+                    *r = start_runner(o, m);
+                }
+            }
+        }
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fleet did not drain in time ({open} open)");
+        let kind = if plan.is_empty() {
+            match rng.random_range(0..10) {
+                0..=5 => "kill",
+                6..=7 => "stop",
+                _ if pg_restarts < 3 => "restart",
+                _ => "kill",
+            }
+        } else {
+            plan.remove(0)
+        };
+        let mut names: Vec<String> = runners.keys().cloned().collect();
+        names.sort();
+        if kind == "stop" {
+            // Freeze a machine that is holding work, so the lid closes on a running agent.
+            let mut holders = vec![];
+            for o in &orchs {
+                if let Ok(rows) = queue.running(o).await {
+                    holders.extend(rows.into_iter().filter_map(|r| r.claimed_by));
+                }
+            }
+            holders.sort();
+            holders.dedup();
+            if !holders.is_empty() {
+                names = holders;
+            }
+        }
+        let m = names[rng.random_range(0..names.len())].clone();
+        match kind {
+            "kill" => {
+                let (o, r) = runners.get_mut(&m).unwrap();
+                let at_ms = now_ms();
+                // SAFETY: plain kill(2) of our own child.
+                unsafe { libc::kill(r.pid() as i32, libc::SIGKILL) };
+                let _ = r.child.wait();
+                faults.push(Fault::Kill { machine: m.clone(), at_ms });
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let o = o.clone();
+                runners.insert(m.clone(), (o.clone(), start_runner(&o, &m)));
+            }
+            "stop" => {
+                let (_, r) = runners.get(&m).unwrap();
+                let from_ms = now_ms();
+                signal_tree(r.pid(), libc::SIGSTOP);
+                // Longer than the claim timeout plus a sweep interval: the lease must expire.
+                tokio::time::sleep(Duration::from_millis(5500)).await;
+                signal_tree(r.pid(), libc::SIGCONT);
+                faults.push(Fault::Stop { machine: m.clone(), from_ms, to_ms: now_ms() });
+            }
+            _ => {
+                pg.restart_immediate();
+                pg_restarts += 1;
+                faults.push(Fault::PgRestart);
+            }
+        }
+    }
+    for (_, (_, r)) in runners.iter_mut() {
+        let _ = r.wait_timeout(Duration::from_secs(30));
+    }
+    let elapsed = started.elapsed();
+
+    // ---------------------------------------------------------------- the verdict
+    let text = std::fs::read_to_string(&record).unwrap();
+    let mut execs: HashMap<(i64, i64), Execution> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 5 {
+            continue;
+        }
+        let (job, token, at): (i64, i64, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap(), f[4].parse().unwrap());
+        let e = execs.entry((job, token)).or_insert_with(|| Execution {
+            job,
+            token,
+            machine: f[3].to_string(),
+            start_ms: at,
+            end_ms: None,
+            ended: None,
+        });
+        match f[0] {
+            "start" => e.start_ms = at,
+            kind => {
+                e.end_ms = Some(at);
+                e.ended = Some(kind.to_string());
+            }
+        }
+    }
+
+    let mut final_state: HashMap<i64, (String, i64)> = HashMap::new();
+    let mut events_by_job: HashMap<i64, Vec<devpilot::queue::JobEvent>> = HashMap::new();
+    for o in &orchs {
+        for row in queue.jobs(o, None, u32::MAX / 2).await.unwrap() {
+            final_state.insert(row.id, (row.state.clone(), row.claim_token));
+        }
+        for kind in ["completed", "completion_rejected", "lease_lost", "swept", "handed_off", "dead", "claimed"] {
+            for e in queue.events_of_kind(o, kind).await.unwrap() {
+                events_by_job.entry(e.job_id).or_default().push(e);
+            }
+        }
+    }
+
+    // Every job ends completed, or dead after its attempts; none is lost.
+    assert_eq!(final_state.len(), jobs, "no job lost");
+    for id in &all_ids {
+        let (state, _) = &final_state[id];
+        assert!(state == "completed" || state == "dead", "job {id} ended {state}");
+    }
+    let completed = final_state.values().filter(|(s, _)| s == "completed").count();
+
+    // No job completed twice: the completing claim is the job's final token, its agent ran to
+    // its end, and history holds at most one completion.
+    for (id, (state, token)) in &final_state {
+        let evs = events_by_job.get(id).map(Vec::as_slice).unwrap_or(&[]);
+        let n = evs.iter().filter(|e| e.kind == "completed").count();
+        assert!(n <= 1, "job {id} has {n} completions: {evs:#?}");
+        if state == "completed" {
+            let e = execs.get(&(*id, *token)).unwrap_or_else(|| panic!("job {id}: no execution for its completing claim {token}"));
+            assert_eq!(e.ended.as_deref(), Some("end"), "job {id}: the completing execution ran to its end");
+            if n == 1 {
+                let c = evs.iter().find(|e| e.kind == "completed").unwrap();
+                assert_eq!(c.claim_token, Some(*token), "job {id}: completed by its final claim");
+            }
+        }
+    }
+
+    // When did each lease end? At the sweep or hand-off that named its token.
+    let lease_end = |job: i64, token: i64| -> Option<i64> {
+        events_by_job.get(&job).and_then(|evs| {
+            evs.iter()
+                .filter(|e| e.claim_token == Some(token) && (e.kind == "swept" || e.kind == "handed_off" || e.kind == "dead"))
+                .map(|e| e.at)
+                .min()
+        })
+    };
+    let killed_after = |machine: &str, t: i64| {
+        faults.iter().any(|f| matches!(f, Fault::Kill { machine: m, at_ms } if m == machine && *at_ms >= t))
+    };
+
+    // No two lease-holding executions of a job overlap: a later claim starts only after the
+    // earlier lease ended in the database.
+    let mut by_job: HashMap<i64, Vec<&Execution>> = HashMap::new();
+    for e in execs.values() {
+        by_job.entry(e.job).or_default().push(e);
+    }
+    let mut overlaps_checked = 0;
+    for (job, list) in by_job.iter_mut() {
+        list.sort_by_key(|e| e.token);
+        for w in list.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let a_valid_end = match (a.end_ms, lease_end(*job, a.token)) {
+                (Some(end), Some(lease)) => end.min(lease),
+                (Some(end), None) => end,
+                (None, Some(lease)) => lease,
+                (None, None) => {
+                    // Killed with its runner (no record at all) before the next claim.
+                    assert!(killed_after(&a.machine, a.start_ms), "job {job}: execution {} has no end and no lease end", a.token);
+                    continue;
+                }
+            };
+            assert!(
+                b.start_ms + 5 >= a_valid_end,
+                "job {job}: claim {} started at {} before claim {}'s lease ended at {}",
+                b.token, b.start_ms, a.token, a_valid_end
+            );
+            overlaps_checked += 1;
+        }
+    }
+
+    // Every execution that finished after its lease was gone had its completion rejected and
+    // recorded (or its runner was killed before it could try).
+    let mut late = 0;
+    for e in execs.values() {
+        let Some(lease) = lease_end(e.job, e.token) else { continue };
+        if e.ended.as_deref() == Some("end") && e.end_ms.unwrap_or(0) > lease {
+            late += 1;
+            let recorded = events_by_job.get(&e.job).is_some_and(|evs| {
+                evs.iter().any(|x| x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost"))
+            });
+            assert!(
+                recorded || killed_after(&e.machine, e.end_ms.unwrap_or(0)),
+                "job {}: claim {} finished after its lease ended and nothing was recorded",
+                e.job, e.token
+            );
+        }
+    }
+
+    // Frozen runners stopped their stale agents: an execution that was mid-run when its
+    // machine froze, and whose lease was swept meanwhile, ended with `term` or was fenced.
+    let mut stale_stopped = 0;
+    for f in &faults {
+        let Fault::Stop { machine, from_ms, to_ms } = f else { continue };
+        for e in execs.values().filter(|e| &e.machine == machine && e.start_ms < *from_ms && e.end_ms.is_none_or(|end| end > *from_ms)) {
+            let Some(lease) = lease_end(e.job, e.token) else { continue };
+            if lease > *to_ms {
+                continue;
+            }
+            let fenced = events_by_job.get(&e.job).is_some_and(|evs| {
+                evs.iter().any(|x| x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost"))
+            });
+            assert!(
+                e.ended.as_deref() == Some("term") || fenced || killed_after(machine, *to_ms),
+                "job {}: the frozen runner {machine} did not stop its stale agent (claim {})",
+                e.job, e.token
+            );
+            stale_stopped += 1;
+        }
+    }
+    assert!(stale_stopped >= 1, "a frozen runner held a job whose lease expired (the fault bit)");
+    assert!(max_conns_per_machine <= 2, "a machine held {max_conns_per_machine} connections");
+
+    let kills = faults.iter().filter(|f| matches!(f, Fault::Kill { .. })).count();
+    let stops = faults.iter().filter(|f| matches!(f, Fault::Stop { .. })).count();
+    let dead = jobs - completed;
+    let executions = execs.len();
+    let summary = format!(
+        "fleet result: {jobs} jobs over {orchestrators} orchestrators, {} processes x {per_runner} claimers; \
+         {completed} completed, {dead} dead, {executions} executions; faults: {kills} kill -9, {stops} SIGSTOP > lease, \
+         {pg_restarts} PostgreSQL restarts; {late} late completions fenced, {stale_stopped} stale agents stopped, \
+         {overlaps_checked} claim hand-overs checked; max connections per machine {max_conns_per_machine}; {:.1}s",
+        runners.len(),
+        elapsed.as_secs_f64()
+    );
+    println!("{summary}");
+    if let Ok(path) = std::env::var("DEVPILOT_FLEET_REPORT") {
+        let _ = std::fs::write(path, format!("{summary}\n"));
+    }
+    pg.stop();
+}
