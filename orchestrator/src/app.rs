@@ -533,7 +533,11 @@ impl Engine {
                 if me.generation.load(Ordering::SeqCst) != gen {
                     return;
                 }
-                match db::open(&url, &PoolSettings { max_connections: 2, ..PoolSettings::default() }).await {
+                // One pooled connection on PostgreSQL (plus LISTEN's own): a machine holds at
+                // most two. The local SQLite file can afford a second reader for the window.
+                let pool = PoolSettings { max_connections: if url.is_sqlite() { 2 } else { 1 }, ..PoolSettings::default() };
+                let named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
+                match db::open(&named, &pool).await {
                     Ok(conn) => break Queue::new(conn),
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot open the database; retrying");
@@ -586,7 +590,7 @@ impl Engine {
                 if me.generation.load(Ordering::SeqCst) != gen {
                     return;
                 }
-                let hints = if settings.poll_only { None } else { crate::listen::spawn(&url, &settings.orchestrator_id) };
+                let hints = if settings.poll_only { None } else { crate::listen::spawn(&url.with_application_name(&format!("devpilot:{}", settings.machine_name())), &settings.orchestrator_id) };
                 let (handle, _join) = orchestrator::spawn(queue, cfg, hints);
                 *slot = Some(handle.clone());
                 handle

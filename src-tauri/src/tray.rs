@@ -235,7 +235,8 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     let pin = MenuItem::with_id(app, "pause_indef", "Until resumed", true, None::<&str>)?;
     let pause = Submenu::with_id_and_items(app, "pause", "Pause", true, &[&p30, &p60, &pin])?;
     let resume = MenuItem::with_id(app, "resume", "Resume", false, None::<&str>)?;
-    let handoff = MenuItem::with_id(app, "handoff", "Hand off & pause", true, None::<&str>)?;
+    // GTK reads a single & as a mnemonic marker and hides it; && shows one.
+    let handoff = MenuItem::with_id(app, "handoff", if cfg!(target_os = "linux") { "Hand off && pause" } else { "Hand off & pause" }, true, None::<&str>)?;
     let open = MenuItem::with_id(app, "open", "Open DevPilot", true, None::<&str>)?;
     let settings = MenuItem::with_id(app, "settings", "Settings…", true, None::<&str>)?;
     let logs = MenuItem::with_id(app, "logs", "View logs", true, None::<&str>)?;
