@@ -10,7 +10,7 @@
 #         E2E_ARTIFACTS      (default: a new temp dir; screenshots and logs land here)
 #         E2E_PROFILE        debug (default) or release
 # Needs the apt packages listed in docs (xvfb dbus-x11 dunst gnome-keyring libsecret-tools
-# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql) and installs
+# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql python3-gi) and installs
 # tauri-driver with `cargo install --locked` when it is missing.
 set -euo pipefail
 
@@ -46,14 +46,11 @@ fi
 WORK="$(mktemp -d /tmp/devpilot-e2e.XXXXXX)"
 ART="$E2E_ARTIFACTS"
 export E2E_WORK="$WORK"
-export XDG_RUNTIME_DIR="$WORK/run" XDG_CONFIG_HOME="$WORK/config" XDG_DATA_HOME="$WORK/data" XDG_CACHE_HOME="$WORK/cache"
-mkdir -p "$XDG_RUNTIME_DIR" "$XDG_CONFIG_HOME/xfce4/xfconf/xfce-perchannel-xml" "$XDG_DATA_HOME"
-chmod 700 "$XDG_RUNTIME_DIR"
-cp "$HERE/xfce4-panel.xml" "$XDG_CONFIG_HOME/xfce4/xfconf/xfce-perchannel-xml/"
-PIDS=()
+# shellcheck source=session.sh
+source "$HERE/session.sh"
 cleanup() {
   local rc=$?
-  for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill "${PIDS[$i]}" 2>/dev/null || true; done
+  session_stop
   if [[ -n "${PGDATA_DIR:-}" ]]; then runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate stop >/dev/null 2>&1 || true; fi
   sleep 0.5
   cp -f "$WORK"/*.log "$ART"/ 2>/dev/null || true
@@ -62,18 +59,7 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-
-export DISPLAY=:$(( 90 + RANDOM % 9 ))
-Xvfb "$DISPLAY" -screen 0 1280x800x24 -nolisten tcp >"$WORK/xvfb.log" 2>&1 & PIDS+=($!)
-for _ in $(seq 50); do xdpyinfo >/dev/null 2>&1 && break; sleep 0.1; done
-xdpyinfo >/dev/null 2>&1 || { echo "e2e: Xvfb did not start"; exit 1; }
-
-eval "$(printf 'e2e-keyring-password' | gnome-keyring-daemon --unlock --components=secrets --daemonize)"
-export GNOME_KEYRING_CONTROL
-[[ -n "${GNOME_KEYRING_PID:-}" ]] && PIDS+=("$GNOME_KEYRING_PID")
-dunst >"$WORK/dunst.log" 2>&1 & PIDS+=($!)
-dbus-monitor "interface='org.freedesktop.Notifications'" >"$WORK/notify-monitor.log" 2>&1 & PIDS+=($!)
-xfce4-panel >"$WORK/panel.log" 2>&1 & PIDS+=($!)
+session_start "$WORK" || { echo "e2e: the headless session did not start"; exit 1; }
 
 # A throwaway PostgreSQL with password auth, for the keychain round trip.
 PGDATA_DIR="$WORK/pg"
@@ -86,3 +72,5 @@ runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "-p $PGPORT -k $P
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw"
 
 python3 "$HERE/e2e.py"
+# The sleep hook, against a logind test double on a private "system bus" (see sleep_test.py).
+python3 "$HERE/sleep_test.py"
