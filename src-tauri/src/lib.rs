@@ -74,6 +74,7 @@ fn init_logging(paths: &Paths) -> Option<tracing_appender::non_blocking::WorkerG
 
 /// Runs the app until the user quits.
 pub fn run() -> std::process::ExitCode {
+    window::tune_webkit_env();
     let paths = match Paths::for_app(PROFILE) {
         Ok(p) => p,
         Err(e) => {
@@ -99,6 +100,7 @@ pub fn run() -> std::process::ExitCode {
         .plugin(tauri_plugin_autostart::init(tauri_plugin_autostart::MacosLauncher::LaunchAgent, None))
         .manage(AppState::new(engine))
         .invoke_handler(commands::handler())
+        .on_window_event(window::on_event)
         .setup(move |app| {
             setup(app.handle(), show_at_start);
             Ok(())

@@ -3,9 +3,90 @@
 
 use std::path::Path;
 
-use tauri::{AppHandle, Emitter, Manager, Runtime, WebviewUrl, WebviewWindowBuilder};
+use tauri::{AppHandle, Emitter, Manager, Runtime, WebviewUrl, WebviewWindowBuilder, Window, WindowEvent};
 
 pub const LABEL: &str = "main";
+
+/// Before the first webview exists: WebKitGTK's UI-process memory-pressure monitor wakes every
+/// 5 s for as long as the app lives (window closed or not) and re-reads /proc/meminfo and the
+/// cgroup files byte by byte (measured: about 1,500 read() calls a cycle, its own thread). A
+/// tray app with one small page gains nothing from it, so it is off unless the user set the
+/// variable. Call while the process is still single-threaded.
+pub fn tune_webkit_env() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("WEBKIT_DISABLE_MEMORY_PRESSURE_MONITOR").is_none() && std::env::var_os("DEVPILOT_WEBKIT_DEFAULTS").is_none() {
+        // First thing in `run`, before any other thread exists (set_var is not thread-safe).
+        std::env::set_var("WEBKIT_DISABLE_MEMORY_PRESSURE_MONITOR", "1");
+    }
+}
+
+/// Window events: when the last window is gone, end WebKit's network helper too.
+pub fn on_event<R: Runtime>(window: &Window<R>, event: &WindowEvent) {
+    if let WindowEvent::Destroyed = event {
+        #[cfg(target_os = "linux")]
+        {
+            let app = window.app_handle().clone();
+            tracing::debug!(label = window.label(), "window destroyed");
+            // Off the main thread: give WebKit time to end the page's web process first.
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                    if !app.webview_windows().is_empty() {
+                        return; // a window is open again
+                    }
+                    if end_idle_network_process() {
+                        return;
+                    }
+                }
+                tracing::debug!("WebKit's web process is still alive; leaving its network process");
+            });
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = window;
+    }
+}
+
+/// WebKitGTK ends a page's WebKitWebProcess with its window, but keeps the
+/// WebKitNetworkProcess for as long as the app lives (measured: about 30 MB PSS, closed
+/// window or not). With no page left it holds nothing we need (the UI is served from the
+/// binary; no cookies, no cache), and WebKit starts a new one when a window opens again. So
+/// when no window and no web process is left, ask it to exit (SIGTERM, by pid, only our own
+/// child). `DEVPILOT_WEBKIT_DEFAULTS=1` keeps WebKit's defaults (for measuring).
+/// Returns false while a web process is still alive (try again later).
+#[cfg(target_os = "linux")]
+fn end_idle_network_process() -> bool {
+    if std::env::var_os("DEVPILOT_WEBKIT_DEFAULTS").is_some() {
+        return true;
+    }
+    let me = std::process::id();
+    let mut network = vec![];
+    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(me) {
+            continue;
+        }
+        if comm.starts_with("WebKitWebProces") {
+            return false; // a page is still alive (or starting): leave WebKit alone
+        }
+        if comm.starts_with("WebKitNetworkPr") {
+            network.push(pid);
+        }
+    }
+    for pid in network {
+        match std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status() {
+            Ok(s) if s.success() => tracing::info!(pid, "window closed: ended WebKit's idle network process"),
+            Ok(s) => tracing::debug!(pid, status = %s, "could not end WebKit's network process"),
+            Err(e) => tracing::debug!(pid, error = %e, "could not run kill"),
+        }
+    }
+    true
+}
 
 /// Shows the window (creating it if needed) at `section`: fleet, queue, settings or quit.
 pub fn open<R: Runtime>(app: &AppHandle<R>, section: Option<&str>) {

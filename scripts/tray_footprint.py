@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Idle footprint of the release tray app, measured from /proc (called by tray-footprint.sh,
+inside the headless session it sets up).
+
+For each run: start devpilot-tray (a fresh temp SQLite profile, demo agent, empty queue) with
+its window shown, let it settle, close the window the way a user does (WM_DELETE_WINDOW, the
+message a window manager's close button sends), settle, measure for FOOTPRINT_SECS; then open
+the window again with a second launch (single-instance hands it to the first), settle, measure
+again. Measured over the app and every descendant process (WebKitWebProcess,
+WebKitNetworkProcess, ...):
+
+- PSS (smaps_rollup) and RSS (status VmRSS), sampled every 5 s, median per process;
+- CPU %: delta of utime+stime (/proc/PID/stat, all threads, dead ones included) over wall time;
+- wakeups/s: delta of voluntary+nonvoluntary context switches summed over every thread
+  (/proc/PID/task/*/status), over wall time. Threads that exit inside the window take their
+  counts with them; the number of threads seen appearing is reported.
+
+Writes FOOTPRINT_OUT.json and FOOTPRINT_OUT.md (default bench/TRAY_FOOTPRINT.*).
+"""
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ENV = os.environ
+TRAY = ENV["FOOTPRINT_TRAY_BIN"]
+WORK = ENV["FOOTPRINT_WORK"]
+OUT = ENV.get("FOOTPRINT_OUT", "bench/TRAY_FOOTPRINT")
+SECS = float(ENV.get("FOOTPRINT_SECS", "60"))
+RUNS = int(ENV.get("FOOTPRINT_RUNS", "3"))
+SETTLE = float(ENV.get("FOOTPRINT_SETTLE", "10"))
+TICK = os.sysconf("SC_CLK_TCK")
+TARGETS = {"pss_mb": 100.0, "cpu_pct": 0.2, "wakeups_per_s": 1.0}
+
+
+def log(msg):
+    print(f"[footprint] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------ /proc
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def stat_fields(pid, tid=None):
+    p = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    s = read(p)
+    if s is None:
+        return None
+    # comm may contain spaces: split after the closing parenthesis.
+    rest = s[s.rindex(")") + 2:].split()
+    return rest  # rest[0] is field 3 (state)
+
+
+def ppid(pid):
+    f = stat_fields(pid)
+    return int(f[1]) if f else None
+
+
+def comm(pid, tid=None):
+    p = f"/proc/{pid}/task/{tid}/comm" if tid else f"/proc/{pid}/comm"
+    return (read(p) or "?").strip()
+
+
+def descendants(root):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            pp = ppid(int(d))
+            if pp is not None:
+                kids.setdefault(pp, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def cpu_ticks(pid):
+    f = stat_fields(pid)
+    return int(f[11]) + int(f[12]) if f else None  # utime, stime (fields 14, 15)
+
+
+def threads(pid):
+    """{tid: (comm, voluntary, nonvoluntary)}"""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        s = read(f"/proc/{pid}/task/{t}/status")
+        if not s:
+            continue
+        v = nv = 0
+        for line in s.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                v = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                nv = int(line.split()[1])
+        out[int(t)] = (comm(pid, t), v, nv)
+    return out
+
+
+def mem_kb(pid):
+    pss = rss = None
+    s = read(f"/proc/{pid}/smaps_rollup")
+    for line in (s or "").splitlines():
+        if line.startswith("Pss:"):
+            pss = int(line.split()[1])
+    s = read(f"/proc/{pid}/status")
+    for line in (s or "").splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    return pss, rss
+
+
+def snapshot(root):
+    snap = {}
+    for pid in descendants(root):
+        snap[pid] = {"comm": comm(pid), "cpu": cpu_ticks(pid), "threads": threads(pid)}
+    return snap
+
+
+def measure(root, label):
+    log(f"measuring '{label}' for {SECS:.0f}s")
+    t0 = time.monotonic()
+    a = snapshot(root)
+    mem = {}
+    seen_threads = {pid: set(v["threads"]) for pid, v in a.items()}
+    next_sample = t0
+    while True:
+        now = time.monotonic()
+        if now >= next_sample:
+            for pid in descendants(root):
+                pss, rss = mem_kb(pid)
+                if pss is not None:
+                    mem.setdefault(pid, []).append((pss, rss))
+                seen_threads.setdefault(pid, set()).update(int(t) for t in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task"))
+            next_sample += 5
+        if now - t0 >= SECS:
+            break
+        time.sleep(min(1.0, max(0.05, t0 + SECS - now)))
+    b = snapshot(root)
+    wall = time.monotonic() - t0
+    procs, thread_rows = [], []
+    for pid in sorted(set(a) | set(b)):
+        pa, pb = a.get(pid), b.get(pid)
+        name = (pb or pa)["comm"]
+        cpu = None
+        if pb and pb["cpu"] is not None:
+            cpu = (pb["cpu"] - (pa["cpu"] if pa and pa["cpu"] is not None else 0)) / TICK / wall * 100
+        wake = 0
+        for tid, (tc, v, nv) in (pb["threads"] if pb else {}).items():
+            v0, nv0 = 0, 0
+            if pa and tid in pa["threads"]:
+                _, v0, nv0 = pa["threads"][tid]
+            d = (v - v0) + (nv - nv0)
+            wake += d
+            if d:
+                thread_rows.append({"pid": pid, "process": name, "tid": tid, "thread": tc,
+                                    "voluntary": v - v0, "nonvoluntary": nv - nv0,
+                                    "per_s": round(d / wall, 3)})
+        ms = mem.get(pid, [])
+        procs.append({
+            "pid": pid, "process": name,
+            "alive_whole_window": bool(pa and pb),
+            "pss_mb": round(statistics.median(m[0] for m in ms) / 1024, 1) if ms else None,
+            "rss_mb": round(statistics.median(m[1] for m in ms) / 1024, 1) if ms else None,
+            "cpu_pct": round(cpu, 3) if cpu is not None else None,
+            "wakeups_per_s": round(wake / wall, 3),
+            "threads_now": len(pb["threads"]) if pb else 0,
+            "threads_appeared": len(seen_threads.get(pid, set()) - set(pa["threads"] if pa else {})),
+        })
+    thread_rows.sort(key=lambda r: -r["per_s"])
+    total = {
+        "pss_mb": round(sum(p["pss_mb"] or 0 for p in procs), 1),
+        "rss_mb": round(sum(p["rss_mb"] or 0 for p in procs), 1),
+        "cpu_pct": round(sum(p["cpu_pct"] or 0 for p in procs), 3),
+        "wakeups_per_s": round(sum(p["wakeups_per_s"] for p in procs), 3),
+    }
+    log(f"  {label}: {total} over {len(procs)} processes")
+    return {"label": label, "seconds": round(wall, 1), "total": total, "processes": procs,
+            "top_threads": thread_rows[:12]}
+
+
+# ------------------------------------------------------------------ X11: close like a WM does
+
+class XClientMessageEvent(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
+                ("display", ctypes.c_void_p), ("window", ctypes.c_ulong), ("message_type", ctypes.c_ulong),
+                ("format", ctypes.c_int), ("data", ctypes.c_long * 5)]
+
+
+class XEvent(ctypes.Union):
+    _fields_ = [("xclient", XClientMessageEvent), ("pad", ctypes.c_long * 24)]
+
+
+def close_window(name="DevPilot"):
+    """Sends WM_DELETE_WINDOW to every top-level named `name` (what a WM's close button does)."""
+    ids = subprocess.run(["xdotool", "search", "--name", f"^{name}$"], capture_output=True, text=True).stdout.split()
+    if not ids:
+        return 0
+    x = ctypes.cdll.LoadLibrary("libX11.so.6")
+    x.XOpenDisplay.restype = ctypes.c_void_p
+    x.XOpenDisplay.argtypes = [ctypes.c_char_p]
+    x.XInternAtom.restype = ctypes.c_ulong
+    x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long, ctypes.POINTER(XEvent)]
+    x.XFlush.argtypes = [ctypes.c_void_p]
+    x.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    d = x.XOpenDisplay(None)
+    protocols = x.XInternAtom(d, b"WM_PROTOCOLS", 0)
+    delete = x.XInternAtom(d, b"WM_DELETE_WINDOW", 0)
+    for wid in ids:
+        ev = XEvent()
+        ev.xclient.type = 33  # ClientMessage
+        ev.xclient.window = int(wid)
+        ev.xclient.message_type = protocols
+        ev.xclient.format = 32
+        ev.xclient.data[0] = delete
+        ev.xclient.data[1] = 0  # CurrentTime
+        x.XSendEvent(d, int(wid), 0, 0, ctypes.byref(ev))
+    x.XFlush(d)
+    x.XCloseDisplay(d)
+    return len(ids)
+
+
+def window_exists(name="DevPilot"):
+    return bool(subprocess.run(["xdotool", "search", "--onlyvisible", "--name", f"^{name}$"],
+                               capture_output=True, text=True).stdout.strip())
+
+
+def sni_registered():
+    r = subprocess.run(["gdbus", "call", "--session", "--dest", "org.kde.StatusNotifierWatcher", "--object-path",
+                        "/StatusNotifierWatcher", "--method", "org.freedesktop.DBus.Properties.Get",
+                        "org.kde.StatusNotifierWatcher", "RegisteredStatusNotifierItems"],
+                       capture_output=True, text=True, timeout=10)
+    return r.returncode == 0 and "/" in r.stdout
+
+
+def wait_for(what, fn, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if fn():
+            return True
+        time.sleep(0.5)
+    raise SystemExit(f"footprint: timed out waiting for {what}")
+
+
+# ------------------------------------------------------------------ runs
+
+def app_env(run):
+    e = dict(ENV)
+    base = os.path.join(WORK, f"run{run}")
+    os.makedirs(base, exist_ok=True)
+    e.update({
+        "XDG_CONFIG_HOME": os.path.join(base, "config"),
+        "XDG_DATA_HOME": os.path.join(base, "data"),
+        "DEVPILOT_DATABASE_URL": f"sqlite://{os.path.join(base, 'queue.sqlite')}",
+        "DEVPILOT_ORCHESTRATOR": "footprint",
+        "NO_AT_BRIDGE": "1",
+    })
+    e.pop("DEVPILOT_AGENT", None)
+    return e
+
+
+def one_run(run):
+    env = app_env(run)
+    logf = open(os.path.join(WORK, f"tray-run{run}.log"), "w")
+    app = subprocess.Popen([TRAY, "--show"], env=env, stdout=logf, stderr=subprocess.STDOUT)
+    try:
+        wait_for("the window", window_exists)
+        wait_for("the tray item", sni_registered)
+        time.sleep(SETTLE)
+        n = close_window()
+        log(f"run {run}: sent WM_DELETE_WINDOW to {n} window(s)")
+        wait_for("the window to close", lambda: not window_exists(), timeout=20)
+        time.sleep(SETTLE)
+        closed = measure(app.pid, "window closed")
+        # A second launch opens the first instance's window (single instance).
+        subprocess.run([TRAY], env=env, timeout=30, stdout=logf, stderr=subprocess.STDOUT)
+        wait_for("the window to reopen", window_exists)
+        time.sleep(SETTLE)
+        subprocess.run(["import", "-window", "root", os.path.join(WORK, f"run{run}-open.png")], check=False)
+        opened = measure(app.pid, "window open")
+        if app.poll() is not None:
+            raise SystemExit(f"footprint: the app exited early ({app.returncode})")
+        return {"run": run, "closed": closed, "open": opened}
+    finally:
+        family = [p for p in descendants(app.pid) if p != app.pid]
+        app.terminate()
+        try:
+            app.wait(20)
+        except subprocess.TimeoutExpired:
+            app.kill()
+        # A WebKitNetworkProcess can outlive its app: end what this app left, by pid.
+        time.sleep(1)
+        for p in family:
+            try:
+                os.kill(p, 15)
+            except OSError:
+                pass
+
+
+def median_total(runs, state, key):
+    return round(statistics.median(r[state]["total"][key] for r in runs), 3)
+
+
+def main():
+    runs = [one_run(i + 1) for i in range(RUNS)]
+    summary = {}
+    for state in ("closed", "open"):
+        summary[state] = {k: median_total(runs, state, k) for k in ("pss_mb", "rss_mb", "cpu_pct", "wakeups_per_s")}
+    verdict = {
+        "pss_mb": summary["closed"]["pss_mb"] < TARGETS["pss_mb"],
+        "cpu_pct": summary["closed"]["cpu_pct"] < TARGETS["cpu_pct"],
+        "wakeups_per_s": summary["closed"]["wakeups_per_s"] <= TARGETS["wakeups_per_s"],
+    }
+    data = {"binary": TRAY, "seconds": SECS, "runs": RUNS, "cores": os.cpu_count(),
+            "load_avg_at_end": os.getloadavg(), "summary_median": summary, "targets_closed": TARGETS,
+            "met": verdict, "detail": runs}
+    with open(OUT + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+    write_md(data)
+    log(f"wrote {OUT}.json and {OUT}.md")
+    log(json.dumps(summary))
+
+
+def write_md(d):
+    s, met = d["summary_median"], d["met"]
+    L = []
+    L.append("# Tray app idle footprint\n")
+    L.append(f"Generated by `scripts/tray-footprint.sh` (release build, headless Xvfb + xfce4-panel tray host + dunst + "
+             f"gnome-keyring session, fresh temp SQLite profile with the demo agent and an empty queue). "
+             f"{d['runs']} run(s) of {d['seconds']:.0f} s per state on a {d['cores']}-core machine; figures are the median "
+             f"over runs of the totals over the app and all its WebKit helper processes. Load average at the end: "
+             f"{', '.join(f'{x:.1f}' for x in d['load_avg_at_end'])} (other benchmarks share the machine; CPU % is this "
+             f"app's own CPU time, so contention inflates it little).\n")
+    L.append("| state | PSS total | RSS total | CPU avg | wakeups/s |")
+    L.append("|---|---|---|---|---|")
+    for st, name in (("closed", "window closed"), ("open", "window open, idle")):
+        x = s[st]
+        L.append(f"| {name} | {x['pss_mb']:.1f} MB | {x['rss_mb']:.1f} MB | {x['cpu_pct']:.3f} % | {x['wakeups_per_s']:.2f} |")
+    L.append("")
+    L.append("## Targets (window closed)\n")
+    L.append("| target | value | measured | |")
+    L.append("|---|---|---|---|")
+    L.append(f"| total PSS | < 100 MB | {s['closed']['pss_mb']:.1f} MB | {'met' if met['pss_mb'] else 'MISSED'} |")
+    L.append(f"| average CPU | < 0.2 % | {s['closed']['cpu_pct']:.3f} % | {'met' if met['cpu_pct'] else 'MISSED'} |")
+    L.append(f"| wakeups | ≤ 1 /s | {s['closed']['wakeups_per_s']:.2f} /s | {'met' if met['wakeups_per_s'] else 'MISSED'} |")
+    L.append("")
+    L.append("## Per process (last run)\n")
+    last = d["detail"][-1]
+    for st in ("closed", "open"):
+        m = last[st]
+        L.append(f"**{m['label']}** ({m['seconds']} s)\n")
+        L.append("| pid | process | PSS | RSS | CPU | wakeups/s | threads | threads started in window |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for p in m["processes"]:
+            L.append(f"| {p['pid']} | {p['process']} | {p['pss_mb']} MB | {p['rss_mb']} MB | {p['cpu_pct']} % | "
+                     f"{p['wakeups_per_s']} | {p['threads_now']} | {p['threads_appeared']} |")
+        L.append("")
+        L.append("Threads that woke (context switches in the window):\n")
+        L.append("| process | thread | voluntary | nonvoluntary | per s |")
+        L.append("|---|---|---|---|---|")
+        for t in m["top_threads"]:
+            L.append(f"| {t['process']} | {t['thread']} | {t['voluntary']} | {t['nonvoluntary']} | {t['per_s']} |")
+        L.append("")
+    L.append("## All runs\n")
+    L.append("| run | state | PSS | RSS | CPU | wakeups/s |")
+    L.append("|---|---|---|---|---|---|")
+    for r in d["detail"]:
+        for st in ("closed", "open"):
+            t = r[st]["total"]
+            L.append(f"| {r['run']} | {st} | {t['pss_mb']} MB | {t['rss_mb']} MB | {t['cpu_pct']} % | {t['wakeups_per_s']} |")
+    L.append("")
+    # The hand-written analysis (why a target is missed, what was changed) survives re-runs.
+    old = read(d_out(".md")) or ""
+    if "\n## Analysis" in old:
+        L.append(old[old.index("\n## Analysis") + 1:].rstrip("\n"))
+    with open(d_out(".md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def d_out(ext):
+    return OUT + ext
+
+
+if __name__ == "__main__":
+    sys.exit(main())
