@@ -1021,8 +1021,8 @@ impl Completer {
                 let pairs: Vec<(i64, i64)> = batch.iter().map(|(i, t, _)| (*i, *t)).collect();
                 match queue.complete_many(&pairs, &machine).await {
                     Ok(accepted) => {
-                        for (id, _, reply) in batch {
-                            let _ = reply.send(Ok(accepted.contains(&id)));
+                        for (id, token, reply) in batch {
+                            let _ = reply.send(Ok(accepted.contains(&(id, token))));
                         }
                     }
                     Err(e) => {

@@ -381,12 +381,13 @@ impl Queue {
     /// Completes one job if we still own it. `Ok(false)` means the lease was lost and the
     /// completion was rejected (and recorded as such).
     pub async fn complete(&self, id: i64, token: i64, machine: &str) -> Result<bool> {
-        Ok(self.complete_many(&[(id, token)], machine).await?.contains(&id))
+        Ok(self.complete_many(&[(id, token)], machine).await?.contains(&(id, token)))
     }
 
-    /// Completes many jobs in one fenced statement; returns the ids accepted. Rejected ones
-    /// (lease lost) get a `completion_rejected` history entry.
-    pub async fn complete_many(&self, done: &[(i64, i64)], machine: &str) -> Result<Vec<i64>> {
+    /// Completes many claims in one fenced statement; returns the (id, token) pairs accepted.
+    /// Rejected ones (lease lost) get a `completion_rejected` history entry. One batch may
+    /// name the same job twice, under an old claim and a new one: only the current one wins.
+    pub async fn complete_many(&self, done: &[(i64, i64)], machine: &str) -> Result<Vec<(i64, i64)>> {
         if done.is_empty() {
             return Ok(vec![]);
         }
@@ -397,7 +398,7 @@ impl Queue {
                     "UPDATE dispatch_queue
                         SET state = 'completed', completed_at = {{NOW}}, last_error = NULL
                       WHERE (id, claim_token) IN ({pairs}) AND state = 'running'
-                     RETURNING id, orchestrator_id"
+                     RETURNING id, claim_token, orchestrator_id"
                 ),
                 values,
             )
@@ -405,38 +406,41 @@ impl Queue {
         let mut accepted = Vec::with_capacity(rows.len());
         let mut orchestrators = Vec::with_capacity(rows.len());
         for r in &rows {
-            accepted.push(r.try_get::<i64>("", "id")?);
+            accepted.push((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?));
             orchestrators.push(r.try_get::<String>("", "orchestrator_id")?);
         }
         let mut events: Vec<NewEvent> = accepted
             .iter()
             .zip(&orchestrators)
-            .map(|(id, o)| NewEvent {
+            .map(|((id, token), o)| NewEvent {
                 job_id: *id,
                 orchestrator_id: o,
                 kind: "completed",
                 machine: Some(machine),
-                token: done.iter().find(|(i, _)| i == id).map(|(_, t)| *t),
+                token: Some(*token),
                 detail: None,
             })
             .collect();
         let mut rejected: Vec<(i64, i64)> =
-            done.iter().copied().filter(|(id, _)| !accepted.contains(id)).collect();
+            done.iter().copied().filter(|p| !accepted.contains(p)).collect();
         if !rejected.is_empty() {
             // A retry after a lost reply (say, the server restarted just after committing)
             // finds its own earlier completion: same token, already completed. That is ours.
             let (pairs, values) = pair_list(&rejected, 0);
-            let ours = self
+            let rows = self
                 .query(
                     &format!(
-                        "SELECT id FROM dispatch_queue
+                        "SELECT id, claim_token FROM dispatch_queue
                           WHERE (id, claim_token) IN ({pairs}) AND state = 'completed'"
                     ),
                     values,
                 )
                 .await?;
-            let ours = ids_of(&ours)?;
-            rejected.retain(|(id, _)| !ours.contains(id));
+            let mut ours = Vec::with_capacity(rows.len());
+            for r in &rows {
+                ours.push((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?));
+            }
+            rejected.retain(|p| !ours.contains(p));
             accepted.extend(ours);
         }
         let rejected_orch = self.orchestrators_of(&rejected).await.unwrap_or_default();
