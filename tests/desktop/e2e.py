@@ -99,7 +99,21 @@ def sqlite_job(jid):
     return wd_invoke("job_detail", {"id": jid})
 
 
+def painted():
+    """Waits until the page has rendered two more frames, so a screenshot shows the DOM as it
+    is now (under load, WebKit's software compositing can paint a second or more late)."""
+    try:
+        wd("POST", f"/session/{SESSION}/execute/async", {
+            "script": "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));",
+            "args": []})
+    except Exception:  # noqa: BLE001 (no session yet, or the page is gone: just take the shot)
+        pass
+    time.sleep(0.5)
+
+
 def shot(name):
+    if SESSION:
+        painted()
     path = os.path.join(ART, f"{name}.png")
     subprocess.run(["import", "-window", "root", path], check=True, env=ENV)
     return path
@@ -276,6 +290,10 @@ def main():
     wait("job detail shows payload and log tail",
          lambda: "enqueued while off" in (wd_text("#detail-payload") or "") and "e2e agent done" in (wd_text("#detail-log") or ""),
          timeout=10)
+    # The header's status pill is truthful: once the job is done it no longer says Working.
+    pill = wait("the window's status pill says Idle once the job is done",
+                lambda: (t := wd_text("#state") or "").startswith("Idle") and t, timeout=10)
+    log(f"status pill: {pill!r}")
     shot("03-window-job-detail")
 
     # 5. Notifications reached the notification daemon over D-Bus.
