@@ -1,0 +1,74 @@
+//! `devpilot-bench`: measures the dispatch engine against the claim statement's physical limit
+//! (pgbench running the single-statement SKIP LOCKED claim), on one throwaway PostgreSQL, and
+//! the embedded SQLite backend. Run it with `scripts/bench.sh`; it writes `bench/REPORT.md`,
+//! `bench/report.json` and `bench/throughput.png`.
+//!
+//! # Layout
+//! - [`cluster`]: the throwaway PostgreSQL and CPU accounting from /proc.
+//! - [`measure`]: measurements a to h.
+//! - [`report`]: the Markdown report, the JSON file and the chart.
+//! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
+//!   `/bin/true`) agent, driven by the parent over stdin/stdout, for the multi-process drains.
+
+// A benchmark binary: a failed setup step should stop the run loudly, so unwrap/expect are
+// the right tool here (the workspace warns on them for library and CLI code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cluster;
+mod measure;
+mod report;
+mod worker;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "devpilot-bench", about = "DevPilot dispatch benchmark (see scripts/bench.sh)")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every measurement and write the report.
+    Run {
+        /// Where REPORT.md, report.json and throughput.png go.
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// A much shorter run, to check the machinery (figures not meaningful).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Re-render REPORT.md and throughput.png from an existing report.json.
+    Render {
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+    },
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Worker(args) => worker::main(args),
+        Cmd::Run { out, quick } => {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            let (json, cleanup) = rt.block_on(measure::run_all(quick));
+            std::fs::create_dir_all(&out).expect("out dir");
+            std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&json).unwrap()).unwrap();
+            report::render(&json, &out);
+            eprintln!("wrote {}/REPORT.md, report.json, throughput.png", out.display());
+            for dir in cleanup {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        Cmd::Render { out } => {
+            let json: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+            report::render(&json, &out);
+        }
+    }
+}
