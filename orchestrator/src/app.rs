@@ -933,25 +933,9 @@ fn engine_fields(s: &Settings) -> impl PartialEq {
     )
 }
 
-/// `DEVPILOT_DATABASE_URL` (given), else the config file's URL with its keychain password,
-/// else the embedded SQLite default. A keychain that cannot be reached is an error for a
-/// PostgreSQL URL: there is never a plain-text fallback.
+/// The one rule for which database, shared with the CLI.
 fn resolve(paths: &Paths, service: &str, env_url: Option<&str>) -> Result<DbUrl> {
-    if let Some(raw) = env_url {
-        return DbUrl::parse(raw);
-    }
-    let settings = paths.load()?;
-    if let Some(raw) = settings.database_url.filter(|u| !u.trim().is_empty()) {
-        let url = DbUrl::parse(&raw)?;
-        if url.is_sqlite() || url.password().is_some() {
-            return Ok(url);
-        }
-        return match secrets::load_password(service, &url)? {
-            Some(pw) => url.with_password(&pw),
-            None => Ok(url),
-        };
-    }
-    DbUrl::sqlite_file(&paths.default_db())
+    crate::cli::resolve_database_with(paths, service, env_url)
 }
 
 fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig> {

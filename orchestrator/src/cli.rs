@@ -144,12 +144,18 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
-/// Which database to use, and the password's source.
+/// Which database to use: `DEVPILOT_DATABASE_URL` when set, else the config file's URL with
+/// its keychain password, else the embedded SQLite default. A keychain that cannot be reached
+/// is an error for a PostgreSQL URL: there is never a plain-text fallback.
 pub fn resolve_database(paths: &Paths, service: &str) -> Result<DbUrl> {
-    if let Ok(raw) = std::env::var("DEVPILOT_DATABASE_URL") {
-        if !raw.trim().is_empty() {
-            return DbUrl::parse(&raw);
-        }
+    let env_url = std::env::var("DEVPILOT_DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
+    resolve_database_with(paths, service, env_url.as_deref())
+}
+
+/// [`resolve_database`] with the environment's URL passed in.
+pub fn resolve_database_with(paths: &Paths, service: &str, env_url: Option<&str>) -> Result<DbUrl> {
+    if let Some(raw) = env_url {
+        return DbUrl::parse(raw);
     }
     let settings = paths.load()?;
     if let Some(raw) = settings.database_url.filter(|u| !u.trim().is_empty()) {

@@ -654,8 +654,12 @@ impl Loop {
                         }
                         if got > 0 {
                             self.backoff = self.cfg.poll_interval;
-                            self.next_poll = if got >= asked {
+                            let busy = self.running.len() as u32 >= self.cfg.concurrency;
+                            self.next_poll = if got >= asked && busy {
                                 Instant::now() + FAR // all slots busy; a finished job wakes us
+                            } else if got >= asked {
+                                // Slots freed while this poll was in flight: fill them now.
+                                Instant::now()
                             } else {
                                 Instant::now() + jitter(self.cfg.poll_interval)
                             };

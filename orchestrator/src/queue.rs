@@ -715,15 +715,27 @@ impl Queue {
         Ok(())
     }
 
-    /// Records one history entry for a job, best effort.
+    /// Records one history entry for a job (a loss, a hand-off, a user action). These entries
+    /// are the only trace of why a job moved without a state change of ours, so a database
+    /// blip is retried for a while before giving up.
     pub async fn note(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) {
-        let orch = match self.orchestrators_of(&[(id, 0)]).await {
-            Ok(mut v) => v.pop().unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(error = %e, job = id, "could not record history");
-                return;
+        let mut wait = Duration::from_millis(200);
+        for attempt in 1..=6 {
+            match self.note_once(id, kind, machine, token, detail).await {
+                Ok(()) => return,
+                Err(e) if attempt == 6 => {
+                    tracing::warn!(error = %e, job = id, kind, "could not record history");
+                }
+                Err(_) => {
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
             }
-        };
+        }
+    }
+
+    async fn note_once(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) -> Result<()> {
+        let orch = self.orchestrators_of(&[(id, 0)]).await?.pop().unwrap_or_default();
         let ev = NewEvent {
             job_id: id,
             orchestrator_id: &orch,
@@ -732,9 +744,7 @@ impl Queue {
             token,
             detail: Some(detail.to_string()),
         };
-        if let Err(e) = self.record_events(&[ev]).await {
-            tracing::warn!(error = %e, job = id, "could not record history");
-        }
+        self.record_events(&[ev]).await
     }
 
     /// A job's history, oldest first.
@@ -746,19 +756,7 @@ impl Queue {
                 vec![id.into()],
             )
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(JobEvent {
-                    id: r.try_get("", "id")?,
-                    job_id: r.try_get("", "job_id")?,
-                    at: r.try_get("", "at")?,
-                    kind: r.try_get("", "kind")?,
-                    machine: r.try_get("", "machine")?,
-                    claim_token: r.try_get("", "claim_token")?,
-                    detail: r.try_get("", "detail")?,
-                })
-            })
-            .collect()
+        rows.iter().map(event_from_row).collect()
     }
 
     /// Every history entry of one kind for an orchestrator (for audits and tests).
@@ -770,19 +768,7 @@ impl Queue {
                 vec![orchestrator_id.into(), kind.into()],
             )
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(JobEvent {
-                    id: r.try_get("", "id")?,
-                    job_id: r.try_get("", "job_id")?,
-                    at: r.try_get("", "at")?,
-                    kind: r.try_get("", "kind")?,
-                    machine: r.try_get("", "machine")?,
-                    claim_token: r.try_get("", "claim_token")?,
-                    detail: r.try_get("", "detail")?,
-                })
-            })
-            .collect()
+        rows.iter().map(event_from_row).collect()
     }
 
     // ---------------------------------------------------------------- reads
@@ -952,6 +938,18 @@ fn job_from_row(r: &QueryResult) -> Result<JobRow> {
         completed_at: r.try_get("", "completed_at")?,
         last_error: r.try_get("", "last_error")?,
         now: r.try_get("", "now")?,
+    })
+}
+
+fn event_from_row(r: &QueryResult) -> Result<JobEvent> {
+    Ok(JobEvent {
+        id: r.try_get("", "id")?,
+        job_id: r.try_get("", "job_id")?,
+        at: r.try_get("", "at")?,
+        kind: r.try_get("", "kind")?,
+        machine: r.try_get("", "machine")?,
+        claim_token: r.try_get("", "claim_token")?,
+        detail: r.try_get("", "detail")?,
     })
 }
 

@@ -95,7 +95,7 @@ impl PgCluster {
 
     // fsync=off survives a server crash (the OS keeps the pages); synchronous_commit stays
     // on, because an immediate restart must never lose a commit that was acknowledged.
-    fn pg_ctl_start(&self) {
+    fn pg_ctl(&self, action: &[&str]) {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
             self.port,
@@ -104,28 +104,21 @@ impl PgCluster {
         let out = as_pg_user(&self.bin, "pg_ctl")
             .arg("-D").arg(self.dir.join("data"))
             .arg("-l").arg(self.dir.join("server.log"))
-            .args(["-o", &opts, "-w", "-t", "60", "start"])
+            .args(["-o", &opts, "-w", "-t", "60"])
+            .args(action)
             .stdout(Stdio::null())
             .output()
             .expect("run pg_ctl");
-        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "pg_ctl {action:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn pg_ctl_start(&self) {
+        self.pg_ctl(&["start"]);
     }
 
     /// `pg_ctl restart -m immediate`: the crash-like restart of the fault tests.
     pub fn restart_immediate(&self) {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
-            self.port,
-            self.dir.display()
-        );
-        let out = as_pg_user(&self.bin, "pg_ctl")
-            .arg("-D").arg(self.dir.join("data"))
-            .arg("-l").arg(self.dir.join("server.log"))
-            .args(["-o", &opts, "-m", "immediate", "-w", "-t", "60", "restart"])
-            .stdout(Stdio::null())
-            .output()
-            .expect("run pg_ctl restart");
-        assert!(out.status.success(), "pg_ctl restart failed: {}", String::from_utf8_lossy(&out.stderr));
+        self.pg_ctl(&["-m", "immediate", "restart"]);
     }
 
     /// Stops the server (immediate mode).

@@ -370,8 +370,9 @@ async fn fleet_under_faults() {
             });
             assert!(
                 e.ended.as_deref() == Some("term") || fenced || killed_after(machine, *to_ms),
-                "job {}: the frozen runner {machine} did not stop its stale agent (claim {})",
-                e.job, e.token
+                "job {}: the frozen runner {machine} did not stop its stale agent (claim {}); \
+                 frozen {from_ms}..{to_ms}, execution {e:?}, history {:#?}, faults {faults:?}",
+                e.job, e.token, events_by_job.get(&e.job)
             );
             stale_stopped += 1;
         }
