@@ -5,6 +5,7 @@ asserts on what it observes: D-Bus, the X screen, the window's DOM (WebDriver), 
 
 Every check prints PASS/FAIL; the first failure ends the run with exit code 1.
 """
+import http.client
 import json
 import os
 import re
@@ -129,11 +130,20 @@ def notify_log():
 SESSION = None
 
 
-def wd(method, path, body=None):
+def wd(method, path, body=None, idempotent=False):
+    """One WebDriver request. Reads may be retried: on a loaded machine the driver has been
+    seen to drop a connection while the app stayed up (the final screenshot showed it)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(WD + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read() or b"{}").get("value")
+    for attempt in range(3 if idempotent else 1):
+        req = urllib.request.Request(WD + path, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return json.loads(r.read() or b"{}").get("value")
+        except (ConnectionError, http.client.HTTPException) as e:
+            if attempt == (2 if idempotent else 0):
+                raise
+            log(f"webdriver {method} {path} dropped ({e!r}); retrying a read")
+            time.sleep(2)
 
 
 def wd_exec(script, args=None):
@@ -153,7 +163,10 @@ def wd_invoke(cmd, args=None):
 
 
 def wd_text(css):
-    return wd_exec("const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", [css])
+    return wd("POST", f"/session/{SESSION}/execute/sync", {
+        "script": "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
+        "args": [css],
+    }, idempotent=True)
 
 
 def wd_click(css):
