@@ -59,6 +59,8 @@ pub struct Swept {
     pub previous_holder: Option<String>,
     pub token: i64,
     pub dead: bool,
+    /// The database time of the sweep: when the lease ended.
+    pub at: i64,
 }
 
 /// One row of a job listing.
@@ -349,6 +351,7 @@ impl Queue {
                 machine: Some(machine),
                 token: Some(c.token),
                 detail: Some(format!("attempt {}", c.attempt)),
+                at: None,
             })
             .collect();
         if let Err(e) = self.record_events(&events).await {
@@ -419,6 +422,7 @@ impl Queue {
                 machine: Some(machine),
                 token: Some(*token),
                 detail: None,
+                at: None,
             })
             .collect();
         let mut rejected: Vec<(i64, i64)> =
@@ -452,6 +456,7 @@ impl Queue {
                 machine: Some(machine),
                 token: Some(*token),
                 detail: Some("completion fenced: this machine no longer held the lease".into()),
+                at: None,
             });
         }
         if let Err(e) = self.record_events(&events).await {
@@ -509,7 +514,8 @@ impl Queue {
             machine: Some(machine),
             token: Some(token),
             detail: Some(truncate(error, 500)),
-        };
+                at: None,
+            };
         if let Err(e) = self.record_events(&[ev]).await {
             tracing::warn!(error = %e, "could not record failure history");
         }
@@ -524,18 +530,38 @@ impl Queue {
                 "UPDATE dispatch_queue
                     SET state = 'queued', claimed_at = NULL, attempts = attempts - 1
                   WHERE id = $1 AND claim_token = $2 AND state = 'running'
-                 RETURNING orchestrator_id",
+                 RETURNING orchestrator_id, {NOW} AS at",
                 vec![id.into(), token.into()],
             )
             .await?;
-        let released = !rows.is_empty();
-        let (kind, detail) = if released {
-            ("handed_off", reason.to_string())
-        } else {
-            ("lease_lost", format!("release not needed: lease already lost ({reason})"))
+        let Some(row) = rows.first() else {
+            self.note(id, "lease_lost", machine, Some(token), &format!("release not needed: lease already lost ({reason})"))
+                .await;
+            return Ok(false);
         };
-        self.note(id, kind, machine, Some(token), &detail).await;
-        Ok(released)
+        let orch: String = row.try_get("", "orchestrator_id")?;
+        let ev = NewEvent {
+            job_id: id,
+            orchestrator_id: &orch,
+            kind: "handed_off",
+            machine: Some(machine),
+            token: Some(token),
+            detail: Some(reason.to_string()),
+            at: Some(row.try_get("", "at")?),
+        };
+        // The hand-off happened; its history row is retried like any loss note.
+        let mut wait = Duration::from_millis(200);
+        for attempt in 1..=6 {
+            match self.record_events(std::slice::from_ref(&ev)).await {
+                Ok(()) => break,
+                Err(e) if attempt == 6 => tracing::warn!(error = %e, job = id, "could not record the hand-off"),
+                Err(_) => {
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Administrative hand-off of everything `machine` holds (for `devpilot release` when
@@ -546,7 +572,7 @@ impl Queue {
                 "UPDATE dispatch_queue
                     SET state = 'queued', claimed_at = NULL, attempts = attempts - 1
                   WHERE orchestrator_id = $1 AND claimed_by = $2 AND state = 'running'
-                 RETURNING id, claim_token",
+                 RETURNING id, claim_token, {NOW} AS at",
                 vec![orchestrator_id.into(), machine.into()],
             )
             .await?;
@@ -562,6 +588,7 @@ impl Queue {
                 machine: Some(machine),
                 token: Some(r.try_get("", "claim_token")?),
                 detail: Some("released by `devpilot release`".into()),
+                at: Some(r.try_get("", "at")?),
             });
         }
         if let Err(e) = self.record_events(&events).await {
@@ -604,7 +631,7 @@ impl Queue {
                       WHERE state = 'running'
                         AND COALESCE(heartbeat_at, claimed_at) < {{NOW}} - $1
                         {scope}
-                     RETURNING id, orchestrator_id, claimed_by, claim_token, state"
+                     RETURNING id, orchestrator_id, claimed_by, claim_token, state, {{NOW}} AS at"
                 ),
                 values,
             )
@@ -617,6 +644,7 @@ impl Queue {
                 previous_holder: r.try_get("", "claimed_by")?,
                 token: r.try_get("", "claim_token")?,
                 dead: r.try_get::<String>("", "state")? == "dead",
+                at: r.try_get("", "at")?,
             });
         }
         swept.sort_by_key(|s| s.id);
@@ -632,6 +660,7 @@ impl Queue {
                     "no heartbeat for {}",
                     humantime::format_duration(claim_timeout)
                 )),
+                at: Some(s.at),
             })
             .collect();
         if let Err(e) = self.record_events(&events).await {
@@ -686,22 +715,23 @@ impl Queue {
                 continue;
             }
             let mut sql = String::from(
-                "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail) VALUES ",
+                "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at) VALUES ",
             );
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 6);
+            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 7);
             for (i, e) in chunk.iter().enumerate() {
                 if i > 0 {
                     sql.push(',');
                 }
                 let n = values.len();
                 sql.push_str(&format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${})",
+                    "(${}, ${}, ${}, ${}, ${}, ${}, COALESCE(${}, {{NOW}}))",
                     n + 1,
                     n + 2,
                     n + 3,
                     n + 4,
                     n + 5,
-                    n + 6
+                    n + 6,
+                    n + 7
                 ));
                 values.push(e.job_id.into());
                 values.push(e.orchestrator_id.into());
@@ -709,6 +739,7 @@ impl Queue {
                 values.push(e.machine.map(str::to_string).into());
                 values.push(e.token.into());
                 values.push(e.detail.clone().into());
+                values.push(e.at.into());
             }
             self.exec(&sql, values).await?;
         }
@@ -743,7 +774,8 @@ impl Queue {
             machine: Some(machine),
             token,
             detail: Some(detail.to_string()),
-        };
+                at: None,
+            };
         self.record_events(&[ev]).await
     }
 
@@ -918,6 +950,9 @@ pub struct NewEvent<'a> {
     pub machine: Option<&'a str>,
     pub token: Option<i64>,
     pub detail: Option<String>,
+    /// When the job moved, if the statement that moved it said so (its `{NOW}`); else the
+    /// time the history row is written.
+    pub at: Option<i64>,
 }
 
 const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
