@@ -362,7 +362,9 @@ async fn fleet_under_faults() {
         let Fault::Stop { machine, from_ms, to_ms } = f else { continue };
         for e in execs.values().filter(|e| &e.machine == machine && e.start_ms < *from_ms && e.end_ms.is_none_or(|end| end > *from_ms)) {
             let Some(lease) = lease_end(e.job, e.token) else { continue };
-            if lease > *to_ms {
+            // Only leases that ended while the machine was frozen. (An execution killed with
+            // its runner long before leaves no end record and must not count here.)
+            if lease > *to_ms || lease < *from_ms {
                 continue;
             }
             let fenced = events_by_job.get(&e.job).is_some_and(|evs| {
