@@ -550,16 +550,8 @@ impl Queue {
             at: Some(row.try_get("", "at")?),
         };
         // The hand-off happened; its history row is retried like any loss note.
-        let mut wait = Duration::from_millis(200);
-        for attempt in 1..=6 {
-            match self.record_events(std::slice::from_ref(&ev)).await {
-                Ok(()) => break,
-                Err(e) if attempt == 6 => tracing::warn!(error = %e, job = id, "could not record the hand-off"),
-                Err(_) => {
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-            }
+        if let Err(e) = retry_briefly(|| self.record_events(std::slice::from_ref(&ev))).await {
+            tracing::warn!(error = %e, job = id, "could not record the hand-off");
         }
         Ok(true)
     }
@@ -750,18 +742,8 @@ impl Queue {
     /// are the only trace of why a job moved without a state change of ours, so a database
     /// blip is retried for a while before giving up.
     pub async fn note(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) {
-        let mut wait = Duration::from_millis(200);
-        for attempt in 1..=6 {
-            match self.note_once(id, kind, machine, token, detail).await {
-                Ok(()) => return,
-                Err(e) if attempt == 6 => {
-                    tracing::warn!(error = %e, job = id, kind, "could not record history");
-                }
-                Err(_) => {
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-            }
+        if let Err(e) = retry_briefly(|| self.note_once(id, kind, machine, token, detail)).await {
+            tracing::warn!(error = %e, job = id, kind, "could not record history");
         }
     }
 
@@ -997,6 +979,25 @@ fn claim_from_row(r: &QueryResult) -> Result<Claim> {
         token: r.try_get("", "claim_token")?,
         attempt: r.try_get("", "attempts")?,
     })
+}
+
+/// Retries a history write through a database blip: six tries over about six seconds.
+async fn retry_briefly<F, Fut>(mut write: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut wait = Duration::from_millis(200);
+    let mut last = write().await;
+    for _ in 0..5 {
+        if last.is_ok() {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+        last = write().await;
+    }
+    last
 }
 
 /// `($1, $2), ($3, $4), …` for a list of (id, token) pairs.
