@@ -251,25 +251,18 @@ fn cpu_model() -> String {
 
 // ------------------------------------------------------------------ (a)
 
-const PGBENCH_SCRIPT: &str = "WITH picked AS MATERIALIZED (
-    SELECT id FROM dispatch_queue
-     WHERE orchestrator_id = :orch
-       AND claimed_at IS NULL AND state IN ('queued','failed')
-     ORDER BY id
-     LIMIT 1
-     FOR UPDATE SKIP LOCKED)
-UPDATE dispatch_queue
-   SET state = 'running', claimed_at = ((extract(epoch from now()) * 1000)::bigint),
-       heartbeat_at = ((extract(epoch from now()) * 1000)::bigint),
-       claimed_by = 'pgbench', claim_token = claim_token + 1, attempts = attempts + 1
- WHERE id IN (SELECT id FROM picked)
-   AND claimed_at IS NULL AND state IN ('queued','failed')
-RETURNING id, orchestrator_id, payload, title, claim_token, attempts;
-";
+/// `Queue::claim_next`'s own statement with k = 1, in pgbench's variable syntax.
+fn pgbench_script() -> String {
+    let sql = devpilot::queue::claim_next_sql_postgres()
+        .replace("$1", ":orch")
+        .replace("$2", "'pgbench'")
+        .replace("$3", "1");
+    format!("{sql};\n")
+}
 
 async fn pgbench_all(env: &Env, plan: &Plan) -> Value {
     let script = env.tmp.join("claim.sql");
-    std::fs::write(&script, PGBENCH_SCRIPT).unwrap();
+    std::fs::write(&script, pgbench_script()).unwrap();
     let mut rows = vec![];
     for clients in [1usize, 8, 32] {
         let mut rates = vec![];
@@ -660,6 +653,7 @@ async fn idle(env: &Env, plan: &Plan) -> Value {
     let claims0 = h.stats().claim_queries.load(Ordering::Relaxed);
     let pres0 = h.stats().presence_writes.load(Ordering::Relaxed);
     let sweeps0 = h.stats().sweeps.load(Ordering::Relaxed);
+    let checks0 = h.stats().sweep_checks.load(Ordering::Relaxed);
     let t0 = Instant::now();
     let mut conns = vec![];
     while t0.elapsed() < Duration::from_secs(plan.idle_window) {
@@ -673,6 +667,7 @@ async fn idle(env: &Env, plan: &Plan) -> Value {
     let claims = h.stats().claim_queries.load(Ordering::Relaxed) - claims0;
     let presence = h.stats().presence_writes.load(Ordering::Relaxed) - pres0;
     let sweeps = h.stats().sweeps.load(Ordering::Relaxed) - sweeps0;
+    let sweep_checks = h.stats().sweep_checks.load(Ordering::Relaxed) - checks0;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     exec(&env.admin, "SELECT pg_stat_clear_snapshot()").await;
     let xacts = scalar(&env.admin, &xact_sql).await - xact0;
@@ -683,7 +678,7 @@ async fn idle(env: &Env, plan: &Plan) -> Value {
     let per_poll = calls as f64 / polls.max(1) as f64;
     let v = json!({
         "scale": scale, "window_secs": window, "polls": polls, "claim_queries": claims,
-        "presence_writes": presence, "sweeps": sweeps,
+        "presence_writes": presence, "sweeps": sweeps, "sweep_checks": sweep_checks,
         "statements": calls, "transactions": xacts,
         "statements_per_poll": per_poll,
         "claim_queries_per_poll": claims as f64 / polls.max(1) as f64,

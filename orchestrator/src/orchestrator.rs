@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::agent::{AgentEnv, AgentExit, AgentSpec};
 use crate::error::{Error, Result};
-use crate::queue::{Claim, FailOutcome, Presence, Queue};
+use crate::queue::{Claim, FailOutcome, PollExtras, Presence, Queue};
 
 /// How the orchestrator picks work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -201,6 +201,10 @@ enum Command {
 pub struct Stats {
     pub polls: AtomicU64,
     pub claim_queries: AtomicU64,
+    /// Times the throttled sweep was due: a sweep statement, or (PostgreSQL) a stale-lease
+    /// test folded into a poll that decides whether a sweep statement follows.
+    pub sweep_checks: AtomicU64,
+    /// Sweep statements sent.
     pub sweeps: AtomicU64,
     pub sweep_failures: AtomicU64,
     pub presence_writes: AtomicU64,
@@ -351,8 +355,33 @@ struct Slot {
 }
 
 /// Results of database work the loop spawned.
+/// A presence row without its names, so it can travel into a spawned task.
+#[derive(Clone, Copy, Debug)]
+struct PresenceFields {
+    status: &'static str,
+    dispatch_enabled: bool,
+    paused_until: Option<i64>,
+    running: i32,
+    concurrency: i32,
+}
+
+impl PresenceFields {
+    fn presence<'a>(&self, orchestrator_id: &'a str, machine: &'a str) -> Presence<'a> {
+        Presence {
+            orchestrator_id,
+            machine,
+            status: self.status,
+            dispatch_enabled: self.dispatch_enabled,
+            paused_until: self.paused_until,
+            running: self.running,
+            concurrency: self.concurrency,
+        }
+    }
+}
+
 enum Net {
-    Polled(Result<Vec<Claim>>, u64),
+    /// Claims, how many were asked for, and whether a lease looked stale.
+    Polled(Result<(Vec<Claim>, bool)>, u64),
     OpenWork(Result<i64>),
     Renewed { asked: Vec<i64>, result: Result<Vec<i64>> },
     Swept(Result<(usize, usize)>),
@@ -617,10 +646,10 @@ impl Loop {
 
     fn poll(&mut self) {
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
-        self.maybe_sweep();
-        self.maybe_presence();
         let free = self.cfg.concurrency.saturating_sub(self.running.len() as u32);
         if !self.accepting() || free == 0 {
+            self.maybe_sweep();
+            self.maybe_presence();
             // Nothing to claim; a command or a finished job wakes us.
             self.next_poll = Instant::now() + self.cfg.presence_every;
             return;
@@ -631,13 +660,33 @@ impl Loop {
         let (orch, machine, mode) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone(), self.cfg.claim_mode);
         let stats = self.stats.clone();
         let events = self.events.clone();
+        if mode == ClaimMode::ById {
+            self.maybe_sweep();
+            self.maybe_presence();
+            tokio::spawn(async move {
+                stats.claim_queries.fetch_add(1, Ordering::Relaxed);
+                let res = claim_by_ids(&q, &orch, &machine, free, &stats, &events).await;
+                let _ = tx.send(Net::Polled(res.map(|c| (c, false)), u64::from(free)));
+            });
+            return;
+        }
+        // The herd-free pick carries the housekeeping that is due, so that an idle machine
+        // sends one statement per poll: presence in the same statement, and a read-only
+        // stale-lease test whose answer decides whether a sweep is worth a statement.
+        let presence = self.presence_due().then(|| self.presence_fields());
+        let stale_after = self.sweep_due().then_some(self.cfg.claim_timeout);
+        if stale_after.is_some() {
+            self.last_sweep = Some(Instant::now());
+            self.stats.sweep_checks.fetch_add(1, Ordering::Relaxed);
+        }
         tokio::spawn(async move {
             stats.claim_queries.fetch_add(1, Ordering::Relaxed);
-            let res = match mode {
-                ClaimMode::Pick => q.claim_next(&orch, &machine, free).await,
-                ClaimMode::ById => claim_by_ids(&q, &orch, &machine, free, &stats, &events).await,
+            let extras = PollExtras {
+                presence: presence.as_ref().map(|f| f.presence(&orch, &machine)),
+                stale_after,
             };
-            let _ = tx.send(Net::Polled(res, u64::from(free)));
+            let res = q.claim_next_with(&orch, &machine, free, &extras).await;
+            let _ = tx.send(Net::Polled(res.map(|p| (p.claims, p.stale)), u64::from(free)));
         });
     }
 
@@ -646,8 +695,11 @@ impl Loop {
             Net::Polled(res, asked) => {
                 self.poll_in_flight = false;
                 match res {
-                    Ok(claims) => {
+                    Ok((claims, stale)) => {
                         self.set_online(true, None);
+                        if stale && !self.sweep_in_flight {
+                            self.start_sweep();
+                        }
                         let got = claims.len() as u64;
                         for c in claims {
                             self.start_job(c);
@@ -752,12 +804,23 @@ impl Loop {
         });
     }
 
+    fn sweep_due(&self) -> bool {
+        !self.sweep_in_flight && self.last_sweep.is_none_or(|t| t.elapsed() >= self.cfg.sweep_every)
+    }
+
+    fn presence_due(&self) -> bool {
+        self.last_presence.is_none_or(|t| t.elapsed() >= self.cfg.presence_every)
+    }
+
     /// The opportunistic sweep: throttled, spawned, never awaited by the poll.
     fn maybe_sweep(&mut self) {
-        let due = self.last_sweep.is_none_or(|t| t.elapsed() >= self.cfg.sweep_every);
-        if !due || self.sweep_in_flight {
-            return;
+        if self.sweep_due() {
+            self.stats.sweep_checks.fetch_add(1, Ordering::Relaxed);
+            self.start_sweep();
         }
+    }
+
+    fn start_sweep(&mut self) {
         self.last_sweep = Some(Instant::now());
         self.sweep_in_flight = true;
         self.stats.sweeps.fetch_add(1, Ordering::Relaxed);
@@ -774,20 +837,17 @@ impl Loop {
     }
 
     fn maybe_presence(&mut self) {
-        let due = self.last_presence.is_none_or(|t| t.elapsed() >= self.cfg.presence_every);
-        if due {
-            self.last_presence = Some(Instant::now());
+        if self.presence_due() {
             self.write_presence(self.state());
         }
     }
 
-    fn write_presence(&self, state: MachineState) {
+    /// What this machine reports about itself now; also marks presence as written.
+    fn presence_fields(&mut self) -> PresenceFields {
+        self.last_presence = Some(Instant::now());
         self.stats.presence_writes.fetch_add(1, Ordering::Relaxed);
-        let q = self.queue.clone();
-        let (orch, machine) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone());
-        let status = match state {
-            MachineState::Idle | MachineState::Working => "online",
-            MachineState::Offline => "online",
+        let status = match self.state() {
+            MachineState::Idle | MachineState::Working | MachineState::Offline => "online",
             MachineState::Paused => "paused",
             MachineState::Off => "off",
             MachineState::Stopped => "stopped",
@@ -796,22 +856,27 @@ impl Loop {
             Some(Paused::Until(t)) => Some(unix_ms() as i64 + t.saturating_duration_since(Instant::now()).as_millis() as i64),
             _ => None,
         };
-        let (enabled, running, concurrency) = (self.enabled, self.running.len() as i32, self.cfg.concurrency as i32);
-        let fut = async move {
-            let p = Presence {
-                orchestrator_id: &orch,
-                machine: &machine,
-                status,
-                dispatch_enabled: enabled,
-                paused_until,
-                running,
-                concurrency,
-            };
-            if let Err(e) = q.heartbeat_machine(&p).await {
+        PresenceFields {
+            status,
+            dispatch_enabled: self.enabled,
+            paused_until,
+            running: self.running.len() as i32,
+            concurrency: self.cfg.concurrency as i32,
+        }
+    }
+
+    fn write_presence(&mut self, state: MachineState) {
+        let mut f = self.presence_fields();
+        if state == MachineState::Stopped {
+            f.status = "stopped";
+        }
+        let q = self.queue.clone();
+        let (orch, machine) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone());
+        tokio::spawn(async move {
+            if let Err(e) = q.heartbeat_machine(&f.presence(&orch, &machine)).await {
                 tracing::debug!(error = %e, "presence update failed");
             }
-        };
-        tokio::spawn(fut);
+        });
     }
 
     fn renew(&mut self) {

@@ -30,6 +30,62 @@ const SQLITE_NOW: &str = "(CAST((julianday('now') - 2440587.5) * 86400000 AS INT
 /// The states a job can be in. `failed` is a failed attempt waiting for its retry.
 pub const CLAIMABLE: &str = "state IN ('queued','failed')";
 
+/// The herd-free pick: the oldest claimable rows, skipping rows another claimer holds.
+/// `{LIMIT}` is the placeholder of the batch size.
+const PICK: &str = "SELECT id FROM dispatch_queue
+                     WHERE orchestrator_id = $1
+                       AND claimed_at IS NULL AND state IN ('queued','failed')
+                     ORDER BY id
+                     LIMIT {LIMIT}
+                     {SKIP_LOCKED}";
+
+/// The claim of what `picked` chose ($2 is the machine). The precondition is repeated in
+/// the WHERE so that a row claimed by someone else in between is simply not ours.
+const CLAIM_PICKED: &str = "UPDATE dispatch_queue
+                    SET state = 'running', claimed_at = {NOW}, heartbeat_at = {NOW},
+                        claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1
+                  WHERE id IN (SELECT id FROM picked)
+                    AND claimed_at IS NULL AND state IN ('queued','failed')
+                 RETURNING id, orchestrator_id, payload, title, claim_token, attempts";
+
+/// A machine's presence row, $1..$7 in the order of [`presence_values`].
+const PRESENCE_UPSERT: &str = "INSERT INTO machines
+                 (orchestrator_id, machine, last_seen_at, status, dispatch_enabled, paused_until,
+                  running, concurrency)
+             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7)
+             ON CONFLICT (orchestrator_id, machine) DO UPDATE SET
+                 last_seen_at = excluded.last_seen_at, status = excluded.status,
+                 dispatch_enabled = excluded.dispatch_enabled,
+                 paused_until = excluded.paused_until, running = excluded.running,
+                 concurrency = excluded.concurrency";
+
+/// The text of [`Queue::claim_next`] before dialect substitution ($1 orchestrator, $2
+/// machine, $3 limit), so the benchmark can hand pgbench exactly this statement.
+pub fn claim_next_sql() -> String {
+    format!("WITH picked AS MATERIALIZED ({PICK}) {CLAIM_PICKED}").replace("{LIMIT}", "$3")
+}
+
+/// [`claim_next_sql`] as PostgreSQL receives it.
+pub fn claim_next_sql_postgres() -> String {
+    postgres_dialect(&claim_next_sql())
+}
+
+fn postgres_dialect(sql: &str) -> String {
+    sql.replace("{NOW}", PG_NOW).replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED")
+}
+
+fn presence_values(p: &Presence<'_>) -> Vec<Value> {
+    vec![
+        p.orchestrator_id.into(),
+        p.machine.into(),
+        p.status.into(),
+        p.dispatch_enabled.into(),
+        p.paused_until.into(),
+        p.running.into(),
+        p.concurrency.into(),
+    ]
+}
+
 /// A job this machine now holds. `token` must accompany every later write.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Claim {
@@ -119,6 +175,22 @@ pub struct Presence<'a> {
     pub concurrency: i32,
 }
 
+/// What a poll does besides claiming; see [`Queue::claim_next_with`].
+#[derive(Clone, Debug, Default)]
+pub struct PollExtras<'a> {
+    /// Write this machine's presence row in the same statement.
+    pub presence: Option<Presence<'a>>,
+    /// Ask whether any of the orchestrator's leases is older than this.
+    pub stale_after: Option<Duration>,
+}
+
+/// A poll's answer: the claims, and whether a sweep has something to do.
+#[derive(Clone, Debug, Default)]
+pub struct Polled {
+    pub claims: Vec<Claim>,
+    pub stale: bool,
+}
+
 /// Counts of an orchestrator's jobs by state.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Counts {
@@ -170,9 +242,7 @@ impl Queue {
     /// SQLite serialises writers, so it needs no SKIP LOCKED and takes `?n` placeholders.
     fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
         let sql = match self.backend {
-            DbBackend::Postgres => sql
-                .replace("{NOW}", PG_NOW)
-                .replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED"),
+            DbBackend::Postgres => postgres_dialect(sql),
             _ => sql
                 .replace("{NOW}", SQLITE_NOW)
                 .replace("{SKIP_LOCKED}", "")
@@ -317,27 +387,77 @@ impl Queue {
             return Ok(vec![]);
         }
         let rows = self
-            .query(
-                "WITH picked AS MATERIALIZED (
-                    SELECT id FROM dispatch_queue
-                     WHERE orchestrator_id = $1
-                       AND claimed_at IS NULL AND state IN ('queued','failed')
-                     ORDER BY id
-                     LIMIT $3
-                     {SKIP_LOCKED})
-                 UPDATE dispatch_queue
-                    SET state = 'running', claimed_at = {NOW}, heartbeat_at = {NOW},
-                        claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1
-                  WHERE id IN (SELECT id FROM picked)
-                    AND claimed_at IS NULL AND state IN ('queued','failed')
-                 RETURNING id, orchestrator_id, payload, title, claim_token, attempts",
-                vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()],
-            )
+            .query(&claim_next_sql(), vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()])
             .await?;
         let mut claims = rows.iter().map(claim_from_row).collect::<Result<Vec<_>>>()?;
         claims.sort_by_key(|c| c.id);
         self.record_claims(&claims, machine).await;
         Ok(claims)
+    }
+
+    /// [`Queue::claim_next`] plus an idle machine's housekeeping, so that a backed-off poll
+    /// is ONE statement on PostgreSQL (a serverless database can then sleep between polls):
+    /// the presence upsert rides along as a data-modifying CTE, and the stale-lease test is a
+    /// read-only `EXISTS`. The sweep itself stays a separate statement that the caller
+    /// spawns only when `stale` says there is something to sweep, so a failing sweep can
+    /// still never fail a poll. SQLite has no data-modifying CTEs: there the presence row is
+    /// written by its own statement and `stale` is always true when asked (sweep as before).
+    pub async fn claim_next_with(
+        &self,
+        orchestrator_id: &str,
+        machine: &str,
+        limit: u32,
+        extras: &PollExtras<'_>,
+    ) -> Result<Polled> {
+        if self.backend != DbBackend::Postgres {
+            if let Some(p) = &extras.presence {
+                if let Err(e) = self.heartbeat_machine(p).await {
+                    tracing::debug!(error = %e, "presence update failed");
+                }
+            }
+            let claims = self.claim_next(orchestrator_id, machine, limit).await?;
+            return Ok(Polled { claims, stale: extras.stale_after.is_some() });
+        }
+        // $1 orchestrator, $2 machine, then the presence values ($3..$7, as in
+        // PRESENCE_UPSERT), then the limit and the staleness threshold.
+        let mut values: Vec<Value> = vec![orchestrator_id.into(), machine.into()];
+        let mut ctes = String::new();
+        if let Some(p) = &extras.presence {
+            values.extend(presence_values(p).into_iter().skip(2));
+            ctes = format!("presence AS ({PRESENCE_UPSERT} RETURNING 1), ");
+        }
+        values.push(i64::from(std::cmp::max(limit, 1)).into());
+        let limit_at = format!("${}", values.len());
+        let stale = match extras.stale_after {
+            Some(after) => {
+                values.push(i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 4).into());
+                format!(
+                    "EXISTS (SELECT 1 FROM dispatch_queue WHERE orchestrator_id = $1 AND state = 'running'
+                               AND COALESCE(heartbeat_at, claimed_at) < {{NOW}} - ${})",
+                    values.len()
+                )
+            }
+            None => "false".to_string(),
+        };
+        let sql = format!(
+            "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED})
+             SELECT c.*, s.stale FROM (SELECT {stale} AS stale) s LEFT JOIN claimed c ON true"
+        )
+        .replace("{LIMIT}", &limit_at);
+        let rows = self.query(&sql, values).await?;
+        let stale = match rows.first() {
+            Some(r) => r.try_get("", "stale")?,
+            None => false,
+        };
+        let mut claims = vec![];
+        for r in &rows {
+            if r.try_get::<Option<i64>>("", "id")?.is_some() {
+                claims.push(claim_from_row(r)?);
+            }
+        }
+        claims.sort_by_key(|c| c.id);
+        self.record_claims(&claims, machine).await;
+        Ok(Polled { claims, stale })
     }
 
     /// History is best effort: a claim is valid whether or not its event was written.
@@ -872,27 +992,7 @@ impl Queue {
 
     /// Upserts this machine's presence row.
     pub async fn heartbeat_machine(&self, p: &Presence<'_>) -> Result<()> {
-        self.exec(
-            "INSERT INTO machines
-                 (orchestrator_id, machine, last_seen_at, status, dispatch_enabled, paused_until,
-                  running, concurrency)
-             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7)
-             ON CONFLICT (orchestrator_id, machine) DO UPDATE SET
-                 last_seen_at = excluded.last_seen_at, status = excluded.status,
-                 dispatch_enabled = excluded.dispatch_enabled,
-                 paused_until = excluded.paused_until, running = excluded.running,
-                 concurrency = excluded.concurrency",
-            vec![
-                p.orchestrator_id.into(),
-                p.machine.into(),
-                p.status.into(),
-                p.dispatch_enabled.into(),
-                p.paused_until.into(),
-                p.running.into(),
-                p.concurrency.into(),
-            ],
-        )
-        .await?;
+        self.exec(PRESENCE_UPSERT, presence_values(p)).await?;
         Ok(())
     }
 
