@@ -406,8 +406,12 @@ impl Runner {
 impl Drop for Runner {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            // A failing test shows what each machine said.
-            eprintln!("--- log of runner {} ---\n{}", self.machine, std::fs::read_to_string(&self.log).unwrap_or_default());
+            // A failing test shows the end of what each machine said (only the end, so that
+            // many runners do not bury the panic message that precedes this).
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            eprintln!("--- last lines of runner {} ({}) ---\n{tail}", self.machine, self.log.display());
         }
         signal_tree(self.child.id(), libc::SIGCONT);
         let _ = self.child.kill();

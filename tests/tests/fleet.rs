@@ -45,6 +45,34 @@ struct Execution {
     ended: Option<String>,
 }
 
+/// The agents' own records: one line when an execution starts, one when it ends (`end`)
+/// or is stopped (`term`).
+fn read_executions(record: &std::path::Path) -> HashMap<(i64, i64), Execution> {
+    let text = std::fs::read_to_string(record).unwrap_or_default();
+    let mut execs: HashMap<(i64, i64), Execution> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let parsed = (f.len() == 5).then(|| (f[1].parse::<i64>(), f[2].parse::<i64>(), f[4].parse::<i64>()));
+        let Some((Ok(job), Ok(token), Ok(at))) = parsed else { continue };
+        let e = execs.entry((job, token)).or_insert_with(|| Execution {
+            job,
+            token,
+            machine: f[3].to_string(),
+            start_ms: at,
+            end_ms: None,
+            ended: None,
+        });
+        match f[0] {
+            "start" => e.start_ms = at,
+            kind => {
+                e.end_ms = Some(at);
+                e.ended = Some(kind.to_string());
+            }
+        }
+    }
+    execs
+}
+
 /// 40 processes (two machines for each of 20 orchestrators), 200 concurrent claimers drain the queue while
 /// faults are injected; then the records and the database must agree that every job ended,
 /// none was lost or completed twice, no two lease-holding executions of a job overlapped,
@@ -80,7 +108,7 @@ async fn fleet_under_faults() {
     assert_eq!(all_ids.len(), jobs);
 
     // The agent: one append when it starts, one when it ends, "term" if stopped. One job in
-    // ten works for a while, so faults land mid-execution.
+    // ten works for 1.5 s, so faults land mid-execution.
     let record = home.path().join("executions.log");
     let agent = home.path().join("agent.sh");
     std::fs::write(
@@ -91,7 +119,7 @@ async fn fleet_under_faults() {
              t() {{ local e=${{EPOCHREALTIME/./}}; echo ${{e:0:13}}; }}\n\
              echo \"start $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec\n\
              trap 'echo \"term $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec; exit 143' TERM\n\
-             if (( DEVPILOT_JOB_ID % 10 == 0 )); then sleep 0.4; fi\n\
+             if (( DEVPILOT_JOB_ID % 10 == 0 )); then sleep 1.5; fi\n\
              echo \"end $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec\n",
             rec = record.display()
         ),
@@ -131,6 +159,7 @@ async fn fleet_under_faults() {
     let mut faults: Vec<Fault> = vec![];
     let mut plan = vec!["kill", "stop", "restart"];
     let mut pg_restarts = 0;
+    let mut stops_missed = 0;
     let mut max_conns_per_machine = 0i64;
     let deadline = Instant::now() + Duration::from_secs(env_usize("DEVPILOT_FLEET_TIMEOUT_SECS", 1500) as u64);
     loop {
@@ -184,16 +213,28 @@ async fn fleet_under_faults() {
         let mut names: Vec<String> = runners.keys().cloned().collect();
         names.sort();
         if kind == "stop" {
-            // Freeze a machine that is holding work, so the lid closes on a running agent.
+            // Freeze a machine whose agent is mid-run right now, by the agents' own records:
+            // best a slow job (one in ten) that started less than a second ago. Failing that,
+            // any machine the database says holds work.
+            let now = now_ms();
+            let mut mid_run: Vec<String> = read_executions(&record)
+                .into_values()
+                .filter(|x| x.end_ms.is_none() && x.job % 10 == 0 && now - x.start_ms < 1000)
+                .map(|x| x.machine)
+                .collect();
             let mut holders = vec![];
             for o in &orchs {
                 if let Ok(rows) = queue.running(o).await {
                     holders.extend(rows.into_iter().filter_map(|r| r.claimed_by));
                 }
             }
-            holders.sort();
-            holders.dedup();
-            if !holders.is_empty() {
+            for list in [&mut holders, &mut mid_run] {
+                list.sort();
+                list.dedup();
+            }
+            if !mid_run.is_empty() {
+                names = mid_run;
+            } else if !holders.is_empty() {
                 names = holders;
             }
         }
@@ -206,56 +247,86 @@ async fn fleet_under_faults() {
                 unsafe { libc::kill(r.pid() as i32, libc::SIGKILL) };
                 let _ = r.child.wait();
                 faults.push(Fault::Kill { machine: m.clone(), at_ms });
+                println!("fault: kill -9 {m}");
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let o = o.clone();
                 runners.insert(m.clone(), (o.clone(), start_runner(&o, &m)));
             }
             "stop" => {
-                let (_, r) = runners.get(&m).unwrap();
+                let (o, r) = runners.get(&m).unwrap();
+                let o = o.clone();
                 let from_ms = now_ms();
                 signal_tree(r.pid(), libc::SIGSTOP);
-                // Longer than the claim timeout plus a sweep interval: the lease must expire.
-                tokio::time::sleep(Duration::from_millis(5500)).await;
+                // Longer than the claim timeout, and then until the sibling machine has swept
+                // one of this machine's leases (the signal we wait for), capped so that a
+                // broken sweep cannot hang the test. On a loaded machine a fixed sleep was
+                // sometimes too short and the lid closed on nothing.
+                let frozen = Instant::now();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    let waited = frozen.elapsed();
+                    if waited >= Duration::from_secs(20) {
+                        break;
+                    }
+                    if waited >= Duration::from_millis(3500)
+                        && queue.events_of_kind(&o, "swept").await.is_ok_and(|evs| {
+                            evs.iter().any(|e| e.machine.as_deref() == Some(m.as_str()) && e.at >= from_ms)
+                        })
+                    {
+                        break;
+                    }
+                }
                 signal_tree(r.pid(), libc::SIGCONT);
-                faults.push(Fault::Stop { machine: m.clone(), from_ms, to_ms: now_ms() });
+                let to_ms = now_ms();
+                faults.push(Fault::Stop { machine: m.clone(), from_ms, to_ms });
+                // Did the lid close on a running agent? If no lease of an execution that was
+                // mid-run was swept while the machine was frozen, the fault missed: plan
+                // another, so that the proof below never depends on luck (bounded, so a
+                // broken sweep still fails the test).
+                let execs = read_executions(&record);
+                let bit = queue.events_of_kind(&o, "swept").await.is_ok_and(|evs| {
+                    evs.iter().any(|e| {
+                        e.machine.as_deref() == Some(m.as_str())
+                            && e.at >= from_ms
+                            && e.at <= to_ms
+                            && e.claim_token.and_then(|t| execs.get(&(e.job_id, t))).is_some_and(|x| {
+                                x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms)
+                            })
+                    })
+                });
+                let held: Vec<(i64, i64, Option<i64>, Option<i64>)> = {
+                    let mut v: Vec<_> = execs
+                        .values()
+                        .filter(|x| x.machine == m && x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms))
+                        .map(|x| (x.job, x.token, Some(from_ms - x.start_ms), x.end_ms.map(|e| e - from_ms)))
+                        .collect();
+                    v.sort();
+                    v
+                };
+                println!("fault: froze {m} for {} ms; mid-run then (job, claim, ms since start, ms to end): {held:?}; a lease swept meanwhile: {bit}", to_ms - from_ms);
+                if !bit && stops_missed < 8 {
+                    stops_missed += 1;
+                    plan.push("stop");
+                }
             }
             _ => {
                 pg.restart_immediate();
                 pg_restarts += 1;
                 faults.push(Fault::PgRestart);
+                println!("fault: PostgreSQL restarted (immediate)");
             }
         }
     }
     for (_, (_, r)) in runners.iter_mut() {
         let _ = r.wait_timeout(Duration::from_secs(30));
     }
+    // The runners are done; dropping them now keeps a failing verdict's message last.
+    let processes = runners.len();
+    drop(runners);
     let elapsed = started.elapsed();
 
     // ---------------------------------------------------------------- the verdict
-    let text = std::fs::read_to_string(&record).unwrap();
-    let mut execs: HashMap<(i64, i64), Execution> = HashMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() != 5 {
-            continue;
-        }
-        let (job, token, at): (i64, i64, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap(), f[4].parse().unwrap());
-        let e = execs.entry((job, token)).or_insert_with(|| Execution {
-            job,
-            token,
-            machine: f[3].to_string(),
-            start_ms: at,
-            end_ms: None,
-            ended: None,
-        });
-        match f[0] {
-            "start" => e.start_ms = at,
-            kind => {
-                e.end_ms = Some(at);
-                e.ended = Some(kind.to_string());
-            }
-        }
-    }
+    let execs = read_executions(&record);
 
     let mut final_state: HashMap<i64, (String, i64)> = HashMap::new();
     let mut events_by_job: HashMap<i64, Vec<devpilot::queue::JobEvent>> = HashMap::new();
@@ -388,10 +459,10 @@ async fn fleet_under_faults() {
     let executions = execs.len();
     let summary = format!(
         "fleet result: {jobs} jobs over {orchestrators} orchestrators, {} processes x {per_runner} claimers; \
-         {completed} completed, {dead} dead, {executions} executions; faults: {kills} kill -9, {stops} SIGSTOP > lease, \
+         {completed} completed, {dead} dead, {executions} executions; faults: {kills} kill -9, {stops} SIGSTOP > lease ({stops_missed} of them missed every lease and were repeated), \
          {pg_restarts} PostgreSQL restarts; {late} late completions fenced, {stale_stopped} stale agents stopped, \
          {overlaps_checked} claim hand-overs checked; max connections per machine {max_conns_per_machine}; {:.1}s",
-        runners.len(),
+        processes,
         elapsed.as_secs_f64()
     );
     println!("{summary}");
