@@ -48,6 +48,12 @@ const CLAIM_PICKED: &str = "UPDATE dispatch_queue
                     AND claimed_at IS NULL AND state IN ('queued','failed')
                  RETURNING id, orchestrator_id, payload, title, claim_token, attempts";
 
+/// The "claimed" history of the rows in `claimed`, inside the claim statement (PostgreSQL).
+const CLAIM_HISTORY: &str = "history AS (
+                 INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+                 SELECT id, orchestrator_id, 'claimed', $2, claim_token, 'attempt ' || attempts, {NOW}
+                   FROM claimed)";
+
 /// A machine's presence row, $1..$7 in the order of [`presence_values`].
 const PRESENCE_UPSERT: &str = "INSERT INTO machines
                  (orchestrator_id, machine, last_seen_at, status, dispatch_enabled, paused_until,
@@ -386,6 +392,14 @@ impl Queue {
         if limit == 0 {
             return Ok(vec![]);
         }
+        if self.backend == DbBackend::Postgres {
+            return Ok(self.claim_next_with(orchestrator_id, machine, limit, &PollExtras::default()).await?.claims);
+        }
+        self.claim_next_separate_history(orchestrator_id, machine, limit).await
+    }
+
+    /// The claim, then its history in a second statement (SQLite: no data-modifying CTEs).
+    async fn claim_next_separate_history(&self, orchestrator_id: &str, machine: &str, limit: u32) -> Result<Vec<Claim>> {
         let rows = self
             .query(&claim_next_sql(), vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()])
             .await?;
@@ -402,6 +416,9 @@ impl Queue {
     /// spawns only when `stale` says there is something to sweep, so a failing sweep can
     /// still never fail a poll. SQLite has no data-modifying CTEs: there the presence row is
     /// written by its own statement and `stale` is always true when asked (sweep as before).
+    ///
+    /// On PostgreSQL the claims' history rows are written by the same statement too, so a
+    /// claim and its "claimed" event commit together.
     pub async fn claim_next_with(
         &self,
         orchestrator_id: &str,
@@ -415,7 +432,7 @@ impl Queue {
                     tracing::debug!(error = %e, "presence update failed");
                 }
             }
-            let claims = self.claim_next(orchestrator_id, machine, limit).await?;
+            let claims = if limit == 0 { vec![] } else { self.claim_next_separate_history(orchestrator_id, machine, limit).await? };
             return Ok(Polled { claims, stale: extras.stale_after.is_some() });
         }
         // $1 orchestrator, $2 machine, then the presence values ($3..$7, as in
@@ -440,7 +457,7 @@ impl Queue {
             None => "false".to_string(),
         };
         let sql = format!(
-            "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED})
+            "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED}), {CLAIM_HISTORY}
              SELECT c.*, s.stale FROM (SELECT {stale} AS stale) s LEFT JOIN claimed c ON true"
         )
         .replace("{LIMIT}", &limit_at);
@@ -456,7 +473,6 @@ impl Queue {
             }
         }
         claims.sort_by_key(|c| c.id);
-        self.record_claims(&claims, machine).await;
         Ok(Polled { claims, stale })
     }
 
@@ -514,27 +530,39 @@ impl Queue {
         if done.is_empty() {
             return Ok(vec![]);
         }
-        let (pairs, values) = pair_list(done, 0);
-        let rows = self
-            .query(
-                &format!(
-                    "UPDATE dispatch_queue
-                        SET state = 'completed', completed_at = {{NOW}}, last_error = NULL
-                      WHERE (id, claim_token) IN ({pairs}) AND state = 'running'
-                     RETURNING id, claim_token, orchestrator_id"
-                ),
-                values,
+        let (pairs, mut values) = pair_list(done, 0);
+        let update = format!(
+            "UPDATE dispatch_queue
+                SET state = 'completed', completed_at = {{NOW}}, last_error = NULL
+              WHERE (id, claim_token) IN ({pairs}) AND state = 'running'
+             RETURNING id, claim_token, orchestrator_id"
+        );
+        // On PostgreSQL the completion and its history row commit in one statement.
+        let in_statement = self.backend == DbBackend::Postgres;
+        let sql = if in_statement {
+            values.push(machine.into());
+            format!(
+                "WITH done AS ({update}), history AS (
+                    INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, at)
+                    SELECT id, orchestrator_id, 'completed', ${}, claim_token, {{NOW}} FROM done)
+                 SELECT * FROM done",
+                values.len()
             )
-            .await?;
+        } else {
+            update
+        };
+        let rows = self.query(&sql, values).await?;
         let mut accepted = Vec::with_capacity(rows.len());
         let mut orchestrators = Vec::with_capacity(rows.len());
         for r in &rows {
             accepted.push((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?));
             orchestrators.push(r.try_get::<String>("", "orchestrator_id")?);
         }
+        let written = if in_statement { accepted.len() } else { 0 };
         let mut events: Vec<NewEvent> = accepted
             .iter()
             .zip(&orchestrators)
+            .skip(written)
             .map(|((id, token), o)| NewEvent {
                 job_id: *id,
                 orchestrator_id: o,
