@@ -6,6 +6,8 @@
 //! - `m20261129_000001_dispatch`: the queue (`dispatch_queue`), fleet presence (`machines`) and
 //!   the per-job history (`job_events`), with the partial indexes that keep the claim and sweep
 //!   paths index-only.
+//! - `m20261130_000001_claim_order`: the pick's index keyed `(orchestrator_id, created_at,
+//!   id)`, so the planner cannot serve the pick from the primary key (profiled in the file).
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -15,6 +17,7 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_dispatch;
+mod m20261130_000001_claim_order;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -22,6 +25,9 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261129_000001_dispatch::Migration)]
+        vec![
+            Box::new(m20261129_000001_dispatch::Migration),
+            Box::new(m20261130_000001_claim_order::Migration),
+        ]
     }
 }

@@ -31,11 +31,13 @@ const SQLITE_NOW: &str = "(CAST((julianday('now') - 2440587.5) * 86400000 AS INT
 pub const CLAIMABLE: &str = "state IN ('queued','failed')";
 
 /// The herd-free pick: the oldest claimable rows, skipping rows another claimer holds.
-/// `{LIMIT}` is the placeholder of the batch size.
+/// `{LIMIT}` is the placeholder of the batch size. Ordered by `(created_at, id)`, which only
+/// the partial index `dispatch_queue_pick` serves (ordering by `id` alone let the planner walk
+/// the primary key past every claimed row; see the migration that made the index).
 const PICK: &str = "SELECT id FROM dispatch_queue
                      WHERE orchestrator_id = $1
                        AND claimed_at IS NULL AND state IN ('queued','failed')
-                     ORDER BY id
+                     ORDER BY created_at, id
                      LIMIT {LIMIT}
                      {SKIP_LOCKED}";
 
@@ -372,7 +374,7 @@ impl Queue {
             .query(
                 "SELECT id FROM dispatch_queue
                   WHERE orchestrator_id = $1 AND claimed_at IS NULL AND state IN ('queued','failed')
-                  ORDER BY id LIMIT $2",
+                  ORDER BY created_at, id LIMIT $2",
                 vec![orchestrator_id.into(), i64::from(limit).into()],
             )
             .await?;
