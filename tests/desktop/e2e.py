@@ -142,12 +142,12 @@ def wd(method, path, body=None, idempotent=False):
         except (ConnectionError, http.client.HTTPException) as e:
             if attempt == (2 if idempotent else 0):
                 raise
-            log(f"webdriver {method} {path} dropped ({e!r}); retrying a read")
+            log(f"webdriver {method} {path} dropped ({e!r}); retrying an idempotent request")
             time.sleep(2)
 
 
-def wd_exec(script, args=None):
-    return wd("POST", f"/session/{SESSION}/execute/sync", {"script": script, "args": args or []})
+def wd_exec(script, args=None, idempotent=False):
+    return wd("POST", f"/session/{SESSION}/execute/sync", {"script": script, "args": args or []}, idempotent=idempotent)
 
 
 def wd_invoke(cmd, args=None):
@@ -174,8 +174,9 @@ def wd_click(css):
 
 
 def wd_set(css, value):
+    # Setting a field to a value twice is the same as once, so a dropped connection retries.
     wd_exec("const e = document.querySelector(arguments[0]); e.value = arguments[1];"
-            "e.dispatchEvent(new Event('change', {bubbles: true}));", [css, value])
+            "e.dispatchEvent(new Event('change', {bubbles: true}));", [css, value], idempotent=True)
 
 
 # ------------------------------------------------------------------ tray
