@@ -93,8 +93,8 @@ fn end_idle_network_process() -> bool {
 
 /// Returns the heap that the destroyed window's WebKit and GTK objects freed to the system.
 /// glibc keeps freed memory in its arenas for reuse, and a tray app whose window is closed
-/// will not reuse it for hours; measured after one open/close: about 20 MB of the closed
-/// app's PSS.
+/// will not reuse it for hours. Measured: under 2 MB of the closed app's PSS (most of what
+/// an open/close cycle adds stays live inside WebKitGTK; see bench/TRAY_FOOTPRINT.md).
 #[cfg(target_os = "linux")]
 fn give_back_freed_memory() {
     #[cfg(target_env = "gnu")]
