@@ -445,7 +445,7 @@ impl Queue {
             values.extend(presence_values(p).into_iter().skip(2));
             ctes = format!("presence AS ({PRESENCE_UPSERT} RETURNING 1), ");
         }
-        values.push(i64::from(std::cmp::max(limit, 1)).into());
+        values.push(i64::from(limit).into());
         let limit_at = format!("${}", values.len());
         let stale = match extras.stale_after {
             Some(after) => {
