@@ -468,6 +468,7 @@ impl Loop {
                 }
                 _ = tokio::time::sleep_until(self.next_poll), if poll_due => self.poll(),
             }
+            self.maybe_finish_handoff();
             self.maybe_finish_stop();
         }
         self.write_presence(MachineState::Stopped);
@@ -563,12 +564,8 @@ impl Loop {
                 if pause {
                     self.paused = Some(Paused::Indefinitely);
                 }
-                if self.running.is_empty() {
-                    let _ = done.send(vec![]);
-                } else {
-                    self.handoff_waiters.push(done);
-                    self.cancel_all(CancelReason::HandOff);
-                }
+                self.handoff_waiters.push(done);
+                self.cancel_all(CancelReason::HandOff);
                 self.state_changed();
             }
             Command::Recheck(done) => {
@@ -607,8 +604,26 @@ impl Loop {
         }
     }
 
+    /// Nothing this machine claimed is still being stopped or handed back, and no poll whose
+    /// claims would be unwanted is still in flight.
+    fn handed_off(&self) -> bool {
+        self.running.values().all(|s| s.cancel.is_some())
+            && self.zombies.is_empty()
+            && (self.accepting() || !self.poll_in_flight)
+    }
+
+    fn maybe_finish_handoff(&mut self) {
+        if !self.handoff_waiters.is_empty() && self.handed_off() {
+            for w in self.handoff_waiters.drain(..) {
+                let _ = w.send(vec![]);
+            }
+        }
+    }
+
     fn maybe_finish_stop(&mut self) {
-        if self.stopping.is_some() && self.running.is_empty() && self.zombies.is_empty() {
+        // A poll still in flight may yet land a claim; it must be handed back before we go,
+        // or the claim would sit stranded until a sweep.
+        if self.stopping.is_some() && self.running.is_empty() && self.zombies.is_empty() && !self.poll_in_flight {
             self.finished = true;
         }
     }
@@ -618,11 +633,6 @@ impl Loop {
             self.running.remove(&id);
         } else {
             self.zombies.remove(&(id, token));
-        }
-        if self.running.is_empty() {
-            for w in self.handoff_waiters.drain(..) {
-                let _ = w.send(vec![]);
-            }
         }
         // A slot freed up: look for more work now.
         self.next_poll = Instant::now();
@@ -699,6 +709,13 @@ impl Loop {
                         self.set_online(true, None);
                         if stale && !self.sweep_in_flight {
                             self.start_sweep();
+                        }
+                        if !self.accepting() {
+                            // Dispatch went off, a pause began or a stop started while this
+                            // poll was in flight: these claims are not wanted here.
+                            self.hand_back(claims);
+                            self.publish();
+                            return;
                         }
                         let got = claims.len() as u64;
                         for c in claims {
@@ -893,6 +910,22 @@ impl Loop {
             let result = q.renew(&held).await;
             let _ = tx.send(Net::Renewed { asked, result });
         });
+    }
+
+    /// Releases claims that landed after this machine stopped claiming, without running them
+    /// or burning an attempt. They count as zombies until released, so a stop or a hand-off
+    /// waits for them.
+    fn hand_back(&mut self, claims: Vec<Claim>) {
+        for c in claims {
+            tracing::info!(job = c.id, "a claim landed after claiming stopped; handing it back");
+            self.zombies.insert((c.id, c.token));
+            let (q, machine, done) = (self.queue.clone(), self.cfg.machine.clone(), self.done_tx.clone());
+            tokio::spawn(async move {
+                let reason = "claimed just as this machine stopped claiming; handed back unrun";
+                let _ = retry(&cancel_never(), || q.release(c.id, c.token, &machine, reason)).await;
+                let _ = done.send((c.id, c.token));
+            });
+        }
     }
 
     fn start_job(&mut self, claim: Claim) {

@@ -42,6 +42,7 @@ on_both_backends!(
     orchestrator_runs_and_hands_off,
     enqueue_rejects_non_object_payload,
     poll_carries_presence_and_the_stale_test,
+    claims_landing_after_claiming_stops_are_handed_back,
 );
 
 /// The article's proof: five claims race for one row on five connections; exactly one gets the
@@ -391,4 +392,77 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
     assert!(!p.stale);
     let kinds: Vec<String> = db.queue.history(ids[2]).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(kinds, ["claimed"]);
+}
+
+/// Holds the queue's write lock from another connection, so that a poll blocks in the
+/// database and stays in flight for as long as the test wants.
+async fn hold_queue_lock(db: &TestDb, q: &devpilot::queue::Queue) -> sea_orm::DatabaseTransaction {
+    use sea_orm::TransactionTrait;
+    let txn = q.connection().begin().await.unwrap();
+    let sql = match db.backend {
+        // EXCLUSIVE conflicts with the ROW SHARE lock that FOR UPDATE takes, so the pick waits
+        // instead of skipping.
+        Backend::Postgres => "LOCK TABLE dispatch_queue IN EXCLUSIVE MODE",
+        // Any write takes SQLite's single writer lock; the poll's UPDATE waits on busy_timeout.
+        Backend::Sqlite => "UPDATE dispatch_queue SET attempts = attempts WHERE id < 0",
+    };
+    txn.execute_unprepared(sql).await.unwrap();
+    txn
+}
+
+/// A claim that lands after this machine stopped claiming (dispatch switched off, or a stop
+/// begun, while the poll was in flight) is handed straight back, unrun and without burning an
+/// attempt; and a stop waits for that hand-back, so Quit never strands a claim.
+async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("late");
+    let blocker = db.another_queue().await;
+    let handed_back = |id: i64| {
+        let q = db.queue.clone();
+        async move {
+            q.history(id).await.unwrap().iter().filter(|e| e.kind == "handed_off").count()
+        }
+    };
+
+    // Dispatch off while the poll is blocked in the database.
+    let first = db.queue.enqueue(&orch, &json!({"n": 1})).await.unwrap();
+    let lock = hold_queue_lock(&db, &blocker).await;
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), cfg(&db, &orch, AgentSpec::NoOp), None);
+    let mut events = h.subscribe();
+    assert!(wait_for(Duration::from_secs(10), || async { h.stats().claim_queries.load(Ordering::Relaxed) >= 1 }).await);
+    h.set_enabled(false);
+    let mut st = h.watch_status();
+    tokio::time::timeout(Duration::from_secs(10), st.wait_for(|s| s.state == orchestrator::MachineState::Off))
+        .await
+        .unwrap()
+        .unwrap();
+    lock.commit().await.unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || async { handed_back(first).await == 1 }).await,
+        "the late claim was handed back"
+    );
+    let (job, _) = db.queue.job(first).await.unwrap().unwrap();
+    assert_eq!((job.state.as_str(), job.attempts), ("queued", 0), "unrun, no attempt burned");
+    while let Ok(ev) = events.try_recv() {
+        assert!(!matches!(ev, orchestrator::Event::Claimed { .. }), "nothing ran: {ev:?}");
+    }
+
+    // A stop while the poll is blocked returns only after the late claim is handed back.
+    let lock = hold_queue_lock(&db, &blocker).await;
+    let before = h.stats().claim_queries.load(Ordering::Relaxed);
+    h.set_enabled(true);
+    assert!(wait_for(Duration::from_secs(10), || async { h.stats().claim_queries.load(Ordering::Relaxed) > before }).await);
+    let mut st = h.watch_status();
+    st.mark_unchanged();
+    let stopper = tokio::spawn({
+        let h = h.clone();
+        async move { h.stop(StopMode::HandOff).await }
+    });
+    // The loop publishes its status when it takes the stop command.
+    tokio::time::timeout(Duration::from_secs(10), st.changed()).await.unwrap().unwrap();
+    lock.commit().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), stopper).await.unwrap().unwrap();
+    assert_eq!(handed_back(first).await, 2, "handed back before the stop returned");
+    let (job, _) = db.queue.job(first).await.unwrap().unwrap();
+    assert_eq!((job.state.as_str(), job.attempts), ("queued", 0));
 }
