@@ -152,6 +152,8 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     spawn_signal_handler(app);
     if show_window {
         window::open(app, None);
+    } else {
+        window::page_out_when_idle(app);
     }
 }
 

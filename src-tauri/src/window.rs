@@ -38,6 +38,9 @@ pub fn on_event<R: Runtime>(window: &Window<R>, event: &WindowEvent) {
                         // The page's memory is freed but glibc keeps the pages; hand them back.
                         std::thread::sleep(std::time::Duration::from_secs(1));
                         give_back_freed_memory();
+                        if app.webview_windows().is_empty() {
+                            page_out_window_stack();
+                        }
                         return;
                     }
                 }
@@ -103,6 +106,84 @@ fn give_back_freed_memory() {
         let released = unsafe { libc::malloc_trim(0) };
         tracing::debug!(released = released != 0, "window closed: returned freed heap to the system");
     }
+}
+
+/// Libraries that only the window uses: the webview (WebKitGTK, JavaScriptCore, ICU, flite for
+/// WebKit's speech synthesis, GStreamer) and the GL stack it renders with (Mesa's EGL/GLX, the
+/// DRI driver and the LLVM it JIT-compiles shaders with). They stay linked for the app's life.
+#[cfg(target_os = "linux")]
+const WINDOW_ONLY: &[&str] = &[
+    "libwebkit2gtk",
+    "libjavascriptcoregtk",
+    "libicu",
+    "libflite",
+    "libgst",
+    "libLLVM",
+    "/dri/",
+    "libEGL",
+    "libGLX",
+    "libGLESv2",
+    "libgbm",
+    "libepoxy",
+];
+
+/// With no window open, tells the kernel that the window-only libraries' pages can go
+/// (MADV_PAGEOUT). Clean file pages are dropped at once and read back from the file (or the
+/// page cache) on their next use, which is the next time a window opens; private dirty pages
+/// (relocations) would go to swap if there is any and otherwise stay. Nothing changes in the
+/// mapping's contents, so this is safe whatever else is running. Measured in
+/// bench/TRAY_FOOTPRINT.md: it is most of the gap between a closed window and the
+/// < 100 MB target. `DEVPILOT_WEBKIT_DEFAULTS=1` skips it (for measuring).
+#[cfg(target_os = "linux")]
+fn page_out_window_stack() {
+    if std::env::var_os("DEVPILOT_WEBKIT_DEFAULTS").is_some() {
+        return;
+    }
+    let maps = match std::fs::read_to_string("/proc/self/maps") {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read /proc/self/maps");
+            return;
+        }
+    };
+    let (mut advised, mut bytes, mut failed) = (0u32, 0usize, 0u32);
+    for line in maps.lines() {
+        // start-end perms offset dev inode path
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(path)) = (f.next(), f.nth(4)) else { continue };
+        if !WINDOW_ONLY.iter().any(|lib| path.contains(lib)) {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+        // SAFETY: advice only. MADV_PAGEOUT never changes what a page holds; the next access
+        // faults it back in. A range unmapped since we read the maps fails with ENOMEM.
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT) };
+        if rc == 0 {
+            advised += 1;
+            bytes += end - start;
+        } else {
+            failed += 1;
+        }
+    }
+    tracing::info!(mappings = advised, mapped_mb = bytes / (1 << 20), failed, "no window open: paged out the window's libraries");
+}
+
+/// At a start with no window (autostart at login), the same: the GL stack is initialised with
+/// the toolkit even though no page is ever shown.
+pub fn page_out_when_idle<R: Runtime>(app: &AppHandle<R>) {
+    #[cfg(target_os = "linux")]
+    {
+        let app = app.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            if app.webview_windows().is_empty() {
+                page_out_window_stack();
+            }
+        });
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = app;
 }
 
 /// Shows the window (creating it if needed) at `section`: fleet, queue, settings or quit.

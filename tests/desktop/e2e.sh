@@ -74,3 +74,5 @@ export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw"
 python3 "$HERE/e2e.py"
 # The sleep hook, against a logind test double on a private "system bus" (see sleep_test.py).
 python3 "$HERE/sleep_test.py"
+# Closing the window pages its libraries out, and reopening brings it back whole.
+python3 "$HERE/window_cycle_test.py"
