@@ -324,6 +324,8 @@ pub fn spawn(
         sweep_in_flight: false,
         last_presence: None,
         poll_in_flight: false,
+        poll_wait: None,
+        poll_abandoned: false,
         renew_in_flight: false,
         next_poll: Instant::now(),
         next_heartbeat: Instant::now(),
@@ -408,6 +410,10 @@ struct Loop {
     sweep_in_flight: bool,
     last_presence: Option<Instant>,
     poll_in_flight: bool,
+    /// While stopping or handing off: how long to wait for an in-flight poll's answer, whose
+    /// claims must be handed back. Past it the answer is given up on (see `poll_pending`).
+    poll_wait: Option<Instant>,
+    poll_abandoned: bool,
     renew_in_flight: bool,
     next_poll: Instant,
     next_heartbeat: Instant,
@@ -418,6 +424,11 @@ struct Loop {
 }
 
 const FAR: Duration = Duration::from_secs(86_400);
+
+/// How long a stop or a hand-off waits for the answer to a poll already in flight. A healthy
+/// database answers in milliseconds; one that does not (unreachable, a pool timeout of 30 s)
+/// is unlikely to have claimed anything, and must not hold up Quit or a settings change.
+const POLL_ANSWER_WAIT: Duration = Duration::from_secs(5);
 
 impl Loop {
     async fn run(
@@ -460,6 +471,13 @@ impl Loop {
                     self.state_changed();
                 }
                 _ = tokio::time::sleep_until(self.next_heartbeat), if heartbeat_due => self.renew(),
+                _ = tokio::time::sleep_until(self.poll_wait.unwrap_or_else(|| Instant::now() + FAR)), if self.poll_wait.is_some() => {
+                    self.poll_wait = None;
+                    if self.poll_in_flight {
+                        tracing::warn!("no answer to the last poll yet; not waiting for it (a claim it made, if any, goes back with the sweep)");
+                        self.poll_abandoned = true;
+                    }
+                }
                 hint = hints.recv(), if hints_open => {
                     match hint {
                         Some(()) => { self.backoff = self.cfg.poll_interval; self.next_poll = Instant::now(); }
@@ -564,6 +582,7 @@ impl Loop {
                 if pause {
                     self.paused = Some(Paused::Indefinitely);
                 }
+                self.wait_for_poll_answer();
                 self.handoff_waiters.push(done);
                 self.cancel_all(CancelReason::HandOff);
                 self.state_changed();
@@ -578,6 +597,7 @@ impl Loop {
                 }
             }
             Command::Stop { mode, done } => {
+                self.wait_for_poll_answer();
                 match &mut self.stopping {
                     Some((_, _, waiters)) => waiters.push(done),
                     None => {
@@ -604,12 +624,23 @@ impl Loop {
         }
     }
 
+    fn wait_for_poll_answer(&mut self) {
+        if self.poll_in_flight && self.poll_wait.is_none() {
+            self.poll_wait = Some(Instant::now() + POLL_ANSWER_WAIT);
+        }
+    }
+
+    /// A poll is in flight and we still wait for its answer.
+    fn poll_pending(&self) -> bool {
+        self.poll_in_flight && !self.poll_abandoned
+    }
+
     /// Nothing this machine claimed is still being stopped or handed back, and no poll whose
     /// claims would be unwanted is still in flight.
     fn handed_off(&self) -> bool {
         self.running.values().all(|s| s.cancel.is_some())
             && self.zombies.is_empty()
-            && (self.accepting() || !self.poll_in_flight)
+            && (self.accepting() || !self.poll_pending())
     }
 
     fn maybe_finish_handoff(&mut self) {
@@ -623,7 +654,7 @@ impl Loop {
     fn maybe_finish_stop(&mut self) {
         // A poll still in flight may yet land a claim; it must be handed back before we go,
         // or the claim would sit stranded until a sweep.
-        if self.stopping.is_some() && self.running.is_empty() && self.zombies.is_empty() && !self.poll_in_flight {
+        if self.stopping.is_some() && self.running.is_empty() && self.zombies.is_empty() && !self.poll_pending() {
             self.finished = true;
         }
     }
@@ -704,6 +735,8 @@ impl Loop {
         match net {
             Net::Polled(res, asked) => {
                 self.poll_in_flight = false;
+                self.poll_abandoned = false;
+                self.poll_wait = None;
                 match res {
                     Ok((claims, stale)) => {
                         self.set_online(true, None);

@@ -412,7 +412,8 @@ async fn hold_queue_lock(db: &TestDb, q: &devpilot::queue::Queue) -> sea_orm::Da
 
 /// A claim that lands after this machine stopped claiming (dispatch switched off, or a stop
 /// begun, while the poll was in flight) is handed straight back, unrun and without burning an
-/// attempt; and a stop waits for that hand-back, so Quit never strands a claim.
+/// attempt; and a stop waits for that hand-back, so Quit never strands a claim, but only for
+/// a few seconds when the database does not answer at all.
 async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("late");
@@ -465,4 +466,16 @@ async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
     assert_eq!(handed_back(first).await, 2, "handed back before the stop returned");
     let (job, _) = db.queue.job(first).await.unwrap().unwrap();
     assert_eq!((job.state.as_str(), job.attempts), ("queued", 0));
+
+    // A database that never answers does not hold up a stop (Quit, a settings change): the
+    // loop waits a few seconds for the answer, then gives up on it.
+    let lock = hold_queue_lock(&db, &blocker).await;
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), cfg(&db, &orch, AgentSpec::NoOp), None);
+    assert!(wait_for(Duration::from_secs(10), || async { h.stats().claim_queries.load(Ordering::Relaxed) >= 1 }).await);
+    let asked = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), h.stop(StopMode::HandOff))
+        .await
+        .expect("a stop does not wait for a poll the database never answers");
+    assert!(asked.elapsed() >= Duration::from_secs(4), "it waited for the answer first: {:?}", asked.elapsed());
+    lock.rollback().await.unwrap();
 }
