@@ -489,7 +489,16 @@ impl Loop {
             self.maybe_finish_handoff();
             self.maybe_finish_stop();
         }
-        self.write_presence(MachineState::Stopped);
+        // Awaited (briefly), not spawned: the process may exit the moment the stop returns, and
+        // the fleet should see this machine as stopped rather than as gone silent.
+        let mut f = self.presence_fields();
+        f.status = "stopped";
+        let presence = f.presence(&self.cfg.orchestrator_id, &self.cfg.machine);
+        match tokio::time::timeout(Duration::from_secs(3), self.queue.heartbeat_machine(&presence)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "could not record this machine as stopped"),
+            Err(_) => tracing::debug!("no answer recording this machine as stopped"),
+        }
         let _ = self.events.send(Event::Stopped);
         if let Some((_, _, waiters)) = self.stopping.take() {
             for w in waiters {
@@ -888,7 +897,7 @@ impl Loop {
 
     fn maybe_presence(&mut self) {
         if self.presence_due() {
-            self.write_presence(self.state());
+            self.write_presence();
         }
     }
 
@@ -915,11 +924,8 @@ impl Loop {
         }
     }
 
-    fn write_presence(&mut self, state: MachineState) {
-        let mut f = self.presence_fields();
-        if state == MachineState::Stopped {
-            f.status = "stopped";
-        }
+    fn write_presence(&mut self) {
+        let f = self.presence_fields();
         let q = self.queue.clone();
         let (orch, machine) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone());
         tokio::spawn(async move {
