@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "desktop"))
-from xwin import close_window, window_exists  # noqa: E402  (shared with the desktop tests)
+from desk import close_window, window_exists  # noqa: E402  (shared with the desktop tests)
 
 ENV = os.environ
 TRAY = ENV["FOOTPRINT_TRAY_BIN"]

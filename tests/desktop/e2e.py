@@ -15,6 +15,8 @@ import sys
 import time
 import urllib.request
 
+import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
+
 ENV = os.environ
 WORK = ENV["E2E_WORK"]
 ART = ENV["E2E_ARTIFACTS"]
@@ -29,34 +31,9 @@ MACHINE = os.uname().nodename
 WD = "http://127.0.0.1:4444"
 
 STARTED = []  # (name, Popen) we started, ended by pid at exit
-RESULTS = []
-
-
-def log(msg):
-    print(msg, flush=True)
-
-
-def check(name, cond, detail=""):
-    RESULTS.append((name, bool(cond)))
-    log(f"{'PASS' if cond else 'FAIL'}: {name}{(' — ' + repr(detail)) if not cond else ''}")
-    if not cond:
-        raise SystemExit(1)
-
-
-def wait(what, fn, timeout=30, every=0.3):
-    end = time.time() + timeout
-    last = None
-    while time.time() < end:
-        try:
-            last = fn()
-            if last:
-                RESULTS.append((what, True))
-                log(f"PASS: {what}")
-                return last
-        except Exception as e:  # noqa: BLE001 (keep polling; report the last error)
-            last = e
-        time.sleep(every)
-    check(what, False, f"timed out after {timeout}s; last: {last!r}")
+CHECKS = desk.Checks()
+RESULTS = CHECKS.results
+log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 
 
 def app_env():

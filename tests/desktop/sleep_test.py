@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
+
 ENV = os.environ
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = tempfile.mkdtemp(prefix="sleep-", dir=ENV["E2E_WORK"])
@@ -37,29 +39,8 @@ SYSBUS = f"unix:path={WORK}/system_bus_socket"
 STARTED = []
 
 
-def log(msg):
-    print(msg, flush=True)
-
-
-def check(name, cond, detail=""):
-    log(f"{'PASS' if cond else 'FAIL'}: sleep: {name}{(' — ' + repr(detail)) if not cond else ''}")
-    if not cond:
-        raise SystemExit(1)
-
-
-def wait(what, fn, timeout=30, every=0.2):
-    end = time.time() + timeout
-    last = None
-    while time.time() < end:
-        try:
-            last = fn()
-            if last:
-                log(f"PASS: sleep: {what}")
-                return last
-        except Exception as e:  # noqa: BLE001 (keep polling; report the last error)
-            last = e
-        time.sleep(every)
-    check(what, False, f"timed out after {timeout}s; last: {last!r}")
+CHECKS = desk.Checks("sleep: ")
+log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 
 
 def base_env():

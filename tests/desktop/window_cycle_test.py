@@ -17,13 +17,10 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import xwin  # noqa: E402
+import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
 
 ENV = os.environ
 WORK = tempfile.mkdtemp(prefix="window-", dir=ENV["E2E_WORK"])
@@ -33,26 +30,8 @@ TRAY = ENV["E2E_TRAY_BIN"]
 WINDOW_ONLY = re.compile(r"libwebkit2gtk|libjavascriptcoregtk|libicu|libflite|libgst|libLLVM|/dri/|libEGL|libGLX|libGLESv2|libgbm|libepoxy")
 
 
-def log(msg):
-    print(msg, flush=True)
-
-
-def check(name, cond, detail=""):
-    log(f"{'PASS' if cond else 'FAIL'}: window: {name}{(' — ' + repr(detail)) if not cond else ''}")
-    if not cond:
-        raise SystemExit(1)
-
-
-def wait(what, fn, timeout=30, every=0.3):
-    end = time.time() + timeout
-    last = None
-    while time.time() < end:
-        last = fn()
-        if last:
-            log(f"PASS: window: {what}")
-            return last
-        time.sleep(every)
-    check(what, False, f"timed out after {timeout}s; last: {last!r}")
+CHECKS = desk.Checks("window: ")
+log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 
 
 def env():
@@ -106,15 +85,15 @@ def main():
     logf = open(os.path.join(ART, "window-cycle-app.log"), "w")
     app = subprocess.Popen([TRAY, "--show"], env=e, stdout=logf, stderr=subprocess.STDOUT)
     try:
-        wait("the window is on screen", xwin.window_exists, timeout=60)
+        wait("the window is on screen", desk.window_exists, timeout=60)
         wait("the app logged the window open", lambda: "window opened" in app_log(), timeout=20)
         time.sleep(2)  # let the page paint once, so the GL stack is really in use
         before = window_only_kb(app.pid)
         log(f"window-only libraries with the window open: {mb(before)}")
         check("the window's libraries are resident while it is open", before["Rss"] > 20 * 1024, before)
 
-        check("WM_DELETE_WINDOW sent", xwin.close_window() >= 1)
-        wait("the window is gone", lambda: not xwin.window_exists(), timeout=20)
+        check("WM_DELETE_WINDOW sent", desk.close_window() >= 1)
+        wait("the window is gone", lambda: not desk.window_exists(), timeout=20)
         wait("the app paged the window's libraries out",
              lambda: "paged out the window's libraries" in app_log(), timeout=40)
         after = window_only_kb(app.pid)
@@ -127,7 +106,7 @@ def main():
 
         # A second launch hands over to the running app, which opens its window again.
         subprocess.run([TRAY], env=e, timeout=30, stdout=logf, stderr=subprocess.STDOUT)
-        wid = wait("the window is back", lambda: (xwin.window_ids(visible=True) or [None])[0], timeout=30)
+        wid = wait("the window is back", lambda: (desk.window_ids(visible=True) or [None])[0], timeout=30)
         shot = os.path.join(ART, "window-cycle-reopened.png")
 
         def painted():

@@ -1,7 +1,45 @@
-"""X11 helpers shared by the desktop tests and the footprint benchmark: find the app's
-window and close it the way a window manager's close button does."""
+"""Helpers shared by the desktop tests (e2e.py, sleep_test.py, window_cycle_test.py) and the
+footprint benchmark: PASS/FAIL checks and polling waits, and X11 window handling (find the
+app's window, close it the way a window manager's close button does)."""
 import ctypes
 import subprocess
+import time
+
+
+class Checks:
+    """Prints each check as PASS or FAIL (with `prefix`), stops the test at the first FAIL,
+    and keeps the results for the summary line."""
+
+    def __init__(self, prefix=""):
+        self.prefix = prefix
+        self.results = []
+
+    @staticmethod
+    def log(msg):
+        print(msg, flush=True)
+
+    def check(self, name, cond, detail=""):
+        self.results.append((name, bool(cond)))
+        self.log(f"{'PASS' if cond else 'FAIL'}: {self.prefix}{name}{(' — ' + repr(detail)) if not cond else ''}")
+        if not cond:
+            raise SystemExit(1)
+
+    def wait(self, what, fn, timeout=30, every=0.3):
+        """Polls `fn` until it returns something true (returned) or `timeout` passes (FAIL).
+        An exception from `fn` counts as "not yet" and is reported if it is the last."""
+        end = time.time() + timeout
+        last = None
+        while time.time() < end:
+            try:
+                last = fn()
+                if last:
+                    self.results.append((what, True))
+                    self.log(f"PASS: {self.prefix}{what}")
+                    return last
+            except Exception as e:  # noqa: BLE001 (keep polling; report the last error)
+                last = e
+            time.sleep(every)
+        self.check(what, False, f"timed out after {timeout}s; last: {last!r}")
 
 
 class XClientMessageEvent(ctypes.Structure):
