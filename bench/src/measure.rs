@@ -170,6 +170,10 @@ async fn prefill(db: &DatabaseConnection, n: i64) {
     }
 }
 
+/// 1 while any job is queued or running, else 0; served by the pick and running indexes.
+/// (Written for both backends: bigint so it decodes as i64 on PostgreSQL.)
+const OPEN_JOBS: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM dispatch_queue WHERE claimed_at IS NULL AND state IN ('queued','failed'))
+    OR EXISTS (SELECT 1 FROM dispatch_queue WHERE state = 'running') THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END AS n";
 const CLAIMABLE: &str = "SELECT count(*) AS n FROM dispatch_queue WHERE claimed_at IS NULL AND state IN ('queued','failed')";
 
 /// Runs everything; returns the figures and the directories to delete once they are saved.
@@ -502,6 +506,13 @@ async fn drain(
     let mut done = 0;
     while start.elapsed() < limit {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        // The monitor shares the server with what it measures, so it asks the cheap question
+        // every 10 ms (is any job still open? two partial-index probes) and counts the
+        // completed jobs only when the answer is no. Counting every 10 ms was a full scan each
+        // time: 22-30 % of the statement time in the drain profiles, charged to the drain.
+        if scalar(&mon, OPEN_JOBS).await > 0 {
+            continue;
+        }
         done = scalar(&mon, "SELECT count(*) AS n FROM dispatch_queue WHERE state = 'completed'").await;
         if done >= jobs {
             break;
