@@ -180,7 +180,7 @@ const CLAIMABLE: &str = "SELECT count(*) AS n FROM dispatch_queue WHERE claimed_
 pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     let plan = if quick { QUICK } else { FULL };
     let started = Instant::now();
-    let pg = Cluster::start();
+    let pg = cluster::start();
     log(format!("PostgreSQL on port {} in {}", pg.port, pg.dir.display()));
     let admin = connect(&pg.url("postgres"), 1).await;
     exec(&admin, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await;

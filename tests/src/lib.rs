@@ -31,8 +31,21 @@ pub struct PgCluster {
     pub dir: PathBuf,
     pub port: u16,
     pub password: String,
-    bin: PathBuf,
+    /// Where initdb, pg_ctl and pgbench are.
+    pub bin: PathBuf,
+    settings: Vec<(String, String)>,
 }
+
+/// The tests' server settings. fsync=off survives a server crash (the OS keeps the pages);
+/// synchronous_commit stays on, because an immediate restart must never lose a commit that
+/// was acknowledged.
+pub const TEST_SETTINGS: &[(&str, &str)] = &[
+    ("listen_addresses", "127.0.0.1"),
+    ("fsync", "off"),
+    ("full_page_writes", "off"),
+    ("max_connections", "400"),
+    ("shared_buffers", "128MB"),
+];
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -67,10 +80,16 @@ fn as_pg_user(bin: &Path, prog: &str) -> Command {
 }
 
 impl PgCluster {
-    /// Starts a fresh cluster. It is stopped and deleted when this process exits.
+    /// Starts a fresh cluster with the tests' settings. It is stopped and deleted when this
+    /// process exits.
     pub fn start() -> PgCluster {
+        Self::start_with("devpilot-pg-", TEST_SETTINGS)
+    }
+
+    /// Starts a fresh cluster in a temp dir named `prefix…`, with `settings` (`-c k=v`).
+    pub fn start_with(prefix: &str, settings: &[(&str, &str)]) -> PgCluster {
         let bin = pg_bin_dir();
-        let dir = tempfile::Builder::new().prefix("devpilot-pg-").tempdir().expect("tempdir").keep();
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir().expect("tempdir").keep();
         let password: String = format!("pw{:016x}", rand::random::<u64>());
         let pwfile = dir.join("pwfile");
         std::fs::write(&pwfile, &password).expect("write pwfile");
@@ -87,20 +106,18 @@ impl PgCluster {
             .expect("run initdb");
         assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         let port = free_port();
-        let c = PgCluster { dir, port, password, bin };
+        let settings = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let c = PgCluster { dir, port, password, bin, settings };
         c.pg_ctl_start();
         c.spawn_watchdog();
         c
     }
 
-    // fsync=off survives a server crash (the OS keeps the pages); synchronous_commit stays
-    // on, because an immediate restart must never lose a commit that was acknowledged.
     fn pg_ctl(&self, action: &[&str]) {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=400 -c shared_buffers=128MB",
-            self.port,
-            self.dir.display()
-        );
+        let mut opts = format!("-p {} -k {}", self.port, self.dir.display());
+        for (k, v) in &self.settings {
+            opts.push_str(&format!(" -c {k}={v}"));
+        }
         let out = as_pg_user(&self.bin, "pg_ctl")
             .arg("-D").arg(self.dir.join("data"))
             .arg("-l").arg(self.dir.join("server.log"))
