@@ -323,6 +323,7 @@ pub fn spawn(
         last_sweep: None,
         sweep_in_flight: false,
         last_presence: None,
+        presence_writes: vec![],
         poll_in_flight: false,
         poll_wait: None,
         poll_abandoned: false,
@@ -409,6 +410,8 @@ struct Loop {
     last_sweep: Option<Instant>,
     sweep_in_flight: bool,
     last_presence: Option<Instant>,
+    /// Presence upserts still running, so the last one ('stopped') can go after them.
+    presence_writes: Vec<tokio::task::JoinHandle<()>>,
     poll_in_flight: bool,
     /// While stopping or handing off: how long to wait for an in-flight poll's answer, whose
     /// claims must be handed back. Past it the answer is given up on (see `poll_pending`).
@@ -490,7 +493,16 @@ impl Loop {
             self.maybe_finish_stop();
         }
         // Awaited (briefly), not spawned: the process may exit the moment the stop returns, and
-        // the fleet should see this machine as stopped rather than as gone silent.
+        // the fleet should see this machine as stopped rather than as gone silent. Earlier
+        // upserts still running (the stop command itself sends one) go first, or one of them
+        // could land after this and say 'online' again.
+        let earlier = std::mem::take(&mut self.presence_writes);
+        let _ = tokio::time::timeout(Duration::from_secs(3), async {
+            for w in earlier {
+                let _ = w.await;
+            }
+        })
+        .await;
         let mut f = self.presence_fields();
         f.status = "stopped";
         let presence = f.presence(&self.cfg.orchestrator_id, &self.cfg.machine);
@@ -928,11 +940,12 @@ impl Loop {
         let f = self.presence_fields();
         let q = self.queue.clone();
         let (orch, machine) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone());
-        tokio::spawn(async move {
+        self.presence_writes.retain(|w| !w.is_finished());
+        self.presence_writes.push(tokio::spawn(async move {
             if let Err(e) = q.heartbeat_machine(&f.presence(&orch, &machine)).await {
                 tracing::debug!(error = %e, "presence update failed");
             }
-        });
+        }));
     }
 
     fn renew(&mut self) {

@@ -43,6 +43,7 @@ on_both_backends!(
     enqueue_rejects_non_object_payload,
     poll_carries_presence_and_the_stale_test,
     claims_landing_after_claiming_stops_are_handed_back,
+    a_stopped_machine_stays_stopped,
 );
 
 /// The article's proof: five claims race for one row on five connections; exactly one gets the
@@ -478,4 +479,24 @@ async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
         .expect("a stop does not wait for a poll the database never answers");
     assert!(asked.elapsed() >= Duration::from_secs(4), "it waited for the answer first: {:?}", asked.elapsed());
     lock.rollback().await.unwrap();
+}
+
+/// After a stop returns, the machine's presence row says 'stopped' and stays so: no presence
+/// upsert sent before the stop (the stop command itself sends one) lands after the last one.
+/// Repeated, because the lost write was a race.
+async fn a_stopped_machine_stays_stopped(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("stopped");
+    for round in 0..15 {
+        let mut c = cfg(&db, &orch, AgentSpec::NoOp);
+        c.machine = format!("box-{round}");
+        let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
+        assert!(wait_for(Duration::from_secs(10), || async { h.stats().polls.load(Ordering::Relaxed) >= 2 }).await);
+        h.stop(StopMode::HandOff).await;
+        // A late upsert would land within milliseconds; give it ample time to show.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let machines = db.queue.machines(&orch).await.unwrap();
+        let me = machines.iter().find(|m| m.machine == format!("box-{round}")).expect("a presence row");
+        assert_eq!(me.status, "stopped", "round {round}: {me:?}");
+    }
 }
