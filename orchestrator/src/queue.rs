@@ -560,11 +560,11 @@ impl Queue {
             accepted.push((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?));
             orchestrators.push(r.try_get::<String>("", "orchestrator_id")?);
         }
-        let written = if in_statement { accepted.len() } else { 0 };
+        // PostgreSQL wrote the accepted completions' history in the statement; SQLite writes it here.
         let mut events: Vec<NewEvent> = accepted
             .iter()
             .zip(&orchestrators)
-            .skip(written)
+            .filter(|_| !in_statement)
             .map(|((id, token), o)| NewEvent {
                 job_id: *id,
                 orchestrator_id: o,
