@@ -80,9 +80,12 @@ pub struct Env {
 static ORCH: &str = "bench";
 
 async fn connect(url: &str, n: u32) -> DatabaseConnection {
-    db::connect(&DbUrl::parse(url).unwrap(), &PoolSettings { max_connections: n, connect_timeout: Duration::from_secs(30) })
-        .await
-        .unwrap()
+    db::connect(
+        &DbUrl::parse(url).unwrap(),
+        &PoolSettings { max_connections: n, connect_timeout: Duration::from_secs(30) },
+    )
+    .await
+    .unwrap()
 }
 
 async fn scalar(db: &DatabaseConnection, sql: &str) -> i64 {
@@ -174,7 +177,8 @@ async fn prefill(db: &DatabaseConnection, n: i64) {
 /// (Written for both backends: bigint so it decodes as i64 on PostgreSQL.)
 const OPEN_JOBS: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM dispatch_queue WHERE claimed_at IS NULL AND state IN ('queued','failed'))
     OR EXISTS (SELECT 1 FROM dispatch_queue WHERE state = 'running') THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END AS n";
-const CLAIMABLE: &str = "SELECT count(*) AS n FROM dispatch_queue WHERE claimed_at IS NULL AND state IN ('queued','failed')";
+const CLAIMABLE: &str =
+    "SELECT count(*) AS n FROM dispatch_queue WHERE claimed_at IS NULL AND state IN ('queued','failed')";
 
 /// Runs everything; returns the figures and the directories to delete once they are saved.
 pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
@@ -192,7 +196,11 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
         c.close().await.unwrap();
     }
     let version = {
-        let r = admin.query_one_raw(Statement::from_string(sea_orm::DbBackend::Postgres, "SELECT version() AS v")).await.unwrap().unwrap();
+        let r = admin
+            .query_one_raw(Statement::from_string(sea_orm::DbBackend::Postgres, "SELECT version() AS v"))
+            .await
+            .unwrap()
+            .unwrap();
         r.try_get::<String>("", "v").unwrap()
     };
     let tmp = tempfile::Builder::new().prefix("devpilot-bench-").tempdir().unwrap().keep();
@@ -249,7 +257,11 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default()
 }
 
@@ -257,10 +269,8 @@ fn cpu_model() -> String {
 
 /// `Queue::claim_next`'s own statement with k = 1, in pgbench's variable syntax.
 fn pgbench_script() -> String {
-    let sql = devpilot::queue::claim_next_sql_postgres()
-        .replace("$1", ":orch")
-        .replace("$2", "'pgbench'")
-        .replace("$3", "1");
+    let sql =
+        devpilot::queue::claim_next_sql_postgres().replace("$1", ":orch").replace("$2", "'pgbench'").replace("$3", "1");
     format!("{sql};\n")
 }
 
@@ -657,7 +667,8 @@ async fn idle(env: &Env, plan: &Plan) -> Value {
     let calls_sql = format!(
         "SELECT coalesce(sum(calls), 0)::bigint AS n FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{dbname}'"
     );
-    let xact_sql = format!("SELECT (xact_commit + xact_rollback)::bigint AS n FROM pg_stat_database WHERE datname = '{dbname}'");
+    let xact_sql =
+        format!("SELECT (xact_commit + xact_rollback)::bigint AS n FROM pg_stat_database WHERE datname = '{dbname}'");
     let conns_sql = format!("SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname = '{dbname}'");
     exec(&env.admin, "SELECT pg_stat_clear_snapshot()").await;
     let calls0 = scalar(&env.admin, &calls_sql).await;

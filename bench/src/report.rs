@@ -81,7 +81,8 @@ fn markdown(j: &Value, out: &Path) -> String {
         j["loadavg_at_start"].as_str().unwrap_or("?"),
         j["loadavg_at_end"].as_str().unwrap_or("?")
     );
-    let settings: Vec<String> = rows(&j["pg_settings"]).iter().filter_map(|s| s.as_str().map(|s| format!("`{s}`"))).collect();
+    let settings: Vec<String> =
+        rows(&j["pg_settings"]).iter().filter_map(|s| s.as_str().map(|s| format!("`{s}`"))).collect();
     let _ = writeln!(m, "PostgreSQL settings: {}.\n", settings.join(", "));
     let _ = writeln!(
         m,
@@ -93,7 +94,13 @@ fn markdown(j: &Value, out: &Path) -> String {
     // ---------------------------------------------------------------- targets
     let _ = writeln!(m, "## Targets\n");
     let _ = writeln!(m, "| target | value | measured | verdict |\n|---|---|---|---|");
-    let w = |k: &str| rows(&j[k]).iter().find(|r| r["claimers"].as_u64() == Some(32)).map(|r| f(&r["wasted_per_claim"])).unwrap_or(f64::NAN);
+    let w = |k: &str| {
+        rows(&j[k])
+            .iter()
+            .find(|r| r["claimers"].as_u64() == Some(32))
+            .map(|r| f(&r["wasted_per_claim"]))
+            .unwrap_or(f64::NAN)
+    };
     let wasted = w("c_single").max(w("c_batched"));
     let verdict = |ok: bool| if ok { "**met**" } else { "**missed**" };
     let _ = writeln!(
@@ -225,8 +232,13 @@ fn markdown(j: &Value, out: &Path) -> String {
         let _ = writeln!(
             m,
             "| {backend} | {key} | {} ms / {} ms | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            v["poll_interval_ms"], v["max_poll_interval_ms"], v["samples"],
-            f(&v["p50_ms"]), f(&v["p95_ms"]), f(&v["p99_ms"]), f(&v["max_ms"])
+            v["poll_interval_ms"],
+            v["max_poll_interval_ms"],
+            v["samples"],
+            f(&v["p50_ms"]),
+            f(&v["p95_ms"]),
+            f(&v["p99_ms"]),
+            f(&v["max_ms"])
         );
     }
     let _ = writeln!(
@@ -259,7 +271,10 @@ fn markdown(j: &Value, out: &Path) -> String {
         let s = if v.is_f64() { format!("{:.2}", f(v)) } else { v.to_string() };
         let _ = writeln!(m, "| {label} | {s} |");
     }
-    let _ = writeln!(m, "\nStatements the idle machine sent (whole run, incl. warm-up):\n\n| calls | statement |\n|---|---|");
+    let _ = writeln!(
+        m,
+        "\nStatements the idle machine sent (whole run, incl. warm-up):\n\n| calls | statement |\n|---|---|"
+    );
     for s in rows(&g["statements_breakdown"]) {
         let _ = writeln!(m, "| {} | `{}` |", s["calls"], s["query"].as_str().unwrap_or("").replace('|', "\\|"));
     }
@@ -268,11 +283,18 @@ fn markdown(j: &Value, out: &Path) -> String {
     let h = &j["h"];
     let _ = writeln!(m, "\n## The embedded SQLite backend (h)\n");
     let _ = writeln!(m, "WAL, `synchronous=NORMAL`, one file; the same statements (SQLite's single writer lock replaces SKIP LOCKED). Ratios are to PostgreSQL's (a).\n");
-    let _ = writeln!(m, "| # | path | claimers | claims or jobs/s | × (a) | wasted per claim |\n|---|---|---|---|---|---|");
+    let _ =
+        writeln!(m, "| # | path | claimers | claims or jobs/s | × (a) | wasted per claim |\n|---|---|---|---|---|---|");
     for (key, label) in [("c_single", "`claim_next`, k = 1"), ("c_batched", "`claim_next`, k = 16")] {
         for r in rows(&h[key]) {
             let c = r["claimers"].as_u64().unwrap_or(0);
-            let _ = writeln!(m, "| c | {label} | {c} | {} | {:.2} | {:.3} |", n0(f(&r["claims_per_s"])), f(&r["claims_per_s"]) / limit_at(j, c), f(&r["wasted_per_claim"]));
+            let _ = writeln!(
+                m,
+                "| c | {label} | {c} | {} | {:.2} | {:.3} |",
+                n0(f(&r["claims_per_s"])),
+                f(&r["claims_per_s"]) / limit_at(j, c),
+                f(&r["wasted_per_claim"])
+            );
         }
     }
     for r in rows(&h["d"]) {
@@ -305,7 +327,8 @@ fn chart(j: &Value, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
         ("c_single", "(c) claim_next k=1"),
         ("c_batched", "(c) claim_next k=16"),
     ] {
-        let pts = rows(&j[key]).iter().map(|r| (r["claimers"].as_f64().unwrap_or(0.0), f(&r["claims_per_s"]))).collect();
+        let pts =
+            rows(&j[key]).iter().map(|r| (r["claimers"].as_f64().unwrap_or(0.0), f(&r["claims_per_s"]))).collect();
         series.push((label.into(), pts));
     }
     let d = rows(&j["d"]);
@@ -316,7 +339,11 @@ fn chart(j: &Value, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 .filter_map(|c| find(&d, *c, procs, batched).map(|r| (*c as f64, f(&r["jobs_per_s"]))))
                 .collect();
             series.push((
-                format!("(d) full cycle, {procs} process{}, {}", if procs > 1 { "es" } else { "" }, if batched { "batched" } else { "single" }),
+                format!(
+                    "(d) full cycle, {procs} process{}, {}",
+                    if procs > 1 { "es" } else { "" },
+                    if batched { "batched" } else { "single" }
+                ),
                 pts,
             ));
         }

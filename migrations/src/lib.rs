@@ -25,9 +25,6 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![
-            Box::new(m20261129_000001_dispatch::Migration),
-            Box::new(m20261130_000001_claim_order::Migration),
-        ]
+        vec![Box::new(m20261129_000001_dispatch::Migration), Box::new(m20261130_000001_claim_order::Migration)]
     }
 }

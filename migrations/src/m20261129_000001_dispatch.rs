@@ -102,13 +102,9 @@ DROP TABLE IF EXISTS dispatch_queue;
 
 fn render(backend: DbBackend, sql: &str) -> String {
     let (id, json, boolean, truth, now) = match backend {
-        DbBackend::Postgres => (
-            "BIGSERIAL PRIMARY KEY",
-            "JSONB",
-            "BOOLEAN",
-            "TRUE",
-            "((extract(epoch from now()) * 1000)::bigint)",
-        ),
+        DbBackend::Postgres => {
+            ("BIGSERIAL PRIMARY KEY", "JSONB", "BOOLEAN", "TRUE", "((extract(epoch from now()) * 1000)::bigint)")
+        }
         _ => (
             "INTEGER PRIMARY KEY AUTOINCREMENT",
             "TEXT",
@@ -140,8 +136,7 @@ impl MigrationTrait for Migration {
         let backend = manager.get_database_backend();
         let db = manager.get_connection();
         if backend == DbBackend::Postgres {
-            db.execute_unprepared("DROP FUNCTION IF EXISTS devpilot_notify_claimable() CASCADE")
-                .await?;
+            db.execute_unprepared("DROP FUNCTION IF EXISTS devpilot_notify_claimable() CASCADE").await?;
         }
         db.execute_unprepared(DOWN).await?;
         Ok(())

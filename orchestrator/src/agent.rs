@@ -225,9 +225,8 @@ fn describe_status(s: std::process::ExitStatus) -> String {
 /// Finds `prog` on PATH (or as a path) and checks it is an executable file.
 pub fn resolve_program(prog: &str) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
-    };
+    let executable =
+        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
     if prog.contains('/') {
         let p = PathBuf::from(prog);
         return if executable(&p) { Ok(p) } else { Err(Error::AgentMissing(prog.to_string())) };

@@ -194,11 +194,7 @@ impl DbForm {
                 port: u.port(),
                 database: percent_decode(u.path().trim_start_matches('/')),
                 user: u.username().to_string(),
-                sslmode: u
-                    .query_pairs()
-                    .find(|(k, _)| k == "sslmode")
-                    .map(|(_, v)| v.into_owned())
-                    .unwrap_or_default(),
+                sslmode: u.query_pairs().find(|(k, _)| k == "sslmode").map(|(_, v)| v.into_owned()).unwrap_or_default(),
                 url: String::new(),
             },
             _ => Self { mode: "url".into(), url: raw.to_string(), ..Self::default() },
@@ -213,7 +209,8 @@ impl DbForm {
                 let u = DbUrl::parse(&self.url)?;
                 if u.password().is_some() {
                     return Err(Error::Invalid(
-                        "do not put the password in the URL; type it in the password field and it goes to the keychain".into(),
+                        "do not put the password in the URL; type it in the password field and it goes to the keychain"
+                            .into(),
                     ));
                 }
                 Ok(Some(u))
@@ -246,10 +243,7 @@ impl DbForm {
                 if !ssl.is_empty() {
                     const MODES: [&str; 6] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
                     if !MODES.contains(&ssl) {
-                        return Err(Error::Invalid(format!(
-                            "sslmode '{ssl}' is not one of {}",
-                            MODES.join(", ")
-                        )));
+                        return Err(Error::Invalid(format!("sslmode '{ssl}' is not one of {}", MODES.join(", "))));
                     }
                     u.query_pairs_mut().append_pair("sslmode", ssl);
                 }
@@ -535,7 +529,8 @@ impl Engine {
                 }
                 // One pooled connection on PostgreSQL (plus LISTEN's own): a machine holds at
                 // most two. The local SQLite file can afford a second reader for the window.
-                let pool = PoolSettings { max_connections: if url.is_sqlite() { 2 } else { 1 }, ..PoolSettings::default() };
+                let pool =
+                    PoolSettings { max_connections: if url.is_sqlite() { 2 } else { 1 }, ..PoolSettings::default() };
                 let named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
                 match db::open(&named, &pool).await {
                     Ok(conn) => break Queue::new(conn),
@@ -590,7 +585,14 @@ impl Engine {
                 if me.generation.load(Ordering::SeqCst) != gen {
                     return;
                 }
-                let hints = if settings.poll_only { None } else { crate::listen::spawn(&url.with_application_name(&format!("devpilot:{}", settings.machine_name())), &settings.orchestrator_id) };
+                let hints = if settings.poll_only {
+                    None
+                } else {
+                    crate::listen::spawn(
+                        &url.with_application_name(&format!("devpilot:{}", settings.machine_name())),
+                        &settings.orchestrator_id,
+                    )
+                };
                 let (handle, _join) = orchestrator::spawn(queue, cfg, hints);
                 *slot = Some(handle.clone());
                 handle
@@ -961,11 +963,7 @@ mod tests {
     use super::*;
 
     fn paths(dir: &std::path::Path) -> Paths {
-        Paths {
-            config_dir: dir.join("config"),
-            data_dir: dir.join("data"),
-            log_dir: dir.join("data").join("logs"),
-        }
+        Paths { config_dir: dir.join("config"), data_dir: dir.join("data"), log_dir: dir.join("data").join("logs") }
     }
 
     async fn wait_for<F: Fn(&EngineStatus) -> bool>(e: &Engine, what: &str, f: F) -> EngineStatus {
@@ -1008,7 +1006,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = paths(dir.path());
         fast(&p);
-        let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(300));
+        let e =
+            Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(300));
         let mut ev = e.subscribe();
         e.start().await;
         let st = wait_for(&e, "idle", |s| s.state == AppState::Idle).await;
@@ -1032,7 +1031,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = paths(dir.path());
         fast(&p);
-        let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+        let e =
+            Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
         e.start().await;
         wait_for(&e, "idle", |s| s.state == AppState::Idle).await;
         e.set_dispatch(false).await.unwrap();
@@ -1113,7 +1113,14 @@ mod tests {
         let err = e.apply_settings(s, &DbForm::of(None), None).await.unwrap_err();
         assert!(err.to_string().contains("orchestrator id"), "{err}");
         let s = p.load().unwrap();
-        let form = DbForm { mode: "postgres".into(), host: "127.0.0.1".into(), port: Some(1), database: "d".into(), user: "u".into(), ..DbForm::default() };
+        let form = DbForm {
+            mode: "postgres".into(),
+            host: "127.0.0.1".into(),
+            port: Some(1),
+            database: "d".into(),
+            user: "u".into(),
+            ..DbForm::default()
+        };
         let err = e.apply_settings(s.clone(), &form, Some("pw-not-stored".into())).await.unwrap_err();
         assert_eq!(err.kind(), "unreachable", "{err}");
         assert!(err.to_string().contains("127.0.0.1:1/d"), "{err}");

@@ -18,7 +18,11 @@ use crate::queue::Queue;
 use crate::secrets;
 
 #[derive(Parser, Debug)]
-#[command(name = "devpilot", version, about = "DevPilot dispatch: one shared queue of coding-agent jobs, each run on exactly one machine.")]
+#[command(
+    name = "devpilot",
+    version,
+    about = "DevPilot dispatch: one shared queue of coding-agent jobs, each run on exactly one machine."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
@@ -201,9 +205,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
             crate::queue::validate_orchestrator(&orchestrator)?;
             let text = match (payload, payload_file) {
                 (Some(p), _) => p,
-                (None, Some(path)) => std::fs::read_to_string(&path).map_err(|e| {
-                    Error::Payload(format!("cannot read {}: {e}", path.display()))
-                })?,
+                (None, Some(path)) => std::fs::read_to_string(&path)
+                    .map_err(|e| Error::Payload(format!("cannot read {}: {e}", path.display())))?,
                 (None, None) => {
                     if std::io::stdin().is_terminal() {
                         return Err(Error::Payload(
@@ -215,8 +218,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
                     s
                 }
             };
-            let value: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| Error::Payload(format!("not valid JSON ({e})")))?;
+            let value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::Payload(format!("not valid JSON ({e})")))?;
             let (queue, _) = open_queue(PoolSettings::default()).await?;
             let id = queue.enqueue(&orchestrator, &value).await?;
             println!("{id}");
@@ -257,7 +260,9 @@ async fn run(a: RunArgs) -> Result<()> {
     let settings = paths.load()?;
     let argv = if a.agent.is_empty() {
         settings.agent_argv()?.ok_or_else(|| {
-            Error::Invalid("no agent command: pass it after `--`, e.g. devpilot run --orchestrator ID -- my-agent --flag".into())
+            Error::Invalid(
+                "no agent command: pass it after `--`, e.g. devpilot run --orchestrator ID -- my-agent --flag".into(),
+            )
         })?
     } else {
         a.agent.clone()
@@ -365,7 +370,11 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
         let ago = Duration::from_millis(m.now.saturating_sub(m.last_seen_at).max(0) as u64);
         println!(
             "  {:<20} {:<8} running {}/{}  last seen {} ago",
-            m.machine, m.status, m.running, m.concurrency, human(ago)
+            m.machine,
+            m.status,
+            m.running,
+            m.concurrency,
+            human(ago)
         );
     }
     Ok(())

@@ -116,14 +116,10 @@ impl Settings {
         let poll = parse_duration(&self.poll_interval)?;
         let max_poll = parse_duration(&self.max_poll_interval)?;
         if hb.is_zero() || hb >= timeout {
-            return Err(Error::Invalid(
-                "the heartbeat must be shorter than the claim timeout".into(),
-            ));
+            return Err(Error::Invalid("the heartbeat must be shorter than the claim timeout".into()));
         }
         if poll.is_zero() || max_poll < poll {
-            return Err(Error::Invalid(
-                "the poll interval must be positive and at most the idle ceiling".into(),
-            ));
+            return Err(Error::Invalid("the poll interval must be positive and at most the idle ceiling".into()));
         }
         if self.max_attempts < 1 {
             return Err(Error::Invalid("max attempts must be at least 1".into()));
@@ -151,10 +147,7 @@ impl Settings {
     }
 
     pub fn machine_name(&self) -> String {
-        self.machine
-            .clone()
-            .filter(|m| !m.trim().is_empty())
-            .unwrap_or_else(default_machine_name)
+        self.machine.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(default_machine_name)
     }
 
     pub fn agent_argv(&self) -> Result<Option<Vec<String>>> {
@@ -167,8 +160,8 @@ impl Settings {
 
 /// Splits a command line into argv the way a POSIX shell splits words, with no expansion.
 pub fn split_command(line: &str) -> Result<Vec<String>> {
-    let argv = shell_words::split(line)
-        .map_err(|e| Error::Invalid(format!("the agent command cannot be parsed: {e}")))?;
+    let argv =
+        shell_words::split(line).map_err(|e| Error::Invalid(format!("the agent command cannot be parsed: {e}")))?;
     if argv.is_empty() {
         return Err(Error::Invalid("the agent command is empty".into()));
     }
@@ -195,15 +188,10 @@ pub struct Paths {
 
 impl Paths {
     pub fn for_app(app: &str) -> Result<Self> {
-        let dirs = directories::ProjectDirs::from("dev", "DevPilot", app).ok_or_else(|| {
-            Error::Invalid("cannot find a home directory for the config and data files".into())
-        })?;
+        let dirs = directories::ProjectDirs::from("dev", "DevPilot", app)
+            .ok_or_else(|| Error::Invalid("cannot find a home directory for the config and data files".into()))?;
         let data_dir = dirs.data_local_dir().to_path_buf();
-        Ok(Self {
-            config_dir: dirs.config_dir().to_path_buf(),
-            log_dir: data_dir.join("logs"),
-            data_dir,
-        })
+        Ok(Self { config_dir: dirs.config_dir().to_path_buf(), log_dir: data_dir.join("logs"), data_dir })
     }
 
     pub fn config_file(&self) -> PathBuf {
@@ -235,18 +223,16 @@ impl Paths {
 
 pub fn load_from(path: &Path) -> Result<Settings> {
     match std::fs::read_to_string(path) {
-        Ok(text) => toml::from_str(&text).map_err(|e| Error::Config {
-            path: path.display().to_string(),
-            reason: e.message().to_string(),
-        }),
+        Ok(text) => toml::from_str(&text)
+            .map_err(|e| Error::Config { path: path.display().to_string(), reason: e.message().to_string() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
         Err(e) => Err(Error::Config { path: path.display().to_string(), reason: e.to_string() }),
     }
 }
 
 pub fn save_to(path: &Path, settings: &Settings) -> Result<()> {
-    let text = toml::to_string_pretty(settings)
-        .map_err(|e| Error::Invalid(format!("cannot serialise settings: {e}")))?;
+    let text =
+        toml::to_string_pretty(settings).map_err(|e| Error::Invalid(format!("cannot serialise settings: {e}")))?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }

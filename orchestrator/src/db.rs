@@ -32,18 +32,13 @@ impl DbUrl {
     /// the input, which may hold a password.
     pub fn parse(raw: &str) -> Result<Self> {
         let raw = raw.trim();
-        let url = url::Url::parse(raw).map_err(|e| {
-            Error::BadUrl(format!(
-                "{e}; expected postgres://USER@HOST:PORT/DB or sqlite://PATH"
-            ))
-        })?;
+        let url = url::Url::parse(raw)
+            .map_err(|e| Error::BadUrl(format!("{e}; expected postgres://USER@HOST:PORT/DB or sqlite://PATH")))?;
         let backend = match url.scheme() {
             "postgres" | "postgresql" => DbBackend::Postgres,
             "sqlite" => DbBackend::Sqlite,
             other => {
-                return Err(Error::BadUrl(format!(
-                    "unsupported scheme '{other}'; expected postgres:// or sqlite://"
-                )))
+                return Err(Error::BadUrl(format!("unsupported scheme '{other}'; expected postgres:// or sqlite://")))
             }
         };
         if backend == DbBackend::Postgres && url.host_str().unwrap_or("").is_empty() {
@@ -79,8 +74,7 @@ impl DbUrl {
     /// The same URL with `password` set (from the keychain).
     pub fn with_password(&self, password: &str) -> Result<Self> {
         let mut url = self.url.clone();
-        url.set_password(Some(password))
-            .map_err(|_| Error::BadUrl("this URL cannot carry a password".into()))?;
+        url.set_password(Some(password)).map_err(|_| Error::BadUrl("this URL cannot carry a password".into()))?;
         Ok(Self { url, backend: self.backend })
     }
 
@@ -118,12 +112,9 @@ impl DbUrl {
     /// `host:port/db` or the SQLite path, for messages.
     pub fn target(&self) -> String {
         match self.backend {
-            DbBackend::Postgres => format!(
-                "{}:{}{}",
-                self.url.host_str().unwrap_or("?"),
-                self.url.port().unwrap_or(5432),
-                self.url.path()
-            ),
+            DbBackend::Postgres => {
+                format!("{}:{}{}", self.url.host_str().unwrap_or("?"), self.url.port().unwrap_or(5432), self.url.path())
+            }
             _ => sqlite_path_of(&self.url),
         }
     }

@@ -282,11 +282,7 @@ impl Handle {
 }
 
 /// Starts the orchestrator. `hints` carries LISTEN/NOTIFY wake-ups (see [`crate::listen`]).
-pub fn spawn(
-    queue: Queue,
-    cfg: RunConfig,
-    hints: Option<mpsc::Receiver<()>>,
-) -> (Handle, tokio::task::JoinHandle<()>) {
+pub fn spawn(queue: Queue, cfg: RunConfig, hints: Option<mpsc::Receiver<()>>) -> (Handle, tokio::task::JoinHandle<()>) {
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (events, _) = broadcast::channel(1024);
     let initial = Status {
@@ -386,7 +382,10 @@ enum Net {
     /// Claims, how many were asked for, and whether a lease looked stale.
     Polled(Result<(Vec<Claim>, bool)>, u64),
     OpenWork(Result<i64>),
-    Renewed { asked: Vec<i64>, result: Result<Vec<i64>> },
+    Renewed {
+        asked: Vec<i64>,
+        result: Result<Vec<i64>>,
+    },
     Swept(Result<(usize, usize)>),
 }
 
@@ -544,11 +543,8 @@ impl Loop {
     }
 
     fn publish(&self) {
-        let mut running: Vec<RunningJob> = self
-            .running
-            .values()
-            .map(|s| RunningJob { job: s.job.clone(), started_unix_ms: s.started })
-            .collect();
+        let mut running: Vec<RunningJob> =
+            self.running.values().map(|s| RunningJob { job: s.job.clone(), started_unix_ms: s.started }).collect();
         running.sort_by_key(|r| r.job.id);
         let paused_for_secs = match self.paused {
             Some(Paused::Until(t)) => Some(t.saturating_duration_since(Instant::now()).as_secs()),
@@ -743,10 +739,7 @@ impl Loop {
         }
         tokio::spawn(async move {
             stats.claim_queries.fetch_add(1, Ordering::Relaxed);
-            let extras = PollExtras {
-                presence: presence.as_ref().map(|f| f.presence(&orch, &machine)),
-                stale_after,
-            };
+            let extras = PollExtras { presence: presence.as_ref().map(|f| f.presence(&orch, &machine)), stale_after };
             let res = q.claim_next_with(&orch, &machine, free, &extras).await;
             let _ = tx.send(Net::Polled(res.map(|p| (p.claims, p.stale)), u64::from(free)));
         });
@@ -924,7 +917,9 @@ impl Loop {
             MachineState::Stopped => "stopped",
         };
         let paused_until = match self.paused {
-            Some(Paused::Until(t)) => Some(unix_ms() as i64 + t.saturating_duration_since(Instant::now()).as_millis() as i64),
+            Some(Paused::Until(t)) => {
+                Some(unix_ms() as i64 + t.saturating_duration_since(Instant::now()).as_millis() as i64)
+            }
             _ => None,
         };
         PresenceFields {
@@ -1105,7 +1100,9 @@ async fn run_job(ctx: JobCtx, claim: Claim, mut cancel: oneshot::Receiver<Cancel
             }
         }
         Outcome::Cancelled(CancelReason::HandOff) => {
-            match retry(&cancel_never(), || ctx.queue.release(id, token, &ctx.machine, "handed off by its machine")).await {
+            match retry(&cancel_never(), || ctx.queue.release(id, token, &ctx.machine, "handed off by its machine"))
+                .await
+            {
                 Some(true) => Some(Event::Released { job }),
                 Some(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
                 None => None,
@@ -1193,9 +1190,7 @@ impl Completer {
 
     async fn complete(&self, id: i64, token: i64) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send((id, token, tx))
-            .map_err(|_| Error::Invalid("the completer has stopped".into()))?;
+        self.tx.send((id, token, tx)).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
         rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?
     }
 }

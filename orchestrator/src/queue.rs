@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter,
-    QueryResult, Statement, Value,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryResult, Statement,
+    Value,
 };
 use serde::Serialize;
 
@@ -251,10 +251,7 @@ impl Queue {
     fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
         let sql = match self.backend {
             DbBackend::Postgres => postgres_dialect(sql),
-            _ => sql
-                .replace("{NOW}", SQLITE_NOW)
-                .replace("{SKIP_LOCKED}", "")
-                .replace('$', "?"),
+            _ => sql.replace("{NOW}", SQLITE_NOW).replace("{SKIP_LOCKED}", "").replace('$', "?"),
         };
         Statement::from_sql_and_values(self.backend, sql, values)
     }
@@ -282,23 +279,15 @@ impl Queue {
     }
 
     /// Adds many jobs in one statement (in chunks that stay under bind-parameter limits).
-    pub async fn enqueue_many(
-        &self,
-        orchestrator_id: &str,
-        payloads: &[serde_json::Value],
-    ) -> Result<Vec<i64>> {
+    pub async fn enqueue_many(&self, orchestrator_id: &str, payloads: &[serde_json::Value]) -> Result<Vec<i64>> {
         validate_orchestrator(orchestrator_id)?;
         let mut ids = Vec::with_capacity(payloads.len());
         for chunk in payloads.chunks(250) {
-            let mut sql = String::from(
-                "INSERT INTO dispatch_queue (orchestrator_id, payload, title) VALUES ",
-            );
+            let mut sql = String::from("INSERT INTO dispatch_queue (orchestrator_id, payload, title) VALUES ");
             let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 3);
             for (i, p) in chunk.iter().enumerate() {
                 if !(p.is_object() || p.is_array()) {
-                    return Err(Error::Payload(
-                        "the payload must be a JSON object or array".into(),
-                    ));
+                    return Err(Error::Payload("the payload must be a JSON object or array".into()));
                 }
                 if i > 0 {
                     sql.push(',');
@@ -333,12 +322,7 @@ impl Queue {
     /// ```
     ///
     /// `Ok(None)` means another machine won (or the job is finished): move on.
-    pub async fn claim_by_id(
-        &self,
-        id: i64,
-        orchestrator_id: &str,
-        machine: &str,
-    ) -> Result<Option<Claim>> {
+    pub async fn claim_by_id(&self, id: i64, orchestrator_id: &str, machine: &str) -> Result<Option<Claim>> {
         let now = Expr::cust(self.now());
         let rows = dq::Entity::update_many()
             .col_expr(dq::Column::State, Expr::value("running"))
@@ -385,12 +369,7 @@ impl Queue {
     /// statement. On PostgreSQL the pick skips rows another claimer has locked, so N machines
     /// take N different rows instead of all fighting over the oldest; on SQLite the statement
     /// runs under the database's single writer lock, which gives the same guarantee.
-    pub async fn claim_next(
-        &self,
-        orchestrator_id: &str,
-        machine: &str,
-        limit: u32,
-    ) -> Result<Vec<Claim>> {
+    pub async fn claim_next(&self, orchestrator_id: &str, machine: &str, limit: u32) -> Result<Vec<Claim>> {
         if limit == 0 {
             return Ok(vec![]);
         }
@@ -401,7 +380,12 @@ impl Queue {
     }
 
     /// The claim, then its history in a second statement (SQLite: no data-modifying CTEs).
-    async fn claim_next_separate_history(&self, orchestrator_id: &str, machine: &str, limit: u32) -> Result<Vec<Claim>> {
+    async fn claim_next_separate_history(
+        &self,
+        orchestrator_id: &str,
+        machine: &str,
+        limit: u32,
+    ) -> Result<Vec<Claim>> {
         let rows = self
             .query(&claim_next_sql(), vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()])
             .await?;
@@ -434,7 +418,11 @@ impl Queue {
                     tracing::debug!(error = %e, "presence update failed");
                 }
             }
-            let claims = if limit == 0 { vec![] } else { self.claim_next_separate_history(orchestrator_id, machine, limit).await? };
+            let claims = if limit == 0 {
+                vec![]
+            } else {
+                self.claim_next_separate_history(orchestrator_id, machine, limit).await?
+            };
             return Ok(Polled { claims, stale: extras.stale_after.is_some() });
         }
         // $1 orchestrator, $2 machine, then the presence values ($3..$7, as in
@@ -575,8 +563,7 @@ impl Queue {
                 at: None,
             })
             .collect();
-        let mut rejected: Vec<(i64, i64)> =
-            done.iter().copied().filter(|p| !accepted.contains(p)).collect();
+        let mut rejected: Vec<(i64, i64)> = done.iter().copied().filter(|p| !accepted.contains(p)).collect();
         if !rejected.is_empty() {
             // A retry after a lost reply (say, the server restarted just after committing)
             // finds its own earlier completion: same token, already completed. That is ours.
@@ -618,9 +605,8 @@ impl Queue {
     async fn orchestrators_of(&self, jobs: &[(i64, i64)]) -> Result<Vec<String>> {
         let mut out = Vec::with_capacity(jobs.len());
         for (id, _) in jobs {
-            let rows = self
-                .query("SELECT orchestrator_id FROM dispatch_queue WHERE id = $1", vec![(*id).into()])
-                .await?;
+            let rows =
+                self.query("SELECT orchestrator_id FROM dispatch_queue WHERE id = $1", vec![(*id).into()]).await?;
             out.push(match rows.first() {
                 Some(r) => r.try_get::<String>("", "orchestrator_id")?,
                 None => String::new(),
@@ -651,8 +637,7 @@ impl Queue {
             )
             .await?;
         let Some(row) = rows.first() else {
-            self.note(id, "lease_lost", machine, Some(token), "failure not recorded: lease lost")
-                .await;
+            self.note(id, "lease_lost", machine, Some(token), "failure not recorded: lease lost").await;
             return Ok(None);
         };
         let orch: String = row.try_get("", "orchestrator_id")?;
@@ -664,8 +649,8 @@ impl Queue {
             machine: Some(machine),
             token: Some(token),
             detail: Some(truncate(error, 500)),
-                at: None,
-            };
+            at: None,
+        };
         if let Err(e) = self.record_events(&[ev]).await {
             tracing::warn!(error = %e, "could not record failure history");
         }
@@ -685,8 +670,14 @@ impl Queue {
             )
             .await?;
         let Some(row) = rows.first() else {
-            self.note(id, "lease_lost", machine, Some(token), &format!("release not needed: lease already lost ({reason})"))
-                .await;
+            self.note(
+                id,
+                "lease_lost",
+                machine,
+                Some(token),
+                &format!("release not needed: lease already lost ({reason})"),
+            )
+            .await;
             return Ok(false);
         };
         let orch: String = row.try_get("", "orchestrator_id")?;
@@ -798,10 +789,7 @@ impl Queue {
                 kind: if s.dead { "dead" } else { "swept" },
                 machine: s.previous_holder.as_deref(),
                 token: Some(s.token),
-                detail: Some(format!(
-                    "no heartbeat for {}",
-                    humantime::format_duration(claim_timeout)
-                )),
+                detail: Some(format!("no heartbeat for {}", humantime::format_duration(claim_timeout))),
                 at: Some(s.at),
             })
             .collect();
@@ -906,8 +894,8 @@ impl Queue {
             machine: Some(machine),
             token,
             detail: Some(detail.to_string()),
-                at: None,
-            };
+            at: None,
+        };
         self.record_events(&[ev]).await
     }
 
@@ -963,12 +951,7 @@ impl Queue {
     }
 
     /// Jobs of an orchestrator, newest first, optionally of one state.
-    pub async fn jobs(
-        &self,
-        orchestrator_id: &str,
-        state: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<JobRow>> {
+    pub async fn jobs(&self, orchestrator_id: &str, state: Option<&str>, limit: u32) -> Result<Vec<JobRow>> {
         let mut values: Vec<Value> = vec![orchestrator_id.into(), i64::from(limit).into()];
         let filter = match state {
             Some(s) => {
@@ -1183,9 +1166,7 @@ pub fn validate_orchestrator(id: &str) -> Result<()> {
         return Err(Error::Invalid("the orchestrator id must not be empty".into()));
     }
     if id.len() > 200 || id.chars().any(|c| c.is_control()) {
-        return Err(Error::Invalid(
-            "the orchestrator id must be at most 200 printable characters".into(),
-        ));
+        return Err(Error::Invalid("the orchestrator id must be at most 200 printable characters".into()));
     }
     Ok(())
 }

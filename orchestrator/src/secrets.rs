@@ -57,8 +57,12 @@ fn explain(e: keyring::Error) -> Error {
     use keyring::Error as K;
     let hint = "start or unlock your keyring (GNOME Keyring, KWallet or another Secret Service), then try again";
     match e {
-        K::NoDefaultStore => Error::Keychain(format!("no OS keychain is available: {hint}; restart DevPilot afterwards")),
-        K::NoStorageAccess(inner) => Error::Keychain(format!("the keychain is locked or refused access ({inner}): {hint}")),
+        K::NoDefaultStore => {
+            Error::Keychain(format!("no OS keychain is available: {hint}; restart DevPilot afterwards"))
+        }
+        K::NoStorageAccess(inner) => {
+            Error::Keychain(format!("the keychain is locked or refused access ({inner}): {hint}"))
+        }
         K::PlatformFailure(inner) => Error::Keychain(format!("the keychain is unavailable ({inner}): {hint}")),
         other => Error::Keychain(other.to_string()),
     }

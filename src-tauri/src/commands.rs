@@ -340,7 +340,9 @@ mod tests {
         assert!(e["message"].as_str().unwrap().contains("orchestrator id"), "{e}");
         let settings = view["settings"].clone();
         let db = json!({"mode": "postgres", "host": "127.0.0.1", "port": 1, "database": "x", "user": "u"});
-        let e = call(&w, "save_settings", json!({"input": {"settings": settings, "db": db, "password": "hunter2-test"}})).unwrap_err();
+        let e =
+            call(&w, "save_settings", json!({"input": {"settings": settings, "db": db, "password": "hunter2-test"}}))
+                .unwrap_err();
         assert_eq!(e["kind"], "unreachable", "{e}");
         assert!(!e.to_string().contains("hunter2-test"));
         let after = call(&w, "get_settings", json!({})).unwrap();

@@ -69,10 +69,16 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             Kind::LeaseLost,
             match reason {
                 LossReason::LeaseExpired => {
-                    format!("Lost {}: its lease expired and another machine may have it. The agent was stopped.", job.label())
+                    format!(
+                        "Lost {}: its lease expired and another machine may have it. The agent was stopped.",
+                        job.label()
+                    )
                 }
                 LossReason::CompletionRejected => {
-                    format!("{} finished here, but another machine had taken it over; this result was not recorded.", job.label())
+                    format!(
+                        "{} finished here, but another machine had taken it over; this result was not recorded.",
+                        job.label()
+                    )
                 }
             },
         ),
@@ -171,7 +177,8 @@ impl Notifier {
                     if offline_timer.is_some() || offline_sent.load(Ordering::SeqCst) {
                         continue;
                     }
-                    let (engine, tx, sent, error) = (self.engine.clone(), tx.clone(), offline_sent.clone(), error.clone());
+                    let (engine, tx, sent, error) =
+                        (self.engine.clone(), tx.clone(), offline_sent.clone(), error.clone());
                     offline_timer = Some(tokio::spawn(async move {
                         tokio::time::sleep(OFFLINE_GRACE).await;
                         if engine.status().db_online {
@@ -226,7 +233,9 @@ impl Notifier {
             };
             match &error {
                 None => tracing::info!(%summary, "notified"),
-                Some(e) => tracing::warn!(%summary, error = %e, "cannot show a notification (is a notification daemon running?)"),
+                Some(e) => {
+                    tracing::warn!(%summary, error = %e, "cannot show a notification (is a notification daemon running?)")
+                }
             }
             if let Ok(mut r) = self.recent.lock() {
                 r.push_back(Sent { summary, body, kinds, error });
@@ -265,7 +274,10 @@ mod tests {
     fn toggles() {
         let d = NotifySettings::default();
         assert!(notice_for(&Event::Claimed { job: job(1) }, &d).is_none());
-        assert!(notice_for(&Event::Failed { job: job(1), error: "x".into(), dead: true }, &d).unwrap().text.contains("dead"));
+        assert!(notice_for(&Event::Failed { job: job(1), error: "x".into(), dead: true }, &d)
+            .unwrap()
+            .text
+            .contains("dead"));
         let off = NotifySettings { lease_lost: false, ..d };
         assert!(notice_for(&Event::LeaseLost { job: job(1), reason: LossReason::LeaseExpired }, &off).is_none());
     }
@@ -274,7 +286,8 @@ mod tests {
     #[test]
     fn bursts_coalesce() {
         let on = NotifySettings { claimed: true, ..NotifySettings::default() };
-        let mut batch: Vec<Notice> = (1..=7).filter_map(|i| notice_for(&Event::Completed { job: job(i) }, &on)).collect();
+        let mut batch: Vec<Notice> =
+            (1..=7).filter_map(|i| notice_for(&Event::Completed { job: job(i) }, &on)).collect();
         batch.push(notice_for(&Event::LeaseLost { job: job(9), reason: LossReason::CompletionRejected }, &on).unwrap());
         let (s, b) = render(&batch);
         assert_eq!(s, "DevPilot: 1 claim lost, 7 jobs finished");

@@ -165,7 +165,9 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
             None
         }
         Err(_) => {
-            tracing::error!("the tray icon could not be created (is libayatana-appindicator3 installed?); running without it");
+            tracing::error!(
+                "the tray icon could not be created (is libayatana-appindicator3 installed?); running without it"
+            );
             None
         }
     };
@@ -236,12 +238,19 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     let pause = Submenu::with_id_and_items(app, "pause", "Pause", true, &[&p30, &p60, &pin])?;
     let resume = MenuItem::with_id(app, "resume", "Resume", false, None::<&str>)?;
     // GTK reads a single & as a mnemonic marker and hides it; && shows one.
-    let handoff = MenuItem::with_id(app, "handoff", if cfg!(target_os = "linux") { "Hand off && pause" } else { "Hand off & pause" }, true, None::<&str>)?;
+    let handoff = MenuItem::with_id(
+        app,
+        "handoff",
+        if cfg!(target_os = "linux") { "Hand off && pause" } else { "Hand off & pause" },
+        true,
+        None::<&str>,
+    )?;
     let open = MenuItem::with_id(app, "open", "Open DevPilot", true, None::<&str>)?;
     let settings = MenuItem::with_id(app, "settings", "Settings…", true, None::<&str>)?;
     let logs = MenuItem::with_id(app, "logs", "View logs", true, None::<&str>)?;
     let quit = MenuItem::with_id(app, "quit", "Quit DevPilot", true, None::<&str>)?;
-    let (s1, s2, s3) = (PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?);
+    let (s1, s2, s3) =
+        (PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?);
     let items: [&dyn IsMenuItem<R>; 13] =
         [&status, &jobs_item, &s1, &dispatch, &pause, &resume, &handoff, &s2, &open, &settings, &logs, &s3, &quit];
     let menu = Menu::with_items(app, &items)?;

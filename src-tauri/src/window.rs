@@ -14,7 +14,9 @@ pub const LABEL: &str = "main";
 /// variable. Call while the process is still single-threaded.
 pub fn tune_webkit_env() {
     #[cfg(target_os = "linux")]
-    if std::env::var_os("WEBKIT_DISABLE_MEMORY_PRESSURE_MONITOR").is_none() && std::env::var_os("DEVPILOT_WEBKIT_DEFAULTS").is_none() {
+    if std::env::var_os("WEBKIT_DISABLE_MEMORY_PRESSURE_MONITOR").is_none()
+        && std::env::var_os("DEVPILOT_WEBKIT_DEFAULTS").is_none()
+    {
         // First thing in `run`, before any other thread exists (set_var is not thread-safe).
         std::env::set_var("WEBKIT_DISABLE_MEMORY_PRESSURE_MONITOR", "1");
     }
@@ -166,7 +168,12 @@ fn page_out_window_stack() {
             failed += 1;
         }
     }
-    tracing::info!(mappings = advised, mapped_mb = bytes / (1 << 20), failed, "no window open: paged out the window's libraries");
+    tracing::info!(
+        mappings = advised,
+        mapped_mb = bytes / (1 << 20),
+        failed,
+        "no window open: paged out the window's libraries"
+    );
 }
 
 /// At a start with no window (autostart at login), the same: the GL stack is initialised with

@@ -58,10 +58,14 @@ pub fn pg_bin_dir() -> PathBuf {
         return PathBuf::from(p);
     }
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").exists()).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").exists()).collect()
+        })
         .unwrap_or_default();
     found.sort();
-    found.pop().expect("PostgreSQL server binaries not found under /usr/lib/postgresql: install the `postgresql` package")
+    found
+        .pop()
+        .expect("PostgreSQL server binaries not found under /usr/lib/postgresql: install the `postgresql` package")
 }
 
 fn free_port() -> u16 {
@@ -99,7 +103,8 @@ impl PgCluster {
             assert!(st.success(), "chown of the cluster dir failed");
         }
         let out = as_pg_user(&bin, "initdb")
-            .arg("-D").arg(&data)
+            .arg("-D")
+            .arg(&data)
             .args(["-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"])
             .arg(format!("--pwfile={}", pwfile.display()))
             .output()
@@ -119,8 +124,10 @@ impl PgCluster {
             opts.push_str(&format!(" -c {k}={v}"));
         }
         let out = as_pg_user(&self.bin, "pg_ctl")
-            .arg("-D").arg(self.dir.join("data"))
-            .arg("-l").arg(self.dir.join("server.log"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
             .args(["-o", &opts, "-w", "-t", "60"])
             .args(action)
             .stdout(Stdio::null())
@@ -141,7 +148,8 @@ impl PgCluster {
     /// Stops the server (immediate mode).
     pub fn stop(&self) {
         let _ = as_pg_user(&self.bin, "pg_ctl")
-            .arg("-D").arg(self.dir.join("data"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
             .args(["-m", "immediate", "-w", "stop"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -197,17 +205,17 @@ pub fn shared_pg() -> &'static PgCluster {
         let pg_url = pg.url("devpilot_template");
         let admin = pg.url("postgres");
         std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        rt.block_on(async {
-            let a = DbUrl::parse(&admin).expect("url");
-            let conn = db::connect(&a, &PoolSettings::default()).await.expect("connect admin");
-            conn.execute_unprepared("CREATE DATABASE devpilot_template").await.expect("create template");
-            conn.close().await.expect("close");
-            let url = DbUrl::parse(&pg_url).expect("url");
-            let conn = db::connect(&url, &PoolSettings::default()).await.expect("connect template");
-            db::migrate(&url, &conn).await.expect("migrate template");
-            conn.close().await.expect("close");
-        });
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                let a = DbUrl::parse(&admin).expect("url");
+                let conn = db::connect(&a, &PoolSettings::default()).await.expect("connect admin");
+                conn.execute_unprepared("CREATE DATABASE devpilot_template").await.expect("create template");
+                conn.close().await.expect("close");
+                let url = DbUrl::parse(&pg_url).expect("url");
+                let conn = db::connect(&url, &PoolSettings::default()).await.expect("connect template");
+                db::migrate(&url, &conn).await.expect("migrate template");
+                conn.close().await.expect("close");
+            });
         })
         .join()
         .expect("template setup");
@@ -250,9 +258,8 @@ impl TestDb {
             Backend::Sqlite => format!("sqlite://{}", dir.path().join("queue.sqlite").display()),
         };
         let url = DbUrl::parse(&raw_url).expect("url");
-        let conn = db::connect(&url, &PoolSettings { max_connections: 4, ..Default::default() })
-            .await
-            .expect("connect");
+        let conn =
+            db::connect(&url, &PoolSettings { max_connections: 4, ..Default::default() }).await.expect("connect");
         db::migrate(&url, &conn).await.expect("migrate");
         TestDb { backend, url, raw_url, queue: Queue::new(conn), dir }
     }
@@ -381,7 +388,9 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     let mut out = vec![];
     let mut stack = vec![pid];
     while let Some(p) = stack.pop() {
-        let tasks = std::fs::read_dir(format!("/proc/{p}/task")).map(|rd| rd.filter_map(|e| e.ok()).collect::<Vec<_>>()).unwrap_or_default();
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .map(|rd| rd.filter_map(|e| e.ok()).collect::<Vec<_>>())
+            .unwrap_or_default();
         for t in tasks {
             let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
             for c in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
@@ -437,7 +446,15 @@ impl Drop for Runner {
 }
 
 /// Starts `devpilot run` for `orch` as `machine` with extra flags, running `agent`.
-pub fn spawn_runner(home: &Path, db_url: &str, orch: &str, machine: &str, flags: &[&str], agent: &Path, env: &[(&str, &str)]) -> Runner {
+pub fn spawn_runner(
+    home: &Path,
+    db_url: &str,
+    orch: &str,
+    machine: &str,
+    flags: &[&str],
+    agent: &Path,
+    env: &[(&str, &str)],
+) -> Runner {
     let log_path = home.join(format!("runner-{machine}.log"));
     let log = std::fs::File::create(&log_path).expect("runner log");
     let mut c = devpilot(home, db_url);

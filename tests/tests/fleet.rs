@@ -130,13 +130,20 @@ async fn fleet_under_faults() {
     let claim_timeout = "3s";
     let flags: Vec<&str> = vec![
         "--until-empty",
-        "--claim-timeout", claim_timeout,
-        "--heartbeat", "400ms",
-        "--sweep-interval", "1s",
-        "--poll-interval", "100ms",
-        "--max-poll-interval", "1s",
-        "--max-attempts", "20",
-        "--cancel-grace", "1s",
+        "--claim-timeout",
+        claim_timeout,
+        "--heartbeat",
+        "400ms",
+        "--sweep-interval",
+        "1s",
+        "--poll-interval",
+        "100ms",
+        "--max-poll-interval",
+        "1s",
+        "--max-attempts",
+        "20",
+        "--cancel-grace",
+        "1s",
     ];
     let mut owned: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
     owned.extend(["--concurrency".to_string(), per_runner.to_string()]);
@@ -186,7 +193,11 @@ async fn fleet_under_faults() {
                     Err(_) => ok = false,
                 }
             }
-            if ok { n } else { i64::MAX }
+            if ok {
+                n
+            } else {
+                i64::MAX
+            }
         };
         // Restart anything that exited early (e.g. killed) while work remains.
         for (m, (o, r)) in runners.iter_mut() {
@@ -289,9 +300,9 @@ async fn fleet_under_faults() {
                         e.machine.as_deref() == Some(m.as_str())
                             && e.at >= from_ms
                             && e.at <= to_ms
-                            && e.claim_token.and_then(|t| execs.get(&(e.job_id, t))).is_some_and(|x| {
-                                x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms)
-                            })
+                            && e.claim_token
+                                .and_then(|t| execs.get(&(e.job_id, t)))
+                                .is_some_and(|x| x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms))
                     })
                 });
                 let held: Vec<(i64, i64, Option<i64>, Option<i64>)> = {
@@ -356,7 +367,9 @@ async fn fleet_under_faults() {
         let n = evs.iter().filter(|e| e.kind == "completed").count();
         assert!(n <= 1, "job {id} has {n} completions: {evs:#?}");
         if state == "completed" {
-            let e = execs.get(&(*id, *token)).unwrap_or_else(|| panic!("job {id}: no execution for its completing claim {token}"));
+            let e = execs
+                .get(&(*id, *token))
+                .unwrap_or_else(|| panic!("job {id}: no execution for its completing claim {token}"));
             assert_eq!(e.ended.as_deref(), Some("end"), "job {id}: the completing execution ran to its end");
             if n == 1 {
                 let c = evs.iter().find(|e| e.kind == "completed").unwrap();
@@ -369,7 +382,9 @@ async fn fleet_under_faults() {
     let lease_end = |job: i64, token: i64| -> Option<i64> {
         events_by_job.get(&job).and_then(|evs| {
             evs.iter()
-                .filter(|e| e.claim_token == Some(token) && (e.kind == "swept" || e.kind == "handed_off" || e.kind == "dead"))
+                .filter(|e| {
+                    e.claim_token == Some(token) && (e.kind == "swept" || e.kind == "handed_off" || e.kind == "dead")
+                })
                 .map(|e| e.at)
                 .min()
         })
@@ -395,14 +410,21 @@ async fn fleet_under_faults() {
                 (None, Some(lease)) => lease,
                 (None, None) => {
                     // Killed with its runner (no record at all) before the next claim.
-                    assert!(killed_after(&a.machine, a.start_ms), "job {job}: execution {} has no end and no lease end", a.token);
+                    assert!(
+                        killed_after(&a.machine, a.start_ms),
+                        "job {job}: execution {} has no end and no lease end",
+                        a.token
+                    );
                     continue;
                 }
             };
             assert!(
                 b.start_ms + 5 >= a_valid_end,
                 "job {job}: claim {} started at {} before claim {}'s lease ended at {}",
-                b.token, b.start_ms, a.token, a_valid_end
+                b.token,
+                b.start_ms,
+                a.token,
+                a_valid_end
             );
             overlaps_checked += 1;
         }
@@ -416,12 +438,15 @@ async fn fleet_under_faults() {
         if e.ended.as_deref() == Some("end") && e.end_ms.unwrap_or(0) > lease {
             late += 1;
             let recorded = events_by_job.get(&e.job).is_some_and(|evs| {
-                evs.iter().any(|x| x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost"))
+                evs.iter().any(|x| {
+                    x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost")
+                })
             });
             assert!(
                 recorded || killed_after(&e.machine, e.end_ms.unwrap_or(0)),
                 "job {}: claim {} finished after its lease ended and nothing was recorded",
-                e.job, e.token
+                e.job,
+                e.token
             );
         }
     }
@@ -431,7 +456,10 @@ async fn fleet_under_faults() {
     let mut stale_stopped = 0;
     for f in &faults {
         let Fault::Stop { machine, from_ms, to_ms } = f else { continue };
-        for e in execs.values().filter(|e| &e.machine == machine && e.start_ms < *from_ms && e.end_ms.is_none_or(|end| end > *from_ms)) {
+        for e in execs
+            .values()
+            .filter(|e| &e.machine == machine && e.start_ms < *from_ms && e.end_ms.is_none_or(|end| end > *from_ms))
+        {
             let Some(lease) = lease_end(e.job, e.token) else { continue };
             // Only leases that ended while the machine was frozen. (An execution killed with
             // its runner long before leaves no end record and must not count here.)
@@ -439,13 +467,17 @@ async fn fleet_under_faults() {
                 continue;
             }
             let fenced = events_by_job.get(&e.job).is_some_and(|evs| {
-                evs.iter().any(|x| x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost"))
+                evs.iter().any(|x| {
+                    x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost")
+                })
             });
             assert!(
                 e.ended.as_deref() == Some("term") || fenced || killed_after(machine, *to_ms),
                 "job {}: the frozen runner {machine} did not stop its stale agent (claim {}); \
                  frozen {from_ms}..{to_ms}, execution {e:?}, history {:#?}, faults {faults:?}",
-                e.job, e.token, events_by_job.get(&e.job)
+                e.job,
+                e.token,
+                events_by_job.get(&e.job)
             );
             stale_stopped += 1;
         }

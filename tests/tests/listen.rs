@@ -11,7 +11,11 @@ use devpilot_tests::PgCluster;
 use sea_orm::ConnectionTrait;
 use serde_json::json;
 
-async fn wait_claimed(events: &mut tokio::sync::broadcast::Receiver<Event>, id: i64, limit: Duration) -> Option<Duration> {
+async fn wait_claimed(
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+    id: i64,
+    limit: Duration,
+) -> Option<Duration> {
     let t0 = Instant::now();
     loop {
         let left = limit.checked_sub(t0.elapsed())?;

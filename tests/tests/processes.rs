@@ -92,13 +92,20 @@ async fn frozen_runner_cannot_complete_a_taken_job(backend: Backend) {
     );
     devpilot_tests::signal_tree(a.pid(), libc::SIGCONT);
     let q = db.queue.clone();
-    assert!(wait_for(Duration::from_secs(20), || {
-        let q = q.clone();
-        async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
-    }).await);
-    assert!(wait_for(Duration::from_secs(10), || async {
-        agent.records().iter().any(|r| r.kind == "term" && r.machine == "laptop")
-    }).await, "the laptop stopped its stale agent");
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let q = q.clone();
+            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+        })
+        .await
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            agent.records().iter().any(|r| r.kind == "term" && r.machine == "laptop")
+        })
+        .await,
+        "the laptop stopped its stale agent"
+    );
     let recs = agent.records();
     assert!(!recs.iter().any(|r| r.kind == "end" && r.machine == "laptop"), "the stale agent never finished");
     let history = db.queue.history(id).await.unwrap();
@@ -126,19 +133,30 @@ async fn hung_runner_completion_is_rejected(backend: Backend) {
     unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
     let b = spawn_runner(db.dir.path(), &db.raw_url, &orch, "healthy", &flags, &agent.script, &[("AGENT_SLEEP", "0")]);
     let q = db.queue.clone();
-    assert!(wait_for(Duration::from_secs(20), || {
-        let q = q.clone();
-        async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
-    }).await);
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let q = q.clone();
+            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+        })
+        .await
+    );
     assert!(agent.records().iter().any(|r| r.kind == "end" && r.machine == "hung"), "the hung runner's agent finished");
     unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
     let q = db.queue.clone();
-    assert!(wait_for(Duration::from_secs(10), || {
-        let q = q.clone();
-        async move {
-            q.history(id).await.unwrap().iter().any(|e| e.kind == "completion_rejected" && e.machine.as_deref() == Some("hung"))
-        }
-    }).await, "the late completion was rejected and recorded");
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let q = q.clone();
+            async move {
+                q.history(id)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .any(|e| e.kind == "completion_rejected" && e.machine.as_deref() == Some("hung"))
+            }
+        })
+        .await,
+        "the late completion was rejected and recorded"
+    );
     let history = db.queue.history(id).await.unwrap();
     assert_eq!(history.iter().filter(|e| e.kind == "completed").count(), 1);
     assert_eq!(history.iter().find(|e| e.kind == "completed").unwrap().machine.as_deref(), Some("healthy"));
@@ -168,15 +186,22 @@ async fn release_lets_another_runner_start_within_seconds(backend: Backend) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("#{id}")));
     let q = db.queue.clone();
-    assert!(wait_for(Duration::from_secs(10), || {
-        let q = q.clone();
-        async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
-    }).await);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let q = q.clone();
+            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+        })
+        .await
+    );
     assert!(released_at.elapsed() < Duration::from_secs(10));
     devpilot_tests::signal_tree(a.pid(), libc::SIGCONT);
-    assert!(wait_for(Duration::from_secs(10), || async {
-        agent.records().iter().any(|r| r.kind == "term" && r.machine == "laptop")
-    }).await, "the laptop's agent was stopped");
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            agent.records().iter().any(|r| r.kind == "term" && r.machine == "laptop")
+        })
+        .await,
+        "the laptop's agent was stopped"
+    );
     let history = db.queue.history(id).await.unwrap();
     assert!(history.iter().any(|e| e.kind == "handed_off"));
     assert_eq!(history.iter().find(|e| e.kind == "completed").unwrap().machine.as_deref(), Some("desktop"));
@@ -191,17 +216,21 @@ async fn sigterm_hands_off_to_another_runner(backend: Backend) {
     let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
     let agent = RecordingAgent::new(db.dir.path(), "sleep \"$AGENT_SLEEP\"");
     let flags = fast_flags();
-    let mut a = spawn_runner(db.dir.path(), &db.raw_url, &orch, "laptop", &flags, &agent.script, &[("AGENT_SLEEP", "30")]);
+    let mut a =
+        spawn_runner(db.dir.path(), &db.raw_url, &orch, "laptop", &flags, &agent.script, &[("AGENT_SLEEP", "30")]);
     assert!(wait_for(Duration::from_secs(20), || async { agent.records().iter().any(|r| r.kind == "start") }).await);
     let b = spawn_runner(db.dir.path(), &db.raw_url, &orch, "desktop", &flags, &agent.script, &[("AGENT_SLEEP", "0")]);
     let t0 = Instant::now();
     unsafe { libc::kill(a.pid() as i32, libc::SIGTERM) };
     assert_eq!(a.wait_timeout(Duration::from_secs(10)), Some(0), "runner exits cleanly");
     let q = db.queue.clone();
-    assert!(wait_for(Duration::from_secs(10), || {
-        let q = q.clone();
-        async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
-    }).await);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let q = q.clone();
+            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+        })
+        .await
+    );
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(agent.records().iter().any(|r| r.kind == "term" && r.machine == "laptop"));
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
@@ -234,13 +263,15 @@ async fn bad_inputs_get_clear_messages(backend: Backend) {
     let url = db.raw_url.as_str();
     let orch = db.orch("bad");
 
-    let (code, _, err) = run_cli(home, url, &["enqueue", "--orchestrator", &orch, "--payload", "{\"title\": oops"], None);
+    let (code, _, err) =
+        run_cli(home, url, &["enqueue", "--orchestrator", &orch, "--payload", "{\"title\": oops"], None);
     assert_eq!(code, 1);
     assert!(err.contains("malformed payload: not valid JSON"), "{err}");
     let (code, _, err) = run_cli(home, url, &["enqueue", "--orchestrator", &orch], Some("not json"));
     assert_eq!(code, 1);
     assert!(err.contains("malformed payload"), "{err}");
-    let (code, _, err) = run_cli(home, url, &["enqueue", "--orchestrator", &orch, "--payload-file", "/nonexistent/p.json"], None);
+    let (code, _, err) =
+        run_cli(home, url, &["enqueue", "--orchestrator", &orch, "--payload-file", "/nonexistent/p.json"], None);
     assert_eq!(code, 1);
     assert!(err.contains("cannot read /nonexistent/p.json"), "{err}");
     assert_eq!(db.queue.counts(&orch).await.unwrap(), Default::default(), "nothing was written");
@@ -254,18 +285,21 @@ async fn bad_inputs_get_clear_messages(backend: Backend) {
     assert!(err.contains("invalid database URL") && err.contains("unsupported scheme"), "{err}");
     assert!(!err.contains("hunter2"), "no password in messages: {err}");
 
-    let (code, _, err) = run_cli(home, "postgres://u:hunter2@127.0.0.1:1/d", &["status", "--orchestrator", &orch], None);
+    let (code, _, err) =
+        run_cli(home, "postgres://u:hunter2@127.0.0.1:1/d", &["status", "--orchestrator", &orch], None);
     assert_eq!(code, 1);
     assert!(err.contains("cannot reach the database at 127.0.0.1:1/d"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
 
     let pg = devpilot_tests::shared_pg();
-    let (code, _, err) = run_cli(home, &pg.url_with_wrong_password("postgres"), &["status", "--orchestrator", &orch], None);
+    let (code, _, err) =
+        run_cli(home, &pg.url_with_wrong_password("postgres"), &["status", "--orchestrator", &orch], None);
     assert_eq!(code, 1);
     assert!(err.contains("rejected the login for user 'postgres'"), "{err}");
     assert!(!err.contains("wrong-"), "the attempted password is not echoed: {err}");
 
-    let (code, out, _) = run_cli(home, url, &["enqueue", "--orchestrator", &orch, "--payload", "{\"title\": \"ok\"}"], None);
+    let (code, out, _) =
+        run_cli(home, url, &["enqueue", "--orchestrator", &orch, "--payload", "{\"title\": \"ok\"}"], None);
     assert_eq!(code, 0);
     let id: i64 = out.trim().parse().unwrap();
     let (code, _, err) = run_cli(home, url, &["run", "--orchestrator", &orch, "--", "/no/such/agent-binary"], None);

@@ -141,7 +141,16 @@ async fn fenced_writes_reject_a_stale_token(backend: Backend) {
     let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(
         kinds,
-        ["claimed", "swept", "claimed", "completion_rejected", "lease_lost", "lease_lost", "completed", "completion_rejected"]
+        [
+            "claimed",
+            "swept",
+            "claimed",
+            "completion_rejected",
+            "lease_lost",
+            "lease_lost",
+            "completed",
+            "completion_rejected"
+        ]
     );
 }
 
@@ -283,10 +292,14 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
     let ids = db.queue.enqueue_many(&orch, &vec![json!({}); 20]).await.unwrap();
     let q = db.queue.clone();
     let o = orch.clone();
-    assert!(wait_for(Duration::from_secs(20), || {
-        let (q, o) = (q.clone(), o.clone());
-        async move { q.counts(&o).await.unwrap().completed == 20 }
-    }).await, "jobs complete while every sweep fails");
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let (q, o) = (q.clone(), o.clone());
+            async move { q.counts(&o).await.unwrap().completed == 20 }
+        })
+        .await,
+        "jobs complete while every sweep fails"
+    );
     assert!(
         wait_for(Duration::from_secs(10), || async { h.stats().sweep_failures.load(Ordering::Relaxed) >= 2 }).await,
         "sweeps kept failing and were counted"
@@ -309,10 +322,13 @@ async fn orchestrator_runs_and_hands_off(backend: Backend) {
     db.queue.enqueue_many(&orch, &vec![json!({"quick": true}); 6]).await.unwrap();
     let q = db.queue.clone();
     let o = orch.clone();
-    assert!(wait_for(Duration::from_secs(30), || {
-        let (q, o) = (q.clone(), o.clone());
-        async move { q.counts(&o).await.unwrap().completed == 6 }
-    }).await);
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let (q, o) = (q.clone(), o.clone());
+            async move { q.counts(&o).await.unwrap().completed == 6 }
+        })
+        .await
+    );
     // Pause: nothing new is claimed.
     h.pause(None);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -322,10 +338,13 @@ async fn orchestrator_runs_and_hands_off(backend: Backend) {
     h.resume();
     // (The agent inherits our environment; a long sleep comes from the payload file instead.)
     let _ = long;
-    assert!(wait_for(Duration::from_secs(10), || {
-        let q = db.queue.clone();
-        async move { q.job(long).await.unwrap().unwrap().0.state == "completed" }
-    }).await);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let q = db.queue.clone();
+            async move { q.job(long).await.unwrap().unwrap().0.state == "completed" }
+        })
+        .await
+    );
     let mut saw_completed = 0;
     while let Ok(ev) = events.try_recv() {
         if matches!(ev, orchestrator::Event::Completed { .. }) {
@@ -421,9 +440,7 @@ async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
     let blocker = db.another_queue().await;
     let handed_back = |id: i64| {
         let q = db.queue.clone();
-        async move {
-            q.history(id).await.unwrap().iter().filter(|e| e.kind == "handed_off").count()
-        }
+        async move { q.history(id).await.unwrap().iter().filter(|e| e.kind == "handed_off").count() }
     };
 
     // Dispatch off while the poll is blocked in the database.
@@ -453,7 +470,9 @@ async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
     let lock = hold_queue_lock(&db, &blocker).await;
     let before = h.stats().claim_queries.load(Ordering::Relaxed);
     h.set_enabled(true);
-    assert!(wait_for(Duration::from_secs(10), || async { h.stats().claim_queries.load(Ordering::Relaxed) > before }).await);
+    assert!(
+        wait_for(Duration::from_secs(10), || async { h.stats().claim_queries.load(Ordering::Relaxed) > before }).await
+    );
     let mut st = h.watch_status();
     st.mark_unchanged();
     let stopper = tokio::spawn({
