@@ -8,6 +8,8 @@
 //!   paths index-only.
 //! - `m20261130_000001_claim_order`: the pick's index keyed `(orchestrator_id, created_at,
 //!   id)`, so the planner cannot serve the pick from the primary key (profiled in the file).
+//! - `m20261201_000001_job_attempts`: `max_attempts` on each job (set at enqueue, read by the
+//!   sweep and the fail path) and `machines.problem` (why a machine is not claiming).
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -18,6 +20,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_dispatch;
 mod m20261130_000001_claim_order;
+mod m20261201_000001_job_attempts;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -25,6 +28,10 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261129_000001_dispatch::Migration), Box::new(m20261130_000001_claim_order::Migration)]
+        vec![
+            Box::new(m20261129_000001_dispatch::Migration),
+            Box::new(m20261130_000001_claim_order::Migration),
+            Box::new(m20261201_000001_job_attempts::Migration),
+        ]
     }
 }

@@ -22,6 +22,7 @@ pub mod dispatch_queue {
         pub failed_at: Option<i64>,
         pub dead_at: Option<i64>,
         pub last_error: Option<String>,
+        pub max_attempts: i32,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

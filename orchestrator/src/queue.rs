@@ -6,29 +6,35 @@
 //! Rules every statement in this file keeps:
 //! - One statement per decision. The precondition lives in the WHERE clause and a zero-row
 //!   result means "lost the race" or "you no longer own this"; neither is an error.
+//! - A state change and its history row commit together: one statement on PostgreSQL (a
+//!   data-modifying CTE), one short transaction on SQLite (no network round trip inside it).
+//!   See [`Queue::change`].
 //! - No transaction is held open across a round trip to the application.
 //! - Every lease time comes from the database clock (`{NOW}`), never from this machine.
 //! - Every write after a claim names the job's `claim_token` (the fencing token), which every
 //!   claim increments, so a machine that slept through losing its lease cannot write.
+//! - State predicates come from [`JobState`]'s sets (`{CLAIMABLE}`, `{RUNNING}`), never
+//!   spelled out by hand.
+//! - Every call is bounded ([`Queue::with_call_timeout`]): no answer in time is
+//!   [`Error::Timeout`], never a hang.
 
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryResult, Statement,
-    Value,
+    TransactionTrait, Value,
 };
 use serde::Serialize;
 
 use crate::entity::dispatch_queue as dq;
 use crate::error::{Error, Result};
+use crate::job::{event, state_in, JobState};
+use crate::retry::{self, Budget};
 
 /// Milliseconds since the epoch, from the database's clock.
 const PG_NOW: &str = "((extract(epoch from now()) * 1000)::bigint)";
 const SQLITE_NOW: &str = "(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))";
-
-/// The states a job can be in. `failed` is a failed attempt waiting for its retry.
-pub const CLAIMABLE: &str = "state IN ('queued','failed')";
 
 /// The herd-free pick: the oldest claimable rows, skipping rows another claimer holds.
 /// `{LIMIT}` is the placeholder of the batch size. Ordered by `(created_at, id)`, which only
@@ -36,7 +42,7 @@ pub const CLAIMABLE: &str = "state IN ('queued','failed')";
 /// the primary key past every claimed row; see the migration that made the index).
 const PICK: &str = "SELECT id FROM dispatch_queue
                      WHERE orchestrator_id = $1
-                       AND claimed_at IS NULL AND state IN ('queued','failed')
+                       AND claimed_at IS NULL AND {CLAIMABLE}
                      ORDER BY created_at, id
                      LIMIT {LIMIT}
                      {SKIP_LOCKED}";
@@ -47,25 +53,23 @@ const CLAIM_PICKED: &str = "UPDATE dispatch_queue
                     SET state = 'running', claimed_at = {NOW}, heartbeat_at = {NOW},
                         claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1
                   WHERE id IN (SELECT id FROM picked)
-                    AND claimed_at IS NULL AND state IN ('queued','failed')
-                 RETURNING id, orchestrator_id, payload, title, claim_token, attempts";
+                    AND claimed_at IS NULL AND {CLAIMABLE}
+                 RETURNING id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state";
 
-/// The "claimed" history of the rows in `claimed`, inside the claim statement (PostgreSQL).
-const CLAIM_HISTORY: &str = "history AS (
-                 INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-                 SELECT id, orchestrator_id, 'claimed', $2, claim_token, 'attempt ' || attempts, {NOW}
-                   FROM claimed)";
+/// The history of a claim: kind and detail over the claimed row.
+const CLAIMED: History<'static> =
+    History { kind: "'claimed'", machine: None, detail: Detail::Expr("'attempt ' || attempts") };
 
-/// A machine's presence row, $1..$7 in the order of [`presence_values`].
+/// A machine's presence row, $1..$8 in the order of [`presence_values`].
 const PRESENCE_UPSERT: &str = "INSERT INTO machines
                  (orchestrator_id, machine, last_seen_at, status, dispatch_enabled, paused_until,
-                  running, concurrency)
-             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7)
+                  running, concurrency, problem)
+             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (orchestrator_id, machine) DO UPDATE SET
                  last_seen_at = excluded.last_seen_at, status = excluded.status,
                  dispatch_enabled = excluded.dispatch_enabled,
                  paused_until = excluded.paused_until, running = excluded.running,
-                 concurrency = excluded.concurrency";
+                 concurrency = excluded.concurrency, problem = excluded.problem";
 
 /// The text of [`Queue::claim_next`] before dialect substitution ($1 orchestrator, $2
 /// machine, $3 limit), so the benchmark can hand pgbench exactly this statement.
@@ -78,8 +82,16 @@ pub fn claim_next_sql_postgres() -> String {
     postgres_dialect(&claim_next_sql())
 }
 
+/// The state predicates both dialects share.
+fn states(sql: &str) -> String {
+    sql.replace("{CLAIMABLE}", &state_in(&JobState::CLAIMABLE))
+        .replace("{RUNNING}", &state_in(&[JobState::Running]))
+        .replace("{FINISHED}", &state_in(&JobState::FINISHED))
+        .replace("{REQUEUEABLE}", &state_in(&JobState::REQUEUEABLE))
+}
+
 fn postgres_dialect(sql: &str) -> String {
-    sql.replace("{NOW}", PG_NOW).replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED")
+    states(sql).replace("{NOW}", PG_NOW).replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED")
 }
 
 fn presence_values(p: &Presence<'_>) -> Vec<Value> {
@@ -91,7 +103,32 @@ fn presence_values(p: &Presence<'_>) -> Vec<Value> {
         p.paused_until.into(),
         p.running.into(),
         p.concurrency.into(),
+        p.problem.map(str::to_string).into(),
     ]
+}
+
+/// The history row that a state change writes with itself, as SQL over the changed row
+/// (its columns after the change), so both backends compute it the same way.
+#[derive(Clone, Debug)]
+struct History<'a> {
+    /// An SQL expression for `kind`, e.g. `'completed'` or a CASE on the new state.
+    kind: &'a str,
+    /// The machine to name; `None` names the row's `claimed_by`.
+    machine: Option<&'a str>,
+    detail: Detail,
+}
+
+#[derive(Clone, Debug)]
+enum Detail {
+    None,
+    Text(String),
+    /// An SQL expression over the changed row.
+    Expr(&'static str),
+}
+
+/// `'dead'` when the change left the row dead, else `other`.
+fn dead_or(other: &str) -> String {
+    format!("CASE WHEN state = 'dead' THEN '{}' ELSE '{other}' END", event::DEAD)
 }
 
 /// A job this machine now holds. `token` must accompany every later write.
@@ -142,6 +179,7 @@ pub struct JobRow {
     pub heartbeat_at: Option<i64>,
     pub completed_at: Option<i64>,
     pub last_error: Option<String>,
+    pub max_attempts: i32,
     /// The database clock when the row was read, so ages need no local clock.
     pub now: i64,
 }
@@ -168,6 +206,8 @@ pub struct MachineRow {
     pub paused_until: Option<i64>,
     pub running: i32,
     pub concurrency: i32,
+    /// Why this machine is not claiming, if something keeps it from it.
+    pub problem: Option<String>,
     pub now: i64,
 }
 
@@ -181,6 +221,8 @@ pub struct Presence<'a> {
     pub paused_until: Option<i64>,
     pub running: i32,
     pub concurrency: i32,
+    /// Why this machine is not claiming (e.g. its agent program is missing).
+    pub problem: Option<&'a str>,
 }
 
 /// What a poll does besides claiming; see [`Queue::claim_next_with`].
@@ -222,12 +264,40 @@ impl Counts {
 pub struct Queue {
     db: DatabaseConnection,
     backend: DbBackend,
+    /// The bound on every call (see [`Queue::with_call_timeout`]).
+    bound: Duration,
+}
+
+/// Jobs added to the queue carry these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Attempts before the job is dead; stored on the row, read by the sweep and the fail path.
+    pub max_attempts: i32,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        Self { max_attempts: 3 }
+    }
 }
 
 impl Queue {
     pub fn new(db: DatabaseConnection) -> Self {
         let backend = db.get_database_backend();
-        Self { db, backend }
+        Self { db, backend, bound: Duration::from_secs(30) }
+    }
+
+    /// The same queue with every call bounded by `bound`: a statement (or a transaction on
+    /// SQLite) that has not answered by then fails with [`Error::Timeout`]. A machine sets this
+    /// below its heartbeat, so a silent network (no RST, every query just hangs) is noticed
+    /// within one heartbeat.
+    pub fn with_call_timeout(mut self, bound: Duration) -> Self {
+        self.bound = bound;
+        self
+    }
+
+    pub fn call_timeout(&self) -> Duration {
+        self.bound
     }
 
     pub fn connection(&self) -> &DatabaseConnection {
@@ -246,22 +316,91 @@ impl Queue {
     }
 
     /// Builds a statement from this module's SQL dialect: `$n` placeholders, `{NOW}` for the
-    /// database clock and `{SKIP_LOCKED}` where PostgreSQL should skip rows others hold.
-    /// SQLite serialises writers, so it needs no SKIP LOCKED and takes `?n` placeholders.
+    /// database clock, `{SKIP_LOCKED}` where PostgreSQL should skip rows others hold, and the
+    /// state sets of [`JobState`]. SQLite serialises writers, so it needs no SKIP LOCKED and
+    /// takes `?n` placeholders.
     fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
         let sql = match self.backend {
             DbBackend::Postgres => postgres_dialect(sql),
-            _ => sql.replace("{NOW}", SQLITE_NOW).replace("{SKIP_LOCKED}", "").replace('$', "?"),
+            _ => states(sql).replace("{NOW}", SQLITE_NOW).replace("{SKIP_LOCKED}", "").replace('$', "?"),
         };
         Statement::from_sql_and_values(self.backend, sql, values)
     }
 
+    /// Runs `call` within this queue's bound.
+    async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.bound, call).await.map_err(|_| Error::Timeout(self.bound))?
+    }
+
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
-        Ok(self.db.query_all_raw(self.stmt(sql, values)).await?)
+        self.bounded(async { Ok(self.db.query_all_raw(self.stmt(sql, values)).await?) }).await
     }
 
     async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
-        Ok(self.db.execute_raw(self.stmt(sql, values)).await?.rows_affected())
+        self.bounded(async { Ok(self.db.execute_raw(self.stmt(sql, values)).await?.rows_affected()) }).await
+    }
+
+    /// A state change and its history, committed together. `update` is an UPDATE whose
+    /// RETURNING names at least `id, orchestrator_id, claim_token, claimed_by, state`; the
+    /// rows it returns are the answer. On PostgreSQL the history INSERT rides in the same
+    /// statement as a data-modifying CTE over the returned rows. SQLite has no such CTEs, so
+    /// the UPDATE and the INSERT run in one short transaction: the INSERT reads the changed
+    /// rows back, which inside the transaction are exactly what the UPDATE left.
+    async fn change(&self, update: &str, mut values: Vec<Value>, h: &History<'_>) -> Result<Vec<QueryResult>> {
+        if self.backend == DbBackend::Postgres {
+            values.push(h.machine.map(str::to_string).into());
+            let machine = format!("COALESCE(${}, claimed_by)", values.len());
+            let detail = match &h.detail {
+                Detail::None => "NULL".to_string(),
+                Detail::Expr(e) => e.to_string(),
+                Detail::Text(t) => {
+                    values.push(t.clone().into());
+                    format!("${}", values.len())
+                }
+            };
+            let sql = format!(
+                "WITH changed AS ({update}), history AS (
+                    INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+                    SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {{NOW}} FROM changed)
+                 SELECT * FROM changed",
+                kind = h.kind
+            );
+            return self.query(&sql, values).await;
+        }
+        self.bounded(async {
+            let txn = self.db.begin().await?;
+            let rows = txn.query_all_raw(self.stmt(update, values)).await?;
+            if !rows.is_empty() {
+                txn.execute_raw(self.history_of(&ids_of(&rows)?, h)).await?;
+            }
+            txn.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// SQLite's half of [`Queue::change`]: the history of rows `ids` as they are now.
+    fn history_of(&self, ids: &[i64], h: &History<'_>) -> Statement {
+        let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
+        let detail = match &h.detail {
+            Detail::None => "NULL".to_string(),
+            Detail::Expr(e) => e.to_string(),
+            Detail::Text(t) => {
+                values.push(t.clone().into());
+                "$2".to_string()
+            }
+        };
+        let first = values.len();
+        let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", first + i + 1)).collect();
+        values.extend(ids.iter().map(|id| Value::from(*id)));
+        let sql = format!(
+            "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+             SELECT id, orchestrator_id, {kind}, COALESCE($1, claimed_by), claim_token, {detail}, {{NOW}}
+               FROM dispatch_queue WHERE id IN ({list})",
+            kind = h.kind,
+            list = list.join(", ")
+        );
+        self.stmt(&sql, values)
     }
 
     /// The database clock, in milliseconds since the epoch.
@@ -272,37 +411,60 @@ impl Queue {
 
     // ---------------------------------------------------------------- enqueue
 
-    /// Adds a job. The payload must be a JSON object or array; its `title` (or `identifier`)
-    /// becomes the job's label.
+    /// Adds a job with the default options. The payload must be a JSON object or array; its
+    /// `title` (or `identifier`) becomes the job's label.
     pub async fn enqueue(&self, orchestrator_id: &str, payload: &serde_json::Value) -> Result<i64> {
-        Ok(self.enqueue_many(orchestrator_id, std::slice::from_ref(payload)).await?[0])
+        self.enqueue_with(orchestrator_id, payload, JobOptions::default()).await
+    }
+
+    /// Adds a job with `opts`.
+    pub async fn enqueue_with(
+        &self,
+        orchestrator_id: &str,
+        payload: &serde_json::Value,
+        opts: JobOptions,
+    ) -> Result<i64> {
+        Ok(self.enqueue_many_with(orchestrator_id, std::slice::from_ref(payload), opts).await?[0])
+    }
+
+    /// Adds many jobs with the default options.
+    pub async fn enqueue_many(&self, orchestrator_id: &str, payloads: &[serde_json::Value]) -> Result<Vec<i64>> {
+        self.enqueue_many_with(orchestrator_id, payloads, JobOptions::default()).await
     }
 
     /// Adds many jobs in one statement (in chunks that stay under bind-parameter limits).
-    pub async fn enqueue_many(&self, orchestrator_id: &str, payloads: &[serde_json::Value]) -> Result<Vec<i64>> {
+    pub async fn enqueue_many_with(
+        &self,
+        orchestrator_id: &str,
+        payloads: &[serde_json::Value],
+        opts: JobOptions,
+    ) -> Result<Vec<i64>> {
         validate_orchestrator(orchestrator_id)?;
+        if opts.max_attempts < 1 {
+            return Err(Error::Invalid("max attempts must be at least 1".into()));
+        }
+        if let Some(bad) = payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
+            return Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1)));
+        }
         let mut ids = Vec::with_capacity(payloads.len());
-        for chunk in payloads.chunks(250) {
-            let mut sql = String::from("INSERT INTO dispatch_queue (orchestrator_id, payload, title) VALUES ");
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 3);
+        for chunk in payloads.chunks(200) {
+            let mut sql =
+                String::from("INSERT INTO dispatch_queue (orchestrator_id, payload, title, max_attempts) VALUES ");
+            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 4);
             for (i, p) in chunk.iter().enumerate() {
-                if !(p.is_object() || p.is_array()) {
-                    return Err(Error::Payload("the payload must be a JSON object or array".into()));
-                }
                 if i > 0 {
                     sql.push(',');
                 }
                 let n = values.len();
-                sql.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+                sql.push_str(&format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4));
                 values.push(orchestrator_id.into());
                 values.push(Value::from(p.clone()));
                 values.push(title_of(p).into());
+                values.push(opts.max_attempts.into());
             }
             sql.push_str(" RETURNING id");
             let rows = self.query(&sql, values).await?;
-            for r in rows {
-                ids.push(r.try_get::<i64>("", "id")?);
-            }
+            ids.extend(ids_of(&rows)?);
         }
         ids.sort_unstable();
         Ok(ids)
@@ -321,11 +483,13 @@ impl Queue {
     /// RETURNING *
     /// ```
     ///
-    /// `Ok(None)` means another machine won (or the job is finished): move on.
+    /// `Ok(None)` means another machine won (or the job is finished): move on. The builder's
+    /// statement cannot carry a CTE, so the claim and its history share a short transaction.
     pub async fn claim_by_id(&self, id: i64, orchestrator_id: &str, machine: &str) -> Result<Option<Claim>> {
         let now = Expr::cust(self.now());
-        let rows = dq::Entity::update_many()
-            .col_expr(dq::Column::State, Expr::value("running"))
+        let claimable: Vec<&str> = JobState::CLAIMABLE.iter().map(|s| s.as_str()).collect();
+        let update = dq::Entity::update_many()
+            .col_expr(dq::Column::State, Expr::value(JobState::Running.as_str()))
             .col_expr(dq::Column::ClaimedAt, now.clone())
             .col_expr(dq::Column::HeartbeatAt, now)
             .col_expr(dq::Column::ClaimedBy, Expr::value(machine))
@@ -334,22 +498,26 @@ impl Queue {
             .filter(dq::Column::Id.eq(id))
             .filter(dq::Column::OrchestratorId.eq(orchestrator_id))
             .filter(dq::Column::ClaimedAt.is_null())
-            .filter(dq::Column::State.is_in(["queued", "failed"]))
-            .exec_with_returning(&self.db)
-            .await?;
-        let claims: Vec<Claim> = rows
-            .into_iter()
-            .map(|m| Claim {
-                id: m.id,
-                orchestrator_id: m.orchestrator_id,
-                payload: m.payload,
-                title: m.title,
-                token: m.claim_token,
-                attempt: m.attempts,
+            .filter(dq::Column::State.is_in(claimable));
+        let claimed = self
+            .bounded(async {
+                let txn = self.db.begin().await?;
+                let rows = update.exec_with_returning(&txn).await?;
+                if !rows.is_empty() {
+                    txn.execute_raw(self.history_of(&[id], &CLAIMED)).await?;
+                }
+                txn.commit().await?;
+                Ok(rows)
             })
-            .collect();
-        self.record_claims(&claims, machine).await;
-        Ok(claims.into_iter().next())
+            .await?;
+        Ok(claimed.into_iter().next().map(|m| Claim {
+            id: m.id,
+            orchestrator_id: m.orchestrator_id,
+            payload: m.payload,
+            title: m.title,
+            token: m.claim_token,
+            attempt: m.attempts,
+        }))
     }
 
     /// Claimable job ids, oldest first: the read half of the article's naive path.
@@ -357,7 +525,7 @@ impl Queue {
         let rows = self
             .query(
                 "SELECT id FROM dispatch_queue
-                  WHERE orchestrator_id = $1 AND claimed_at IS NULL AND state IN ('queued','failed')
+                  WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE}
                   ORDER BY created_at, id LIMIT $2",
                 vec![orchestrator_id.into(), i64::from(limit).into()],
             )
@@ -370,28 +538,15 @@ impl Queue {
     /// take N different rows instead of all fighting over the oldest; on SQLite the statement
     /// runs under the database's single writer lock, which gives the same guarantee.
     pub async fn claim_next(&self, orchestrator_id: &str, machine: &str, limit: u32) -> Result<Vec<Claim>> {
-        if limit == 0 {
-            return Ok(vec![]);
-        }
-        if self.backend == DbBackend::Postgres {
-            return Ok(self.claim_next_with(orchestrator_id, machine, limit, &PollExtras::default()).await?.claims);
-        }
-        self.claim_next_separate_history(orchestrator_id, machine, limit).await
+        Ok(self.claim_next_with(orchestrator_id, machine, limit, &PollExtras::default()).await?.claims)
     }
 
-    /// The claim, then its history in a second statement (SQLite: no data-modifying CTEs).
-    async fn claim_next_separate_history(
-        &self,
-        orchestrator_id: &str,
-        machine: &str,
-        limit: u32,
-    ) -> Result<Vec<Claim>> {
-        let rows = self
-            .query(&claim_next_sql(), vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()])
-            .await?;
+    /// The claim and its history on SQLite ([`Queue::change`]: one short transaction).
+    async fn claim_next_sqlite(&self, orchestrator_id: &str, machine: &str, limit: u32) -> Result<Vec<Claim>> {
+        let values = vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()];
+        let rows = self.change(&claim_next_sql(), values, &CLAIMED).await?;
         let mut claims = rows.iter().map(claim_from_row).collect::<Result<Vec<_>>>()?;
         claims.sort_by_key(|c| c.id);
-        self.record_claims(&claims, machine).await;
         Ok(claims)
     }
 
@@ -403,8 +558,7 @@ impl Queue {
     /// still never fail a poll. SQLite has no data-modifying CTEs: there the presence row is
     /// written by its own statement and `stale` is always true when asked (sweep as before).
     ///
-    /// On PostgreSQL the claims' history rows are written by the same statement too, so a
-    /// claim and its "claimed" event commit together.
+    /// On both backends the claims and their "claimed" events commit together.
     pub async fn claim_next_with(
         &self,
         orchestrator_id: &str,
@@ -418,14 +572,11 @@ impl Queue {
                     tracing::debug!(error = %e, "presence update failed");
                 }
             }
-            let claims = if limit == 0 {
-                vec![]
-            } else {
-                self.claim_next_separate_history(orchestrator_id, machine, limit).await?
-            };
+            let claims =
+                if limit == 0 { vec![] } else { self.claim_next_sqlite(orchestrator_id, machine, limit).await? };
             return Ok(Polled { claims, stale: extras.stale_after.is_some() });
         }
-        // $1 orchestrator, $2 machine, then the presence values ($3..$7, as in
+        // $1 orchestrator, $2 machine, then the presence values ($3..$8, as in
         // PRESENCE_UPSERT), then the limit and the staleness threshold.
         let mut values: Vec<Value> = vec![orchestrator_id.into(), machine.into()];
         let mut ctes = String::new();
@@ -439,7 +590,7 @@ impl Queue {
             Some(after) => {
                 values.push(i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 4).into());
                 format!(
-                    "EXISTS (SELECT 1 FROM dispatch_queue WHERE orchestrator_id = $1 AND state = 'running'
+                    "EXISTS (SELECT 1 FROM dispatch_queue WHERE orchestrator_id = $1 AND {{RUNNING}}
                                AND COALESCE(heartbeat_at, claimed_at) < {{NOW}} - ${})",
                     values.len()
                 )
@@ -447,8 +598,15 @@ impl Queue {
             None => "false".to_string(),
         };
         let sql = format!(
-            "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED}), {CLAIM_HISTORY}
-             SELECT c.*, s.stale FROM (SELECT {stale} AS stale) s LEFT JOIN claimed c ON true"
+            "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED}), history AS (
+                 INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+                 SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {{NOW}} FROM claimed)
+             SELECT c.*, s.stale FROM (SELECT {stale} AS stale) s LEFT JOIN claimed c ON true",
+            kind = CLAIMED.kind,
+            detail = match CLAIMED.detail {
+                Detail::Expr(e) => e,
+                _ => "NULL",
+            },
         )
         .replace("{LIMIT}", &limit_at);
         let rows = self.query(&sql, values).await?;
@@ -466,30 +624,13 @@ impl Queue {
         Ok(Polled { claims, stale })
     }
 
-    /// History is best effort: a claim is valid whether or not its event was written.
-    async fn record_claims(&self, claims: &[Claim], machine: &str) {
-        let events: Vec<NewEvent> = claims
-            .iter()
-            .map(|c| NewEvent {
-                job_id: c.id,
-                orchestrator_id: &c.orchestrator_id,
-                kind: "claimed",
-                machine: Some(machine),
-                token: Some(c.token),
-                detail: Some(format!("attempt {}", c.attempt)),
-                at: None,
-            })
-            .collect();
-        if let Err(e) = self.record_events(&events).await {
-            tracing::warn!(error = %e, "could not record claim history");
-        }
-    }
-
     // ---------------------------------------------------------------- fenced writes
 
-    /// Renews the leases of the jobs this machine holds, in one statement. Returns the ids
-    /// whose lease is still ours; every id missing from the answer has been lost.
-    pub async fn renew(&self, held: &[(i64, i64)]) -> Result<Vec<i64>> {
+    /// Renews the leases of the jobs this machine holds, in one statement. Returns the
+    /// (id, token) pairs whose lease is still ours; every pair missing from the answer has
+    /// been lost. Matching by pair matters: a late answer about an old claim of a job must
+    /// never be read as news about a newer claim of the same job.
+    pub async fn renew(&self, held: &[(i64, i64)]) -> Result<Vec<(i64, i64)>> {
         if held.is_empty() {
             return Ok(vec![]);
         }
@@ -498,13 +639,13 @@ impl Queue {
             .query(
                 &format!(
                     "UPDATE dispatch_queue SET heartbeat_at = {{NOW}}
-                      WHERE (id, claim_token) IN ({pairs}) AND state = 'running'
-                     RETURNING id"
+                      WHERE (id, claim_token) IN ({pairs}) AND {{RUNNING}}
+                     RETURNING id, claim_token"
                 ),
                 values,
             )
             .await?;
-        ids_of(&rows)
+        pairs_of(&rows)
     }
 
     /// Completes one job if we still own it. `Ok(false)` means the lease was lost and the
@@ -520,49 +661,16 @@ impl Queue {
         if done.is_empty() {
             return Ok(vec![]);
         }
-        let (pairs, mut values) = pair_list(done, 0);
+        let (pairs, values) = pair_list(done, 0);
         let update = format!(
             "UPDATE dispatch_queue
                 SET state = 'completed', completed_at = {{NOW}}, last_error = NULL
-              WHERE (id, claim_token) IN ({pairs}) AND state = 'running'
-             RETURNING id, claim_token, orchestrator_id"
+              WHERE (id, claim_token) IN ({pairs}) AND {{RUNNING}}
+             RETURNING id, claim_token, orchestrator_id, claimed_by, state"
         );
-        // On PostgreSQL the completion and its history row commit in one statement.
-        let in_statement = self.backend == DbBackend::Postgres;
-        let sql = if in_statement {
-            values.push(machine.into());
-            format!(
-                "WITH done AS ({update}), history AS (
-                    INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, at)
-                    SELECT id, orchestrator_id, 'completed', ${}, claim_token, {{NOW}} FROM done)
-                 SELECT * FROM done",
-                values.len()
-            )
-        } else {
-            update
-        };
-        let rows = self.query(&sql, values).await?;
-        let mut accepted = Vec::with_capacity(rows.len());
-        let mut orchestrators = Vec::with_capacity(rows.len());
-        for r in &rows {
-            accepted.push((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?));
-            orchestrators.push(r.try_get::<String>("", "orchestrator_id")?);
-        }
-        // PostgreSQL wrote the accepted completions' history in the statement; SQLite writes it here.
-        let mut events: Vec<NewEvent> = accepted
-            .iter()
-            .zip(&orchestrators)
-            .filter(|_| !in_statement)
-            .map(|((id, token), o)| NewEvent {
-                job_id: *id,
-                orchestrator_id: o,
-                kind: "completed",
-                machine: Some(machine),
-                token: Some(*token),
-                detail: None,
-                at: None,
-            })
-            .collect();
+        let history = History { kind: "'completed'", machine: Some(machine), detail: Detail::None };
+        let rows = self.change(&update, values, &history).await?;
+        let mut accepted = pairs_of(&rows)?;
         let mut rejected: Vec<(i64, i64)> = done.iter().copied().filter(|p| !accepted.contains(p)).collect();
         if !rejected.is_empty() {
             // A retry after a lost reply (say, the server restarted just after committing)
@@ -577,83 +685,49 @@ impl Queue {
                     values,
                 )
                 .await?;
-            let mut ours = Vec::with_capacity(rows.len());
-            for r in &rows {
-                ours.push((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?));
-            }
+            let ours = pairs_of(&rows)?;
             rejected.retain(|p| !ours.contains(p));
             accepted.extend(ours);
         }
-        let rejected_orch = self.orchestrators_of(&rejected).await.unwrap_or_default();
-        for ((id, token), orch) in rejected.iter().zip(&rejected_orch) {
-            events.push(NewEvent {
-                job_id: *id,
-                orchestrator_id: orch,
-                kind: "completion_rejected",
-                machine: Some(machine),
-                token: Some(*token),
-                detail: Some("completion fenced: this machine no longer held the lease".into()),
-                at: None,
-            });
-        }
-        if let Err(e) = self.record_events(&events).await {
-            tracing::warn!(error = %e, "could not record completion history");
+        for (id, token) in rejected {
+            // Not a state change: the only trace of a fenced completion.
+            self.note(
+                id,
+                event::COMPLETION_REJECTED,
+                machine,
+                Some(token),
+                "completion fenced: this machine no longer held the lease",
+            )
+            .await;
         }
         Ok(accepted)
     }
 
-    async fn orchestrators_of(&self, jobs: &[(i64, i64)]) -> Result<Vec<String>> {
-        let mut out = Vec::with_capacity(jobs.len());
-        for (id, _) in jobs {
-            let rows =
-                self.query("SELECT orchestrator_id FROM dispatch_queue WHERE id = $1", vec![(*id).into()]).await?;
-            out.push(match rows.first() {
-                Some(r) => r.try_get::<String>("", "orchestrator_id")?,
-                None => String::new(),
-            });
-        }
-        Ok(out)
-    }
-
     /// Fails the current attempt if we still own it: back to the queue, or dead once it has
-    /// used `max_attempts`. `Ok(None)` means the lease was lost; nothing was written.
-    pub async fn fail(
-        &self,
-        id: i64,
-        token: i64,
-        machine: &str,
-        error: &str,
-        max_attempts: i32,
-    ) -> Result<Option<FailOutcome>> {
+    /// used the job's own `max_attempts`. `Ok(None)` means the lease was lost; nothing was
+    /// written but a note.
+    pub async fn fail(&self, id: i64, token: i64, machine: &str, error: &str) -> Result<Option<FailOutcome>> {
         let rows = self
-            .query(
+            .change(
                 "UPDATE dispatch_queue
-                    SET state = CASE WHEN attempts >= $3 THEN 'dead' ELSE 'failed' END,
-                        dead_at = CASE WHEN attempts >= $3 THEN {NOW} ELSE NULL END,
-                        failed_at = {NOW}, claimed_at = NULL, last_error = $4
-                  WHERE id = $1 AND claim_token = $2 AND state = 'running'
-                 RETURNING orchestrator_id, state",
-                vec![id.into(), token.into(), max_attempts.into(), truncate(error, 2000).into()],
+                    SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'failed' END,
+                        dead_at = CASE WHEN attempts >= max_attempts THEN {NOW} ELSE NULL END,
+                        failed_at = {NOW}, claimed_at = NULL, last_error = $3
+                  WHERE id = $1 AND claim_token = $2 AND {RUNNING}
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                vec![id.into(), token.into(), truncate(error, 2000).into()],
+                &History {
+                    kind: &dead_or(event::FAILED),
+                    machine: Some(machine),
+                    detail: Detail::Text(truncate(error, 500)),
+                },
             )
             .await?;
         let Some(row) = rows.first() else {
-            self.note(id, "lease_lost", machine, Some(token), "failure not recorded: lease lost").await;
+            self.note(id, event::LEASE_LOST, machine, Some(token), "failure not recorded: lease lost").await;
             return Ok(None);
         };
-        let orch: String = row.try_get("", "orchestrator_id")?;
-        let dead = row.try_get::<String>("", "state")? == "dead";
-        let ev = NewEvent {
-            job_id: id,
-            orchestrator_id: &orch,
-            kind: if dead { "dead" } else { "failed" },
-            machine: Some(machine),
-            token: Some(token),
-            detail: Some(truncate(error, 500)),
-            at: None,
-        };
-        if let Err(e) = self.record_events(&[ev]).await {
-            tracing::warn!(error = %e, "could not record failure history");
-        }
+        let dead = row.try_get::<String>("", "state")? == JobState::Dead.as_str();
         Ok(Some(if dead { FailOutcome::Dead } else { FailOutcome::WillRetry }))
     }
 
@@ -661,38 +735,19 @@ impl Queue {
     /// against the job: handing off is a choice, not a failure.
     pub async fn release(&self, id: i64, token: i64, machine: &str, reason: &str) -> Result<bool> {
         let rows = self
-            .query(
+            .change(
                 "UPDATE dispatch_queue
                     SET state = 'queued', claimed_at = NULL, attempts = attempts - 1
-                  WHERE id = $1 AND claim_token = $2 AND state = 'running'
-                 RETURNING orchestrator_id, {NOW} AS at",
+                  WHERE id = $1 AND claim_token = $2 AND {RUNNING}
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                 vec![id.into(), token.into()],
+                &History { kind: "'handed_off'", machine: Some(machine), detail: Detail::Text(reason.to_string()) },
             )
             .await?;
-        let Some(row) = rows.first() else {
-            self.note(
-                id,
-                "lease_lost",
-                machine,
-                Some(token),
-                &format!("release not needed: lease already lost ({reason})"),
-            )
-            .await;
+        if rows.is_empty() {
+            let detail = format!("release not needed: lease already lost ({reason})");
+            self.note(id, event::LEASE_LOST, machine, Some(token), &detail).await;
             return Ok(false);
-        };
-        let orch: String = row.try_get("", "orchestrator_id")?;
-        let ev = NewEvent {
-            job_id: id,
-            orchestrator_id: &orch,
-            kind: "handed_off",
-            machine: Some(machine),
-            token: Some(token),
-            detail: Some(reason.to_string()),
-            at: Some(row.try_get("", "at")?),
-        };
-        // The hand-off happened; its history row is retried like any loss note.
-        if let Err(e) = retry_briefly(|| self.record_events(std::slice::from_ref(&ev))).await {
-            tracing::warn!(error = %e, job = id, "could not record the hand-off");
         }
         Ok(true)
     }
@@ -701,32 +756,20 @@ impl Queue {
     /// the machine itself cannot do it). The holder's later writes fail its fencing check.
     pub async fn release_machine(&self, orchestrator_id: &str, machine: &str) -> Result<Vec<i64>> {
         let rows = self
-            .query(
+            .change(
                 "UPDATE dispatch_queue
                     SET state = 'queued', claimed_at = NULL, attempts = attempts - 1
-                  WHERE orchestrator_id = $1 AND claimed_by = $2 AND state = 'running'
-                 RETURNING id, claim_token, {NOW} AS at",
+                  WHERE orchestrator_id = $1 AND claimed_by = $2 AND {RUNNING}
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                 vec![orchestrator_id.into(), machine.into()],
+                &History {
+                    kind: "'handed_off'",
+                    machine: Some(machine),
+                    detail: Detail::Text("released by `devpilot release`".into()),
+                },
             )
             .await?;
-        let mut ids = Vec::new();
-        let mut events = Vec::new();
-        for r in &rows {
-            let id: i64 = r.try_get("", "id")?;
-            ids.push(id);
-            events.push(NewEvent {
-                job_id: id,
-                orchestrator_id,
-                kind: "handed_off",
-                machine: Some(machine),
-                token: Some(r.try_get("", "claim_token")?),
-                detail: Some("released by `devpilot release`".into()),
-                at: Some(r.try_get("", "at")?),
-            });
-        }
-        if let Err(e) = self.record_events(&events).await {
-            tracing::warn!(error = %e, "could not record release history");
-        }
+        let mut ids = ids_of(&rows)?;
         ids.sort_unstable();
         Ok(ids)
     }
@@ -734,39 +777,35 @@ impl Queue {
     // ---------------------------------------------------------------- sweep
 
     /// Releases every claim whose last sign of life is older than `claim_timeout`; a job that
-    /// has used `max_attempts` becomes dead instead. The staleness test is in this same
-    /// statement's WHERE, so a sweep can never touch a fresh claim or a finished job.
+    /// has used its own `max_attempts` becomes dead instead. The staleness test is in this
+    /// same statement's WHERE, so a sweep can never touch a fresh claim or a finished job.
     /// `orchestrator_id = None` sweeps every orchestrator (the backstop command).
-    pub async fn sweep(
-        &self,
-        orchestrator_id: Option<&str>,
-        claim_timeout: Duration,
-        max_attempts: i32,
-    ) -> Result<Vec<Swept>> {
+    pub async fn sweep(&self, orchestrator_id: Option<&str>, claim_timeout: Duration) -> Result<Vec<Swept>> {
         let timeout_ms = i64::try_from(claim_timeout.as_millis()).unwrap_or(i64::MAX / 4);
-        let mut values: Vec<Value> = vec![timeout_ms.into(), max_attempts.into()];
+        let mut values: Vec<Value> = vec![timeout_ms.into()];
         let scope = match orchestrator_id {
             Some(o) => {
                 values.push(o.into());
-                "AND orchestrator_id = $3"
+                "AND orchestrator_id = $2"
             }
             None => "",
         };
+        let detail = format!("no heartbeat for {}", humantime::format_duration(claim_timeout));
         let rows = self
-            .query(
+            .change(
                 &format!(
                     "UPDATE dispatch_queue
-                        SET state = CASE WHEN attempts >= $2 THEN 'dead' ELSE 'queued' END,
-                            dead_at = CASE WHEN attempts >= $2 THEN {{NOW}} ELSE NULL END,
+                        SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+                            dead_at = CASE WHEN attempts >= max_attempts THEN {{NOW}} ELSE NULL END,
                             claimed_at = NULL,
-                            last_error = 'lease expired: no heartbeat from '
-                                         || COALESCE(claimed_by, '?')
-                      WHERE state = 'running'
+                            last_error = 'lease expired: no heartbeat from ' || COALESCE(claimed_by, '?')
+                      WHERE {{RUNNING}}
                         AND COALESCE(heartbeat_at, claimed_at) < {{NOW}} - $1
                         {scope}
                      RETURNING id, orchestrator_id, claimed_by, claim_token, state, {{NOW}} AS at"
                 ),
                 values,
+                &History { kind: &dead_or(event::SWEPT), machine: None, detail: Detail::Text(detail) },
             )
             .await?;
         let mut swept = Vec::with_capacity(rows.len());
@@ -776,127 +815,70 @@ impl Queue {
                 orchestrator_id: r.try_get("", "orchestrator_id")?,
                 previous_holder: r.try_get("", "claimed_by")?,
                 token: r.try_get("", "claim_token")?,
-                dead: r.try_get::<String>("", "state")? == "dead",
+                dead: r.try_get::<String>("", "state")? == JobState::Dead.as_str(),
                 at: r.try_get("", "at")?,
             });
         }
         swept.sort_by_key(|s| s.id);
-        let events: Vec<NewEvent> = swept
-            .iter()
-            .map(|s| NewEvent {
-                job_id: s.id,
-                orchestrator_id: &s.orchestrator_id,
-                kind: if s.dead { "dead" } else { "swept" },
-                machine: s.previous_holder.as_deref(),
-                token: Some(s.token),
-                detail: Some(format!("no heartbeat for {}", humantime::format_duration(claim_timeout))),
-                at: Some(s.at),
-            })
-            .collect();
-        if let Err(e) = self.record_events(&events).await {
-            tracing::warn!(error = %e, "could not record sweep history");
-        }
         Ok(swept)
     }
 
     // ---------------------------------------------------------------- user actions
 
-    /// Puts a dead (or failed) job back in the queue with a fresh attempt budget.
+    /// Puts a dead (or failed, or cancelled) job back in the queue with a fresh attempt budget.
     pub async fn requeue(&self, id: i64, by: &str) -> Result<bool> {
         let rows = self
-            .query(
+            .change(
                 "UPDATE dispatch_queue
                     SET state = 'queued', attempts = 0, claimed_at = NULL, dead_at = NULL
-                  WHERE id = $1 AND state IN ('dead','failed','cancelled')
-                 RETURNING id",
+                  WHERE id = $1 AND {REQUEUEABLE}
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                 vec![id.into()],
+                &History { kind: "'requeued'", machine: Some(by), detail: Detail::Text("requeued by the user".into()) },
             )
             .await?;
-        if rows.is_empty() {
-            return Ok(false);
-        }
-        self.note(id, "requeued", by, None, "requeued by the user").await;
-        Ok(true)
+        Ok(!rows.is_empty())
     }
 
     /// Cancels a job that nobody has claimed yet.
     pub async fn cancel(&self, id: i64, by: &str) -> Result<bool> {
         let rows = self
-            .query(
+            .change(
                 "UPDATE dispatch_queue SET state = 'cancelled'
-                  WHERE id = $1 AND claimed_at IS NULL AND state IN ('queued','failed')
-                 RETURNING id",
+                  WHERE id = $1 AND claimed_at IS NULL AND {CLAIMABLE}
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                 vec![id.into()],
+                &History {
+                    kind: "'cancelled'",
+                    machine: Some(by),
+                    detail: Detail::Text("cancelled by the user".into()),
+                },
             )
             .await?;
-        if rows.is_empty() {
-            return Ok(false);
-        }
-        self.note(id, "cancelled", by, None, "cancelled by the user").await;
-        Ok(true)
+        Ok(!rows.is_empty())
     }
 
     // ---------------------------------------------------------------- history
 
-    /// Writes history entries in one statement.
-    pub async fn record_events(&self, events: &[NewEvent<'_>]) -> Result<()> {
-        for chunk in events.chunks(150) {
-            if chunk.is_empty() {
-                continue;
-            }
-            let mut sql = String::from(
-                "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at) VALUES ",
-            );
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 7);
-            for (i, e) in chunk.iter().enumerate() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                let n = values.len();
-                sql.push_str(&format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${}, COALESCE(${}, {{NOW}}))",
-                    n + 1,
-                    n + 2,
-                    n + 3,
-                    n + 4,
-                    n + 5,
-                    n + 6,
-                    n + 7
-                ));
-                values.push(e.job_id.into());
-                values.push(e.orchestrator_id.into());
-                values.push(e.kind.into());
-                values.push(e.machine.map(str::to_string).into());
-                values.push(e.token.into());
-                values.push(e.detail.clone().into());
-                values.push(e.at.into());
-            }
-            self.exec(&sql, values).await?;
-        }
-        Ok(())
-    }
-
-    /// Records one history entry for a job (a loss, a hand-off, a user action). These entries
-    /// are the only trace of why a job moved without a state change of ours, so a database
-    /// blip is retried for a while before giving up.
+    /// Records a history entry that goes with no state change of ours (a loss, a rejected
+    /// completion, an expired lease): the only trace of why a job moved, so a database blip
+    /// is retried for a while before giving up.
     pub async fn note(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) {
-        if let Err(e) = retry_briefly(|| self.note_once(id, kind, machine, token, detail)).await {
+        let write = || self.note_once(id, kind, machine, token, detail);
+        if let Err(e) = retry::transient("recording history", Budget::NOTE, write).await {
             tracing::warn!(error = %e, job = id, kind, "could not record history");
         }
     }
 
-    async fn note_once(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) -> Result<()> {
-        let orch = self.orchestrators_of(&[(id, 0)]).await?.pop().unwrap_or_default();
-        let ev = NewEvent {
-            job_id: id,
-            orchestrator_id: &orch,
-            kind,
-            machine: Some(machine),
-            token,
-            detail: Some(detail.to_string()),
-            at: None,
-        };
-        self.record_events(&[ev]).await
+    /// One try of [`Queue::note`].
+    pub async fn note_once(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) -> Result<()> {
+        self.exec(
+            "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+             SELECT id, orchestrator_id, $2, $3, $4, $5, {NOW} FROM dispatch_queue WHERE id = $1",
+            vec![id.into(), kind.into(), machine.into(), token.into(), detail.into()],
+        )
+        .await?;
+        Ok(())
     }
 
     /// A job's history, oldest first.
@@ -937,15 +919,15 @@ impl Queue {
         let mut c = Counts::default();
         for r in &rows {
             let n: i64 = r.try_get("", "n")?;
-            match r.try_get::<String>("", "state")?.as_str() {
-                "queued" => c.queued = n,
-                "running" => c.running = n,
-                "failed" => c.failed = n,
-                "completed" => c.completed = n,
-                "dead" => c.dead = n,
-                "cancelled" => c.cancelled = n,
-                _ => {}
-            }
+            let Some(state) = JobState::parse(&r.try_get::<String>("", "state")?) else { continue };
+            *match state {
+                JobState::Queued => &mut c.queued,
+                JobState::Running => &mut c.running,
+                JobState::Failed => &mut c.failed,
+                JobState::Completed => &mut c.completed,
+                JobState::Dead => &mut c.dead,
+                JobState::Cancelled => &mut c.cancelled,
+            } = n;
         }
         Ok(c)
     }
@@ -979,7 +961,7 @@ impl Queue {
             .query(
                 &format!(
                     "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
-                      WHERE orchestrator_id = $1 AND state = 'running' ORDER BY claimed_at, id"
+                      WHERE orchestrator_id = $1 AND {{RUNNING}} ORDER BY claimed_at, id"
                 ),
                 vec![orchestrator_id.into()],
             )
@@ -1014,7 +996,7 @@ impl Queue {
         let rows = self
             .query(
                 "SELECT machine, status, last_seen_at, dispatch_enabled, paused_until, running,
-                        concurrency, {NOW} AS now
+                        concurrency, problem, {NOW} AS now
                    FROM machines WHERE orchestrator_id = $1 ORDER BY machine",
                 vec![orchestrator_id.into()],
             )
@@ -1029,6 +1011,7 @@ impl Queue {
                     paused_until: r.try_get("", "paused_until")?,
                     running: r.try_get("", "running")?,
                     concurrency: r.try_get("", "concurrency")?,
+                    problem: r.try_get("", "problem")?,
                     now: r.try_get("", "now")?,
                 })
             })
@@ -1036,22 +1019,8 @@ impl Queue {
     }
 }
 
-/// A history entry to write.
-#[derive(Clone, Debug)]
-pub struct NewEvent<'a> {
-    pub job_id: i64,
-    pub orchestrator_id: &'a str,
-    pub kind: &'a str,
-    pub machine: Option<&'a str>,
-    pub token: Option<i64>,
-    pub detail: Option<String>,
-    /// When the job moved, if the statement that moved it said so (its `{NOW}`); else the
-    /// time the history row is written.
-    pub at: Option<i64>,
-}
-
 const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
-     created_at, claimed_at, heartbeat_at, completed_at, last_error";
+     created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts";
 
 fn job_from_row(r: &QueryResult) -> Result<JobRow> {
     Ok(JobRow {
@@ -1067,6 +1036,7 @@ fn job_from_row(r: &QueryResult) -> Result<JobRow> {
         heartbeat_at: r.try_get("", "heartbeat_at")?,
         completed_at: r.try_get("", "completed_at")?,
         last_error: r.try_get("", "last_error")?,
+        max_attempts: r.try_get("", "max_attempts")?,
         now: r.try_get("", "now")?,
     })
 }
@@ -1094,25 +1064,6 @@ fn claim_from_row(r: &QueryResult) -> Result<Claim> {
     })
 }
 
-/// Retries a history write through a database blip: six tries over about six seconds.
-async fn retry_briefly<F, Fut>(mut write: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
-{
-    let mut wait = Duration::from_millis(200);
-    let mut last = write().await;
-    for _ in 0..5 {
-        if last.is_ok() {
-            break;
-        }
-        tokio::time::sleep(wait).await;
-        wait *= 2;
-        last = write().await;
-    }
-    last
-}
-
 /// `($1, $2), ($3, $4), …` for a list of (id, token) pairs.
 fn pair_list(pairs: &[(i64, i64)], offset: usize) -> (String, Vec<Value>) {
     let mut sql = String::with_capacity(pairs.len() * 12);
@@ -1129,6 +1080,10 @@ fn pair_list(pairs: &[(i64, i64)], offset: usize) -> (String, Vec<Value>) {
     (sql, values)
 }
 
+fn pairs_of(rows: &[QueryResult]) -> Result<Vec<(i64, i64)>> {
+    rows.iter().map(|r| Ok((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?))).collect()
+}
+
 fn ids_of(rows: &[QueryResult]) -> Result<Vec<i64>> {
     rows.iter().map(|r| Ok(r.try_get::<i64>("", "id")?)).collect()
 }
@@ -1136,7 +1091,7 @@ fn ids_of(rows: &[QueryResult]) -> Result<Vec<i64>> {
 fn first_i64(rows: &[QueryResult], col: &str) -> Result<i64> {
     match rows.first() {
         Some(r) => Ok(r.try_get("", col)?),
-        None => Err(Error::Db(format!("no row returned for {col}"))),
+        None => Err(Error::Db(sea_orm::DbErr::RecordNotFound(format!("no row returned for {col}")))),
     }
 }
 

@@ -1,0 +1,114 @@
+//! A job's lifecycle, defined once. Every statement in [`crate::queue`] builds its state
+//! predicates from these sets instead of spelling out `state IN (…)` by hand.
+//!
+//! ```text
+//! queued ─claim→ running ─exit 0→ completed
+//!   ↑  ↖           │ └─exit ≠ 0→ failed ─claim→ running …   (or dead, out of attempts)
+//!   │   └─release/sweep─┘
+//!   └─requeue─ dead | cancelled
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for a machine.
+    Queued,
+    /// Claimed: a machine holds its lease.
+    Running,
+    /// An attempt failed; claimable again for the next attempt.
+    Failed,
+    Completed,
+    /// Out of attempts.
+    Dead,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Failed,
+        JobState::Completed,
+        JobState::Dead,
+        JobState::Cancelled,
+    ];
+    /// A machine may claim it.
+    pub const CLAIMABLE: [JobState; 2] = [JobState::Queued, JobState::Failed];
+    /// Not finished: claimable or held.
+    pub const LIVE: [JobState; 3] = [JobState::Queued, JobState::Failed, JobState::Running];
+    /// Nothing more happens to it unless a user requeues it.
+    pub const FINISHED: [JobState; 3] = [JobState::Completed, JobState::Dead, JobState::Cancelled];
+    /// A user may put it back with a fresh attempt budget.
+    pub const REQUEUEABLE: [JobState; 3] = [JobState::Dead, JobState::Failed, JobState::Cancelled];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Failed => "failed",
+            JobState::Completed => "completed",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    pub fn is_claimable(self) -> bool {
+        Self::CLAIMABLE.contains(&self)
+    }
+
+    pub fn is_finished(self) -> bool {
+        Self::FINISHED.contains(&self)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `state IN ('a','b')` for a set of states (the SQL the statements share).
+pub fn state_in(states: &[JobState]) -> String {
+    let list: Vec<String> = states.iter().map(|s| format!("'{}'", s.as_str())).collect();
+    format!("state IN ({})", list.join(","))
+}
+
+/// Why a job moved, as recorded in `job_events.kind`.
+pub mod event {
+    pub const CLAIMED: &str = "claimed";
+    pub const COMPLETED: &str = "completed";
+    pub const FAILED: &str = "failed";
+    pub const DEAD: &str = "dead";
+    pub const SWEPT: &str = "swept";
+    pub const HANDED_OFF: &str = "handed_off";
+    pub const REQUEUED: &str = "requeued";
+    pub const CANCELLED: &str = "cancelled";
+    /// A renewal found the lease gone (swept, and maybe claimed elsewhere).
+    pub const LEASE_LOST: &str = "lease_lost";
+    /// This machine's local deadline passed with no renewal confirmed: it stopped the agent.
+    pub const LEASE_EXPIRED: &str = "lease_expired";
+    pub const COMPLETION_REJECTED: &str = "completion_rejected";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sets partition the states as the lifecycle says, and names round-trip.
+    #[test]
+    fn sets_and_names() {
+        for s in JobState::ALL {
+            assert_eq!(JobState::parse(s.as_str()), Some(s));
+            assert_ne!(JobState::LIVE.contains(&s), s.is_finished(), "{s} is live xor finished");
+        }
+        assert!(JobState::CLAIMABLE.iter().all(|s| JobState::LIVE.contains(s)));
+        assert_eq!(state_in(&JobState::CLAIMABLE), "state IN ('queued','failed')");
+    }
+}
