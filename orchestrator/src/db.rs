@@ -171,11 +171,15 @@ fn sqlite_path_of(url: &url::Url) -> String {
 pub struct PoolSettings {
     pub max_connections: u32,
     pub connect_timeout: Duration,
+    /// The bound on waiting for a connection from the pool (and, on SQLite, for the file's
+    /// write lock). A machine sets it below its heartbeat, so a silent network is noticed
+    /// within one heartbeat instead of after the driver's own half-minute.
+    pub call_timeout: Duration,
 }
 
 impl Default for PoolSettings {
     fn default() -> Self {
-        Self { max_connections: 1, connect_timeout: Duration::from_secs(5) }
+        Self { max_connections: 1, connect_timeout: Duration::from_secs(5), call_timeout: Duration::from_secs(30) }
     }
 }
 
@@ -194,13 +198,14 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
     opts.max_connections(pool.max_connections.max(1))
         .min_connections(0)
         .connect_timeout(pool.connect_timeout)
-        .acquire_timeout(pool.connect_timeout + Duration::from_secs(25))
+        .acquire_timeout(pool.call_timeout)
         .sqlx_logging(false);
     if url.is_sqlite() {
-        opts.map_sqlx_sqlite_opts(|o| {
+        let busy = pool.call_timeout;
+        opts.map_sqlx_sqlite_opts(move |o| {
             o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(30))
+                .busy_timeout(busy)
                 .foreign_keys(true)
         });
     }
@@ -247,45 +252,10 @@ async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
     }
 }
 
-/// Turns a driver error into one of the engine's errors, without the password.
+/// Turns a driver error into one of the engine's errors (by driver variant and SQLSTATE, see
+/// [`crate::error::classify`]), naming this URL's target and user and never its password.
 pub fn classify(url: &DbUrl, e: DbErr) -> Error {
-    let mut msg = e.to_string();
-    if let Some(pw) = url.password().filter(|p| !p.is_empty()) {
-        msg = msg.replace(&pw, "***");
-    }
-    let lower = msg.to_lowercase();
-    if lower.contains("password authentication failed")
-        || lower.contains("28p01")
-        || lower.contains("no password was provided")
-        || lower.contains("role") && lower.contains("does not exist")
-    {
-        return Error::Auth { user: url.user() };
-    }
-    let unreachable = [
-        "connection refused",
-        "timed out",
-        "failed to lookup address",
-        "name or service not known",
-        "no route to host",
-        "network is unreachable",
-        "unable to open database file",
-        "connection reset",
-        "does not exist",
-        "pool timed out",
-        "error communicating with database",
-    ];
-    if unreachable.iter().any(|p| lower.contains(p)) {
-        return Error::Unreachable { target: url.target(), reason: shorten(&msg) };
-    }
-    Error::Db(shorten(&msg))
-}
-
-fn shorten(msg: &str) -> String {
-    let msg = msg
-        .trim_start_matches("Connection Error: ")
-        .trim_start_matches("Execution Error: ")
-        .trim_start_matches("Query Error: ");
-    msg.chars().take(300).collect()
+    crate::error::classify(e, &url.target(), &url.user())
 }
 
 #[cfg(test)]

@@ -1,19 +1,34 @@
 //! The engine's one error type. It serialises as `{kind, message}` so the tray's commands can
 //! hand it to the window unchanged, and its messages never carry a secret.
+//!
+//! Database errors are classified once, here, by driver variant and SQLSTATE (never by the
+//! words of a message), into what a person can act on and whether trying again can help:
+//! [`Error::is_transient`] is the one predicate the retry policy ([`crate::retry`]) uses.
 
+use std::time::Duration;
+
+use sea_orm::{DbErr, RuntimeErr};
 use serde::Serialize;
 
 /// Everything the engine can report to a user.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error("invalid database URL: {0}")]
     BadUrl(String),
+    /// Refused, reset, timed out, shut down by an administrator: the database may come back.
     #[error("cannot reach the database at {target}: {reason}")]
     Unreachable { target: String, reason: String },
+    /// A statement or a connection did not answer within the machine's bound.
+    #[error("the database did not answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// SQLSTATE 28P01/28000: retrying cannot help.
     #[error("the database rejected the login for user '{user}': wrong password or unknown user")]
     Auth { user: String },
+    /// SQLSTATE 3D000.
+    #[error("the database {target} does not exist: create it, or fix the database name")]
+    NoDatabase { target: String },
     #[error("database error: {0}")]
-    Db(String),
+    Db(#[source] DbErr),
     #[error("malformed payload: {0}")]
     Payload(String),
     #[error("agent program '{0}' was not found or is not executable")]
@@ -33,8 +48,9 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::BadUrl(_) => "bad_url",
-            Error::Unreachable { .. } => "unreachable",
+            Error::Unreachable { .. } | Error::Timeout(_) => "unreachable",
             Error::Auth { .. } => "auth",
+            Error::NoDatabase { .. } => "no_database",
             Error::Db(_) => "db",
             Error::Payload(_) => "payload",
             Error::AgentMissing(_) => "agent_missing",
@@ -43,6 +59,74 @@ impl Error {
             Error::Invalid(_) => "invalid",
             Error::Io(_) => "io",
         }
+    }
+
+    /// Whether the same call may succeed later: the network or the server, not the request.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } | Error::Timeout(_) => true,
+            Error::Db(e) => sqlstate(e).is_some_and(|c| TRANSIENT_SQLSTATES.iter().any(|t| c.starts_with(t))),
+            _ => false,
+        }
+    }
+}
+
+/// Serialization failures and deadlocks (40…), connection exceptions (08…), operator
+/// intervention such as an admin shutdown or a server starting up (57P0…), too many
+/// connections (53300), and SQLite's busy and locked (5, 6).
+const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "08", "57P0", "53300", "5", "6"];
+
+/// The SQLSTATE (PostgreSQL) or result code (SQLite) of a database error, if it has one.
+pub fn sqlstate(e: &DbErr) -> Option<String> {
+    match sqlx_of(e)? {
+        sea_orm::sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+fn sqlx_of(e: &DbErr) -> Option<&sea_orm::sqlx::Error> {
+    match e {
+        DbErr::Conn(RuntimeErr::SqlxError(x))
+        | DbErr::Exec(RuntimeErr::SqlxError(x))
+        | DbErr::Query(RuntimeErr::SqlxError(x)) => Some(x),
+        _ => None,
+    }
+}
+
+/// Classifies a driver error. `target` names the database in messages (`host:port/db`);
+/// `user` is the login for an authentication failure.
+pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
+    use sea_orm::sqlx::Error as Sqlx;
+    let unreachable = |reason: String| Error::Unreachable { target: target.to_string(), reason };
+    if let DbErr::ConnectionAcquire(a) = &e {
+        return unreachable(format!("no connection could be had: {a}"));
+    }
+    let Some(x) = sqlx_of(&e) else { return Error::Db(e) };
+    match x {
+        Sqlx::Io(io) => unreachable(io_reason(io)),
+        Sqlx::PoolTimedOut => unreachable("timed out waiting for a connection".into()),
+        Sqlx::PoolClosed | Sqlx::WorkerCrashed => unreachable("the connection was closed".into()),
+        Sqlx::Tls(t) => unreachable(format!("TLS: {t}")),
+        Sqlx::Database(d) => match d.code().as_deref() {
+            Some("28P01") | Some("28000") => Error::Auth { user: user.to_string() },
+            Some("3D000") => Error::NoDatabase { target: target.to_string() },
+            Some(c) if c.starts_with("57P0") => unreachable(format!("the server is shutting down or starting ({c})")),
+            Some(c) if c.starts_with("08") => unreachable(format!("connection failure ({c})")),
+            // SQLITE_CANTOPEN: the file or its directory cannot be opened.
+            Some("14") => unreachable("unable to open the database file".into()),
+            _ => Error::Db(e),
+        },
+        _ => Error::Db(e),
+    }
+}
+
+fn io_reason(io: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    match io.kind() {
+        K::ConnectionRefused => "connection refused".into(),
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => "connection reset".into(),
+        K::TimedOut => "connection timed out".into(),
+        _ => io.to_string(),
     }
 }
 
@@ -62,10 +146,29 @@ impl From<std::io::Error> for Error {
     }
 }
 
-impl From<sea_orm::DbErr> for Error {
-    fn from(e: sea_orm::DbErr) -> Self {
-        Error::Db(e.to_string())
+impl From<DbErr> for Error {
+    fn from(e: DbErr) -> Self {
+        classify(e, "the database", "?")
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused connection is transient and unreachable; a type error is neither.
+    #[test]
+    fn io_errors_are_transient_and_others_are_not() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = classify(DbErr::Conn(RuntimeErr::SqlxError(sea_orm::sqlx::Error::Io(refused).into())), "h:1/d", "u");
+        assert!(matches!(&e, Error::Unreachable { reason, .. } if reason == "connection refused"), "{e}");
+        assert!(e.is_transient());
+        assert!(Error::Timeout(Duration::from_secs(1)).is_transient());
+        let other = Error::from(DbErr::Type("x".into()));
+        assert_eq!(other.kind(), "db");
+        assert!(!other.is_transient());
+        assert!(!Error::Auth { user: "u".into() }.is_transient());
+    }
+}
