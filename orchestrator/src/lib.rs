@@ -5,6 +5,8 @@
 //!
 //! # Layout
 //! - [`queue`]: every statement that touches the queue tables. The claim is there.
+//! - [`job`]: the job lifecycle ([`job::JobState`]: which states are claimable, live,
+//!   finished) and the names of history events.
 //! - [`orchestrator`]: the loop that polls, claims, heartbeats, sweeps and obeys the user
 //!   (on/off, pause, hand-off, soft then hard stop), and publishes [`orchestrator::Event`]s.
 //! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file) and
@@ -14,7 +16,8 @@
 //! - [`config`]: settings file, paths, durations.
 //! - [`secrets`]: the database password in the OS keychain.
 //! - [`cli`]: the `devpilot` command line.
-//! - [`error`]: the one error type.
+//! - [`error`]: the one error type, with database errors classified by SQLSTATE.
+//! - [`retry`]: the one retry policy (backoff for transient errors only).
 
 pub mod agent;
 pub mod app;
@@ -23,9 +26,11 @@ pub mod config;
 pub mod db;
 pub mod entity;
 pub mod error;
+pub mod job;
 pub mod listen;
 pub mod orchestrator;
 pub mod queue;
+pub mod retry;
 pub mod secrets;
 
 pub use error::{Error, Result};

@@ -1,0 +1,227 @@
+//! The runner: starts one agent per claim, stops it when told (and why), and reports the
+//! outcome with fenced writes. A job's task never decides *whether* to stop; the machine does
+//! (a hand-off, a lost or expired lease) through the job's [`Cancel`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{Event, JobRef, LossReason};
+use crate::agent::{AgentEnv, AgentExit, AgentSpec};
+use crate::error::{Error, Result};
+use crate::job::event;
+use crate::queue::{Claim, FailOutcome, Queue};
+use crate::retry::{self, Budget};
+
+/// Why a job's agent is being stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The user or the machine hands the job back: release it, attempt not counted.
+    HandOff,
+    /// A renewal found the lease gone.
+    LeaseLost,
+    /// The local deadline passed with no confirmed renewal.
+    LeaseExpired,
+}
+
+/// A job's stop switch: the first reason given wins.
+#[derive(Clone)]
+pub struct Cancel {
+    token: CancellationToken,
+    reason: Arc<Mutex<Option<CancelReason>>>,
+}
+
+impl Cancel {
+    /// A child of `parent`: cancelling the parent (a hard stop) stops this job as a hand-off.
+    pub fn child_of(parent: &CancellationToken) -> Self {
+        Self { token: parent.child_token(), reason: Arc::default() }
+    }
+
+    pub fn cancel(&self, why: CancelReason) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(why);
+        }
+        self.token.cancel();
+    }
+
+    fn reason(&self) -> CancelReason {
+        self.reason.lock().ok().and_then(|r| *r).unwrap_or(CancelReason::HandOff)
+    }
+}
+
+/// What a job's task tells the machine when it ends.
+#[derive(Debug)]
+pub struct JobDone {
+    pub id: i64,
+    pub token: i64,
+    /// The agent could not start: the machine must stop claiming until it can.
+    pub agent_error: Option<Error>,
+}
+
+/// Everything a job's task needs; shared by every job started under the same settings.
+pub struct JobCtx {
+    pub queue: Queue,
+    pub agent: AgentSpec,
+    pub env: AgentEnv,
+    pub machine: String,
+    /// SIGTERM to SIGKILL on a hand-off.
+    pub grace: Duration,
+    /// SIGTERM to SIGKILL when the lease is gone: short, the other machine may start soon.
+    pub kill_grace: Duration,
+    pub events: broadcast::Sender<Event>,
+    pub completer: Completer,
+    pub done: mpsc::UnboundedSender<JobDone>,
+}
+
+enum Outcome {
+    Exited(AgentExit),
+    Cancelled(CancelReason),
+}
+
+/// Runs `claim` to its end and reports it.
+pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
+    let job = JobRef::of(&claim);
+    let (id, token) = (claim.id, claim.token);
+    let mut agent = match ctx.agent.start(&claim, &ctx.env).await {
+        Ok(a) => a,
+        Err(e) => {
+            // A broken agent is this machine's problem, not the job's: hand it back unharmed,
+            // and tell the machine, which stops claiming until the agent is back.
+            tracing::error!(job = id, error = %e, "agent could not start");
+            let _ = ctx.events.send(Event::AgentError { job: job.clone(), error: e.to_string() });
+            let reason = format!("not run here: {e}");
+            let _ =
+                retry::transient("handing back", Budget::WRITE, || ctx.queue.release(id, token, &ctx.machine, &reason))
+                    .await;
+            let _ = ctx.done.send(JobDone { id, token, agent_error: Some(e) });
+            return;
+        }
+    };
+    let outcome = tokio::select! {
+        biased;
+        exit = agent.wait() => Outcome::Exited(exit),
+        _ = cancel.token.cancelled() => {
+            let why = cancel.reason();
+            match agent.try_exit() {
+                // It finished just as we were told to stop by a hand-off: report the outcome
+                // (fenced). After a lost or expired lease the outcome is not ours to write.
+                Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit),
+                _ => {
+                    let grace = if why == CancelReason::HandOff { ctx.grace } else { ctx.kill_grace };
+                    agent.terminate(grace).await;
+                    Outcome::Cancelled(why)
+                }
+            }
+        }
+    };
+    drop(agent);
+    if let Some(ev) = report(&ctx, job, outcome).await {
+        let _ = ctx.events.send(ev);
+    }
+    let _ = ctx.done.send(JobDone { id, token, agent_error: None });
+}
+
+/// Writes the outcome (fenced) and says what happened.
+async fn report(ctx: &JobCtx, job: JobRef, outcome: Outcome) -> Option<Event> {
+    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    match outcome {
+        Outcome::Exited(AgentExit::Success) => {
+            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(id, token)).await {
+                Ok(true) => Some(Event::Completed { job }),
+                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
+                Err(e) => gave_up(id, "the completion", e),
+            }
+        }
+        Outcome::Exited(AgentExit::Failed(msg)) => {
+            match retry::transient("failing", Budget::WRITE, || ctx.queue.fail(id, token, m, &msg)).await {
+                Ok(Some(o)) => Some(Event::Failed { job, error: msg, dead: o == FailOutcome::Dead }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the failure", e),
+            }
+        }
+        Outcome::Cancelled(CancelReason::HandOff) => {
+            match retry::transient("handing off", Budget::WRITE, || {
+                ctx.queue.release(id, token, m, "handed off by its machine")
+            })
+            .await
+            {
+                Ok(true) => Some(Event::Released { job }),
+                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the hand-off", e),
+            }
+        }
+        Outcome::Cancelled(CancelReason::LeaseLost) => {
+            ctx.queue
+                .note(id, event::LEASE_LOST, m, Some(token), "a renewal found the lease gone; agent stopped")
+                .await;
+            Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired })
+        }
+        Outcome::Cancelled(CancelReason::LeaseExpired) => {
+            // Recorded once the database answers again (the note retries); the outcome is
+            // never written: the sweep hands the job to the next machine.
+            ctx.queue
+                .note(
+                    id,
+                    event::LEASE_EXPIRED,
+                    m,
+                    Some(token),
+                    "no renewal confirmed before the local deadline; agent stopped",
+                )
+                .await;
+            Some(Event::LeaseLost { job, reason: LossReason::DeadlinePassed })
+        }
+    }
+}
+
+/// A write that could not be made within its budget: the sweep recovers the job.
+fn gave_up(id: i64, what: &str, e: Error) -> Option<Event> {
+    tracing::error!(job = id, error = %e, "giving up on {what}; the sweep will recover the job");
+    None
+}
+
+/// Batches completions from one process into one fenced statement per flush. Under load
+/// each flush carries whatever queued up during the previous one; idle, it adds no delay.
+#[derive(Clone)]
+pub struct Completer {
+    tx: mpsc::UnboundedSender<(i64, i64, oneshot::Sender<Result<bool>>)>,
+}
+
+impl Completer {
+    /// Runs until every clone of the returned completer is dropped.
+    pub fn spawn(queue: Queue, machine: String) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(i64, i64, oneshot::Sender<Result<bool>>)>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < 256 {
+                    match rx.try_recv() {
+                        Ok(x) => batch.push(x),
+                        Err(_) => break,
+                    }
+                }
+                let pairs: Vec<(i64, i64)> = batch.iter().map(|(i, t, _)| (*i, *t)).collect();
+                match queue.complete_many(&pairs, &machine).await {
+                    Ok(accepted) => {
+                        for (id, token, reply) in batch {
+                            let _ = reply.send(Ok(accepted.contains(&(id, token))));
+                        }
+                    }
+                    Err(e) => {
+                        for (_, _, reply) in batch {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        Self { tx }
+    }
+
+    pub async fn complete(&self, id: i64, token: i64) -> Result<bool> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send((id, token, tx)).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
+        rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?
+    }
+}
