@@ -136,7 +136,7 @@ impl AgentSpec {
                         let _ = stdin.shutdown().await;
                     });
                 }
-                Ok(RunningAgent::Process { child, payload_file })
+                Ok(RunningAgent::Process { child: Box::new(child), payload_file })
             }
         }
     }
@@ -144,7 +144,7 @@ impl AgentSpec {
 
 /// A started agent.
 pub enum RunningAgent {
-    Process { child: Child, payload_file: PathBuf },
+    Process { child: Box<Child>, payload_file: PathBuf },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
 }
 

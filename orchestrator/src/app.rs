@@ -6,7 +6,7 @@
 //! - an agent command (settings, or `DEVPILOT_AGENT`): that command;
 //! - none, on the embedded SQLite default: the built-in demo agent, so a new user sees the loop;
 //! - none, on PostgreSQL (shared, real jobs): nothing is claimed and the state is
-//!   [`AppState::NeedsAgent`]. Real jobs are never completed by the demo.
+//!   [`MachineState::NeedsAgent`]. Real jobs are never completed by the demo.
 //!
 //! Environment overrides (for scripts and several profiles): `DEVPILOT_DATABASE_URL`,
 //! `DEVPILOT_ORCHESTRATOR`, `DEVPILOT_AGENT` (split like a shell splits words).
@@ -24,8 +24,9 @@ use crate::agent::AgentSpec;
 use crate::config::{parse_duration, split_command, Paths, Settings, SleepAction};
 use crate::db::{self, DbUrl, PoolSettings};
 use crate::error::{Error, Result};
-use crate::orchestrator::{self, Event, Handle, MachineState, RunConfig, RunningJob, StopMode};
+use crate::orchestrator::{self, BootClock, Event, Handle, RunConfig, StopMode};
 use crate::queue::{Counts, JobEvent, JobRow, MachineRow, Queue};
+use crate::retry::{self, Budget};
 use crate::secrets;
 
 /// How long the demo agent takes.
@@ -33,9 +34,6 @@ pub const DEMO_DURATION: Duration = Duration::from_secs(4);
 
 /// How long a keychain call may take.
 const KEYCHAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long to wait before retrying a database that could not be reached at start.
-const RECONNECT_EVERY: Duration = Duration::from_secs(10);
 
 /// Values from the environment that override the settings file.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -71,84 +69,10 @@ impl Overrides {
     }
 }
 
-/// What the app shows, in one word. The orchestrator's states plus the app's own.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum AppState {
-    Starting,
-    Idle,
-    Working,
-    Paused,
-    Off,
-    Offline,
-    /// Something the user must fix (keychain, agent program, config file).
-    Error,
-    /// PostgreSQL with no agent command: nothing is claimed.
-    NeedsAgent,
-    Stopped,
-}
-
-impl From<MachineState> for AppState {
-    fn from(s: MachineState) -> Self {
-        match s {
-            MachineState::Idle => AppState::Idle,
-            MachineState::Working => AppState::Working,
-            MachineState::Paused => AppState::Paused,
-            MachineState::Off => AppState::Off,
-            MachineState::Offline => AppState::Offline,
-            MachineState::Stopped => AppState::Stopped,
-        }
-    }
-}
-
-/// Which agent runs jobs here.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentKind {
-    Demo,
-    Command,
-    None,
-}
-
-/// A snapshot for the tray and the window.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct EngineStatus {
-    pub state: AppState,
-    /// What is wrong and what to do, when the state needs explaining.
-    pub message: Option<String>,
-    pub orchestrator_id: String,
-    pub machine: String,
-    /// `host:port/db` or the SQLite path; never a password.
-    pub database: String,
-    pub backend: String,
-    pub agent: AgentKind,
-    pub dispatch_enabled: bool,
-    pub paused: bool,
-    pub paused_for_secs: Option<u64>,
-    pub running: Vec<RunningJob>,
-    pub db_online: bool,
-    pub overrides: Vec<String>,
-}
-
-impl EngineStatus {
-    fn starting() -> Self {
-        Self {
-            state: AppState::Starting,
-            message: None,
-            orchestrator_id: String::new(),
-            machine: String::new(),
-            database: String::new(),
-            backend: String::new(),
-            agent: AgentKind::None,
-            dispatch_enabled: false,
-            paused: false,
-            paused_for_secs: None,
-            running: vec![],
-            db_online: false,
-            overrides: vec![],
-        }
-    }
-}
+/// The app's status is the machine's: one [`Status`] in one `watch` channel, written by the
+/// orchestrator while one runs, and by the engine for what only it knows (names, the database,
+/// the agent kind) and while none runs.
+pub use crate::orchestrator::{AgentKind, MachineState, Status};
 
 /// One job with everything the detail view shows.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -283,8 +207,10 @@ pub struct Engine {
     service: String,
     overrides: Overrides,
     demo_duration: Duration,
+    /// Every orchestrator's events, across restarts: each one sends into this channel.
     events: broadcast::Sender<Event>,
-    status_tx: watch::Sender<EngineStatus>,
+    /// The one status channel, across restarts.
+    status_tx: watch::Sender<Status>,
     /// The queue the window reads (present even when nothing is claimed).
     queue: RwLock<Option<Queue>>,
     handle: RwLock<Option<Handle>>,
@@ -304,7 +230,7 @@ impl Engine {
     /// A new engine; nothing runs until [`Engine::start`].
     pub fn new(paths: Paths, service: &str, overrides: Overrides) -> Arc<Self> {
         let (events, _) = broadcast::channel(1024);
-        let (status_tx, _) = watch::channel(EngineStatus::starting());
+        let status_tx = watch::Sender::new(Status::default());
         Arc::new(Self {
             paths,
             service: service.to_string(),
@@ -348,11 +274,11 @@ impl Engine {
         self.events.subscribe()
     }
 
-    pub fn status(&self) -> EngineStatus {
+    pub fn status(&self) -> Status {
         self.status_tx.borrow().clone()
     }
 
-    pub fn watch_status(&self) -> watch::Receiver<EngineStatus> {
+    pub fn watch_status(&self) -> watch::Receiver<Status> {
         self.status_tx.subscribe()
     }
 
@@ -397,7 +323,7 @@ impl Engine {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.shutdown(cur.take(), mode).await;
         self.status_tx.send_modify(|s| {
-            s.state = AppState::Stopped;
+            s.state = MachineState::Stopped;
             s.running.clear();
         });
     }
@@ -426,47 +352,36 @@ impl Engine {
     async fn launch(self: &Arc<Self>, gen: u64) -> Current {
         let mut current = Current { tasks: vec![] };
         // 1. Settings: file, then environment.
-        let file = match self.paths.load() {
-            Ok(s) => s,
+        let settings = match self.paths.load() {
+            Ok(file) => self.with_overrides(file),
             Err(e) => {
-                self.set_problem(AppState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
+                self.set_problem(MachineState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
                 return current;
             }
         };
-        let mut settings = file;
-        if let Some(o) = &self.overrides.orchestrator {
-            settings.orchestrator_id = o.clone();
-        }
-        if let Some(a) = &self.overrides.agent {
-            settings.agent = Some(a.clone());
-        }
-        if let Some(u) = &self.overrides.database_url {
-            settings.database_url = Some(u.clone());
-        }
         if let Ok(mut eff) = self.effective.write() {
             *eff = settings.clone();
         }
         let machine = settings.machine_name();
         self.status_tx.send_modify(|s| {
-            *s = EngineStatus::starting();
+            *s = Status::default();
             s.orchestrator_id = settings.orchestrator_id.clone();
             s.machine = machine.clone();
             s.dispatch_enabled = settings.dispatch_enabled;
             s.overrides = self.overrides.active().iter().map(|v| v.to_string()).collect();
         });
         if let Err(e) = crate::queue::validate_orchestrator(&settings.orchestrator_id) {
-            self.set_problem(AppState::Error, e.to_string());
+            self.set_problem(MachineState::Error, e.to_string());
             return current;
         }
         // 2. The database URL, with its password from the keychain (blocking: D-Bus).
         let paths = self.paths.clone();
         let service = self.service.clone();
         let env_url = self.overrides.database_url.clone();
-        let resolved = keychain(move || resolve(&paths, &service, env_url.as_deref())).await;
-        let url = match resolved {
+        let url = match keychain(move || resolve(&paths, &service, env_url.as_deref())).await {
             Ok(u) => u,
             Err(e) => {
-                self.set_problem(AppState::Error, e.to_string());
+                self.set_problem(MachineState::Error, e.to_string());
                 return current;
             }
         };
@@ -474,23 +389,12 @@ impl Engine {
             s.database = url.target();
             s.backend = if url.is_sqlite() { "sqlite".into() } else { "postgres".into() };
         });
-        // 3. The agent.
-        let agent = match settings.agent_argv() {
-            Ok(Some(argv)) => {
-                let spec = AgentSpec::Command(argv);
-                if let Err(e) = spec.check() {
-                    self.set_problem(AppState::Error, format!("{e}. Set a working agent command in Settings."));
-                    self.status_tx.send_modify(|s| s.agent = AgentKind::Command);
-                    // Still connect, so the window can show the queue.
-                    self.connect_in_background(&mut current, gen, url, settings, None);
-                    return current;
-                }
-                Some(spec)
-            }
-            Ok(None) if url.is_sqlite() => Some(AgentSpec::Demo { duration: self.demo_duration }),
-            Ok(None) => None,
+        // 3. The agent. A missing program does not stop the start: the orchestrator says so,
+        // claims nothing, and looks again until it is there.
+        let agent = match self.agent_for(&settings, url.is_sqlite()) {
+            Ok(a) => a,
             Err(e) => {
-                self.set_problem(AppState::Error, e.to_string());
+                self.set_problem(MachineState::Error, e.to_string());
                 return current;
             }
         };
@@ -503,7 +407,7 @@ impl Engine {
         });
         if agent.is_none() {
             self.set_problem(
-                AppState::NeedsAgent,
+                MachineState::NeedsAgent,
                 "This is a shared PostgreSQL queue and no agent command is set, so this machine claims nothing. Set an agent command in Settings (or DEVPILOT_AGENT).".into(),
             );
         }
@@ -511,7 +415,33 @@ impl Engine {
         current
     }
 
-    /// Connects (retrying while unreachable), then starts the orchestrator if there is an agent.
+    /// The file's settings with the environment's overrides applied.
+    fn with_overrides(&self, mut settings: Settings) -> Settings {
+        if let Some(o) = &self.overrides.orchestrator {
+            settings.orchestrator_id = o.clone();
+        }
+        if let Some(a) = &self.overrides.agent {
+            settings.agent = Some(a.clone());
+        }
+        if let Some(u) = &self.overrides.database_url {
+            settings.database_url = Some(u.clone());
+        }
+        settings
+    }
+
+    /// Which agent runs jobs: the configured command; else the demo on the embedded SQLite
+    /// default; else none (a shared PostgreSQL never gets the demo).
+    fn agent_for(&self, settings: &Settings, sqlite: bool) -> Result<Option<AgentSpec>> {
+        Ok(match settings.agent_argv()? {
+            Some(argv) => Some(AgentSpec::Command(argv)),
+            None if sqlite => Some(AgentSpec::Demo { duration: self.demo_duration }),
+            None => None,
+        })
+    }
+
+    /// Connects (retrying while the database is only unreachable; a wrong password or a
+    /// missing database is reported at once), then starts the orchestrator if there is an
+    /// agent.
     fn connect_in_background(
         self: &Arc<Self>,
         current: &mut Current,
@@ -522,128 +452,95 @@ impl Engine {
     ) {
         let me = Arc::clone(self);
         let task = tokio::spawn(async move {
-            let mut announced = false;
-            let queue = loop {
-                if me.generation.load(Ordering::SeqCst) != gen {
+            let cfg = match agent.map(|a| run_config(&settings, a, &me.paths)).transpose() {
+                Ok(c) => c,
+                Err(e) => {
+                    me.set_problem(MachineState::Error, e.to_string());
                     return;
                 }
-                // One pooled connection on PostgreSQL (plus LISTEN's own): a machine holds at
-                // most two. The local SQLite file can afford a second reader for the window.
-                let pool =
-                    PoolSettings { max_connections: if url.is_sqlite() { 2 } else { 1 }, ..PoolSettings::default() };
-                let named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
-                match db::open(&named, &pool).await {
-                    Ok(conn) => break Queue::new(conn),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot open the database; retrying");
-                        if !announced {
-                            let _ = me.events.send(Event::DatabaseOffline { error: e.to_string() });
-                            announced = true;
-                        }
-                        let keep = me.status().state;
-                        me.status_tx.send_modify(|s| {
-                            s.db_online = false;
-                            if keep != AppState::NeedsAgent && keep != AppState::Error {
-                                s.state = AppState::Offline;
-                                s.message = Some(format!("{e}. Retrying every {}s.", RECONNECT_EVERY.as_secs()));
-                            }
-                        });
-                        tokio::time::sleep(RECONNECT_EVERY).await;
+            };
+            let heartbeat = cfg.as_ref().map(|c| c.heartbeat).unwrap_or(Duration::from_secs(30));
+            // One pooled connection on PostgreSQL (plus LISTEN's own): a machine holds at
+            // most two. The local SQLite file can afford a second reader for the window.
+            let pool = PoolSettings {
+                max_connections: if url.is_sqlite() { 2 } else { 1 },
+                call_timeout: orchestrator::call_bound(heartbeat),
+                ..PoolSettings::default()
+            };
+            let named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
+            let announced = std::sync::atomic::AtomicBool::new(false);
+            let open = || async {
+                if me.generation.load(Ordering::SeqCst) != gen {
+                    return Err(Error::Invalid("superseded by a restart".into()));
+                }
+                let r = db::open(&named, &pool).await;
+                if let Err(e) = &r {
+                    me.offline(e, &announced);
+                }
+                r
+            };
+            let conn = match retry::transient("opening the database", Budget::CONNECT, open).await {
+                Ok(c) => Queue::new(c),
+                Err(e) => {
+                    if me.generation.load(Ordering::SeqCst) == gen {
+                        me.set_problem(MachineState::Error, format!("{e}. Fix the database settings."));
                     }
+                    return;
                 }
             };
             if me.generation.load(Ordering::SeqCst) != gen {
                 return;
             }
-            if announced {
+            if announced.load(Ordering::SeqCst) {
                 let _ = me.events.send(Event::DatabaseOnline);
             }
             if let Ok(mut q) = me.queue.write() {
-                *q = Some(queue.clone());
+                *q = Some(conn.clone());
             }
             me.status_tx.send_modify(|s| {
                 s.db_online = true;
-                if s.state == AppState::Offline || s.state == AppState::Starting {
-                    s.state = AppState::Starting;
+                if s.state == MachineState::Offline {
+                    s.state = MachineState::Starting;
                     s.message = None;
                 }
             });
-            let Some(agent) = agent else {
+            let Some(cfg) = cfg else { return };
+            // Checked under the lock that `shutdown` takes, so a restart can never miss an
+            // orchestrator that is starting.
+            let Ok(mut slot) = me.handle.write() else { return };
+            if me.generation.load(Ordering::SeqCst) != gen {
                 return;
-            };
-            let cfg = match run_config(&settings, agent, &me.paths) {
-                Ok(c) => c,
-                Err(e) => {
-                    me.set_problem(AppState::Error, e.to_string());
-                    return;
-                }
-            };
-            let handle = {
-                // Checked under the lock that `shutdown` takes, so a restart can never miss
-                // an orchestrator that is starting.
-                let Ok(mut slot) = me.handle.write() else { return };
-                if me.generation.load(Ordering::SeqCst) != gen {
-                    return;
-                }
-                let hints = if settings.poll_only {
-                    None
-                } else {
-                    crate::listen::spawn(
-                        &url.with_application_name(&format!("devpilot:{}", settings.machine_name())),
-                        &settings.orchestrator_id,
-                    )
-                };
-                let (handle, _join) = orchestrator::spawn(queue, cfg, hints);
-                *slot = Some(handle.clone());
-                handle
-            };
-            // Events: forward into the engine's own channel, which outlives restarts.
-            let mut rx = handle.subscribe();
-            let events = me.events.clone();
-            let fwd = tokio::spawn(async move {
-                loop {
-                    match rx.recv().await {
-                        Ok(ev) => {
-                            let _ = events.send(ev);
-                        }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            tracing::warn!(skipped = n, "event forwarder lagged");
-                        }
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    }
-                }
-            });
-            // Status: mirror the orchestrator's snapshot.
-            let mut st = handle.watch_status();
-            let me2 = Arc::clone(&me);
-            let mirror = tokio::spawn(async move {
-                loop {
-                    let snap = st.borrow_and_update().clone();
-                    if me2.generation.load(Ordering::SeqCst) != gen {
-                        break;
-                    }
-                    me2.status_tx.send_modify(|s| {
-                        s.state = snap.state.into();
-                        s.message = if snap.db_online { None } else { snap.last_error.clone() };
-                        s.dispatch_enabled = snap.enabled;
-                        s.paused = snap.paused;
-                        s.paused_for_secs = snap.paused_for_secs;
-                        s.running = snap.running.clone();
-                        s.db_online = snap.db_online;
-                    });
-                    if st.changed().await.is_err() {
-                        break;
-                    }
-                }
-            });
-            drop(handle);
-            let _ = fwd.await;
-            mirror.abort();
+            }
+            let hints = if settings.poll_only { None } else { crate::listen::spawn(&named, &settings.orchestrator_id) };
+            let (handle, _join) = orchestrator::spawn_into(
+                conn,
+                cfg,
+                hints,
+                me.status_tx.clone(),
+                me.events.clone(),
+                Arc::new(BootClock),
+            );
+            *slot = Some(handle);
         });
         current.tasks.push(task);
     }
 
-    fn set_problem(&self, state: AppState, message: String) {
+    /// The database cannot be reached (yet): say so, once as an event, always in the status.
+    fn offline(&self, e: &Error, announced: &std::sync::atomic::AtomicBool) {
+        tracing::warn!(error = %e, "cannot open the database");
+        if e.is_transient() && !announced.swap(true, Ordering::SeqCst) {
+            let _ = self.events.send(Event::DatabaseOffline { error: e.to_string() });
+        }
+        self.status_tx.send_modify(|s| {
+            s.db_online = false;
+            if e.is_transient() && s.state != MachineState::NeedsAgent && s.state != MachineState::Error {
+                s.state = MachineState::Offline;
+                s.message = Some(format!("{e}. Retrying."));
+            }
+        });
+    }
+
+    fn set_problem(&self, state: MachineState, message: String) {
         tracing::warn!(state = ?state, "{message}");
         self.status_tx.send_modify(|s| {
             s.state = state;
@@ -707,7 +604,8 @@ impl Engine {
             "machine": s.machine_name(),
             "note": "The demo agent logs this payload and succeeds after a few seconds.",
         });
-        let id = q.enqueue(&s.orchestrator_id, &payload).await?;
+        let opts = crate::queue::JobOptions { max_attempts: s.max_attempts.max(1) };
+        let id = q.enqueue_with(&s.orchestrator_id, &payload, opts).await?;
         if let Some(h) = self.orchestrator() {
             h.wake();
         }
@@ -827,15 +725,34 @@ impl Engine {
             AgentSpec::Command(argv).check()?;
         }
         self.paths.save(&new)?;
-        let restart = engine_fields(&old) != engine_fields(&new);
-        if restart {
+        self.apply(&old, new).await
+    }
+
+    /// Applies saved settings as a delta. Only a change of database, orchestrator, machine
+    /// name or LISTEN restarts the engine (handing off what runs); everything else applies
+    /// live and running agents keep running.
+    async fn apply(self: &Arc<Self>, old: &Settings, new: Settings) -> Result<()> {
+        let (old, new) = (self.with_overrides(old.clone()), self.with_overrides(new));
+        let identity =
+            |s: &Settings| (s.database_url.clone(), s.orchestrator_id.clone(), s.machine.clone(), s.poll_only);
+        let agent = self.agent_for(&new, self.status().backend == "sqlite")?;
+        // No orchestrator runs (no agent on a shared queue, or an error at start), or the
+        // agent was removed on a shared queue, or who or where changed: start anew.
+        let live = self.orchestrator().filter(|_| identity(&old) == identity(&new));
+        let (Some(handle), Some(agent)) = (live, agent) else {
             self.start().await;
-        } else if old.dispatch_enabled != new.dispatch_enabled {
+            return Ok(());
+        };
+        handle.reconfigure(run_config(&new, agent.clone(), &self.paths)?);
+        self.status_tx.send_modify(|s| {
+            s.agent = if matches!(agent, AgentSpec::Command(_)) { AgentKind::Command } else { AgentKind::Demo };
+        });
+        let dispatch_changed = self.settings().dispatch_enabled != new.dispatch_enabled;
+        if let Ok(mut eff) = self.effective.write() {
+            *eff = new.clone();
+        }
+        if dispatch_changed {
             self.set_dispatch(new.dispatch_enabled).await?;
-        } else if let Ok(mut eff) = self.effective.write() {
-            eff.notify = new.notify.clone();
-            eff.autostart = new.autostart;
-            eff.sleep_action = new.sleep_action;
         }
         Ok(())
     }
@@ -856,7 +773,7 @@ impl Engine {
     pub async fn prepare_for_sleep(&self) -> Vec<i64> {
         let Some(h) = self.orchestrator() else { return vec![] };
         let st = h.status();
-        if st.paused || !st.enabled {
+        if st.paused || !st.dispatch_enabled {
             // Already not claiming: only release what runs, if the user wants hand-off.
             if self.settings().sleep_action == SleepAction::HandOff && !st.running.is_empty() {
                 return h.hand_off(false).await;
@@ -918,23 +835,6 @@ async fn keychain<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     }
 }
 
-/// The settings that need a restart of the orchestrator when they change.
-fn engine_fields(s: &Settings) -> impl PartialEq {
-    (
-        s.database_url.clone(),
-        s.orchestrator_id.clone(),
-        s.machine.clone(),
-        s.claim_timeout.clone(),
-        s.heartbeat.clone(),
-        s.max_attempts,
-        s.concurrency,
-        s.poll_interval.clone(),
-        s.max_poll_interval.clone(),
-        s.agent.clone(),
-        s.poll_only,
-    )
-}
-
 /// The one rule for which database, shared with the CLI.
 fn resolve(paths: &Paths, service: &str, env_url: Option<&str>) -> Result<DbUrl> {
     crate::cli::resolve_database_with(paths, service, env_url)
@@ -945,11 +845,11 @@ fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig
     cfg.concurrency = s.concurrency.max(1);
     cfg.claim_timeout = parse_duration(&s.claim_timeout)?;
     cfg.heartbeat = parse_duration(&s.heartbeat)?;
-    cfg.max_attempts = s.max_attempts.max(1);
     cfg.poll_interval = parse_duration(&s.poll_interval)?;
     cfg.max_poll_interval = parse_duration(&s.max_poll_interval)?.max(cfg.poll_interval);
     cfg.start_enabled = s.dispatch_enabled;
     cfg.log_dir = paths.job_log_dir();
+    cfg.check()?;
     Ok(cfg)
 }
 
@@ -966,7 +866,7 @@ mod tests {
         Paths { config_dir: dir.join("config"), data_dir: dir.join("data"), log_dir: dir.join("data").join("logs") }
     }
 
-    async fn wait_for<F: Fn(&EngineStatus) -> bool>(e: &Engine, what: &str, f: F) -> EngineStatus {
+    async fn wait_for<F: Fn(&Status) -> bool>(e: &Engine, what: &str, f: F) -> Status {
         let mut rx = e.watch_status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -992,10 +892,12 @@ mod tests {
     }
 
     fn fast(p: &Paths) {
-        let mut s = Settings::default();
-        s.poll_interval = "200ms".into();
-        s.max_poll_interval = "1s".into();
-        s.orchestrator_id = "unit".into();
+        let s = Settings {
+            poll_interval: "200ms".into(),
+            max_poll_interval: "1s".into(),
+            orchestrator_id: "unit".into(),
+            ..Settings::default()
+        };
         p.save(&s).unwrap();
     }
 
@@ -1010,7 +912,7 @@ mod tests {
             Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(300));
         let mut ev = e.subscribe();
         e.start().await;
-        let st = wait_for(&e, "idle", |s| s.state == AppState::Idle).await;
+        let st = wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
         assert_eq!(st.agent, AgentKind::Demo);
         assert_eq!(st.backend, "sqlite");
         assert!(p.default_db().exists(), "the embedded database is created on first use");
@@ -1034,16 +936,16 @@ mod tests {
         let e =
             Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
         e.start().await;
-        wait_for(&e, "idle", |s| s.state == AppState::Idle).await;
+        wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
         e.set_dispatch(false).await.unwrap();
-        wait_for(&e, "off", |s| s.state == AppState::Off).await;
+        wait_for(&e, "off", |s| s.state == MachineState::Off).await;
         assert!(!p.load().unwrap().dispatch_enabled);
         let id = e.enqueue_demo().await.unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(e.job_detail(id).await.unwrap().job.state, "queued");
         // A restart keeps it off.
         e.start().await;
-        wait_for(&e, "off after restart", |s| s.state == AppState::Off).await;
+        wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
         e.set_dispatch(true).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(15);
         while e.job_detail(id).await.unwrap().job.state != "completed" {
@@ -1063,7 +965,7 @@ mod tests {
         let o = Overrides { database_url: Some("postgres://u@127.0.0.1:1/db".into()), ..Overrides::default() };
         let e = Engine::new(p, "devpilot-test", o);
         e.start().await;
-        let st = wait_for(&e, "needs_agent", |s| s.state == AppState::NeedsAgent).await;
+        let st = wait_for(&e, "needs_agent", |s| s.state == MachineState::NeedsAgent).await;
         assert_eq!(st.agent, AgentKind::None);
         assert!(st.message.unwrap().contains("agent command"));
         assert!(e.hand_off(true).await.is_err(), "no orchestrator runs, so there is nothing to hand off");
@@ -1085,7 +987,7 @@ mod tests {
         };
         let e = Engine::new(p, "devpilot-test", o);
         e.start().await;
-        let st = wait_for(&e, "error", |s| s.state == AppState::Error).await;
+        let st = wait_for(&e, "error", |s| s.state == MachineState::Error).await;
         assert_eq!(st.orchestrator_id, "from-env");
         assert!(st.message.unwrap().contains("/nonexistent/agent"));
         assert_eq!(st.overrides.len(), 3);
@@ -1128,6 +1030,78 @@ mod tests {
         let form = DbForm { host: "".into(), ..form };
         assert!(e.apply_settings(s, &form, None).await.unwrap_err().to_string().contains("host"));
         assert_eq!(std::fs::read_to_string(p.config_file()).unwrap(), before);
+    }
+
+    /// An agent script that records its pid and whether it was stopped.
+    fn long_agent(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join(name);
+        let text = format!(
+            "#!/bin/sh\necho \"start $DEVPILOT_JOB_ID {name}\" >> {rec}\ntrap 'echo \"term $DEVPILOT_JOB_ID\" >> {rec}; exit 143' TERM\nsleep 60 & wait\n",
+            rec = dir.join("agent.log").display()
+        );
+        std::fs::write(&script, text).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        script
+    }
+
+    /// Every live setting, changed while an agent runs, applies without stopping it:
+    /// concurrency (proven by more jobs running at once), the lease timings, the poll
+    /// intervals, notifications, attempts and the agent command. A change of orchestrator,
+    /// by contrast, restarts the engine and hands the agent off (so the check can fail).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn live_settings_leave_running_agents_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        fast(&p);
+        let mut s = p.load().unwrap();
+        s.agent = Some(long_agent(dir.path(), "agent-a.sh").display().to_string());
+        p.save(&s).unwrap();
+        let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
+        e.start().await;
+        wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+        let id = e.enqueue_demo().await.unwrap();
+        let st = wait_for(&e, "working", |s| s.running.iter().any(|r| r.job.id == id)).await;
+        let token = st.running[0].job.token;
+        let log = dir.path().join("agent.log");
+        type Change = (&'static str, fn(&mut Settings));
+        let changes: Vec<Change> = vec![
+            ("concurrency", |s| s.concurrency = 3),
+            ("claim timeout", |s| s.claim_timeout = "20m".into()),
+            ("heartbeat", |s| s.heartbeat = "5s".into()),
+            ("poll interval", |s| s.poll_interval = "300ms".into()),
+            ("idle ceiling", |s| s.max_poll_interval = "2s".into()),
+            ("notifications", |s| s.notify.completed = false),
+            ("attempts", |s| s.max_attempts = 5),
+            ("sleep action", |s| s.sleep_action = SleepAction::Pause),
+            ("agent", |s| s.agent = Some(s.agent.clone().unwrap().replace("agent-a.sh", "agent-b.sh"))),
+        ];
+        long_agent(dir.path(), "agent-b.sh");
+        for (what, change) in changes {
+            let mut s = p.load().unwrap();
+            change(&mut s);
+            e.apply_settings(s, &DbForm::of(None), None).await.unwrap_or_else(|err| panic!("{what}: {err}"));
+            let st = e.status();
+            assert!(st.running.iter().any(|r| r.job.id == id && r.job.token == token), "{what}: {st:?}");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(!text.contains("term"), "{what} stopped the agent: {text}");
+        }
+        assert_eq!(e.settings().concurrency, 3);
+        let more = [e.enqueue_demo().await.unwrap(), e.enqueue_demo().await.unwrap()];
+        wait_for(&e, "three at once", |s| s.running.len() == 3).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let started =
+            |m: i64| std::fs::read_to_string(&log).unwrap_or_default().contains(&format!("start {m} agent-b.sh"));
+        while !more.iter().all(|m| started(*m)) {
+            assert!(Instant::now() < deadline, "the new agent (b) ran both new jobs");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut s = p.load().unwrap();
+        s.orchestrator_id = "elsewhere".into();
+        e.apply_settings(s, &DbForm::of(None), None).await.unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(&format!("term {id}")), "a new orchestrator hands the running job off: {text}");
+        e.stop(StopMode::HandOff).await;
     }
 
     /// The database form builds a URL without a password and reads one back.

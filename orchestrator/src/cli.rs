@@ -14,7 +14,7 @@ use crate::config::{parse_duration, Paths};
 use crate::db::{self, DbUrl, PoolSettings};
 use crate::error::{Error, Result};
 use crate::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode};
-use crate::queue::Queue;
+use crate::queue::{JobOptions, Queue};
 use crate::secrets;
 
 #[derive(Parser, Debug)]
@@ -40,6 +40,9 @@ pub enum Cmd {
         payload: Option<String>,
         #[arg(long)]
         payload_file: Option<PathBuf>,
+        /// Attempts before the job is dead (default: the settings' max_attempts, 3).
+        #[arg(long)]
+        max_attempts: Option<i32>,
     },
     /// Claim and run jobs until interrupted (SIGINT/SIGTERM hand off cleanly).
     Run(RunArgs),
@@ -54,8 +57,9 @@ pub enum Cmd {
     Sweep {
         #[arg(long, default_value = "30m")]
         claim_timeout: String,
-        #[arg(long, default_value_t = 3)]
-        max_attempts: i32,
+        /// Ignored: each job carries its own attempt budget (kept so old crontabs still run).
+        #[arg(long, hide = true)]
+        max_attempts: Option<i32>,
         /// Only this orchestrator (default: all).
         #[arg(long)]
         orchestrator: Option<String>,
@@ -87,8 +91,9 @@ pub struct RunArgs {
     pub claim_timeout: String,
     #[arg(long, default_value = "30s")]
     pub heartbeat: String,
-    #[arg(long, default_value_t = 3)]
-    pub max_attempts: i32,
+    /// Ignored: each job carries its own attempt budget, set at enqueue.
+    #[arg(long, hide = true)]
+    pub max_attempts: Option<i32>,
     /// Exit 0 once the orchestrator has no claimable or running work left.
     #[arg(long)]
     pub until_empty: bool,
@@ -201,7 +206,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             println!("migrated {}", url.target());
             Ok(())
         }
-        Cmd::Enqueue { orchestrator, payload, payload_file } => {
+        Cmd::Enqueue { orchestrator, payload, payload_file, max_attempts } => {
             crate::queue::validate_orchestrator(&orchestrator)?;
             let text = match (payload, payload_file) {
                 (Some(p), _) => p,
@@ -220,8 +225,12 @@ async fn dispatch(cli: Cli) -> Result<()> {
             };
             let value: serde_json::Value =
                 serde_json::from_str(&text).map_err(|e| Error::Payload(format!("not valid JSON ({e})")))?;
+            let max_attempts = match max_attempts {
+                Some(n) => n,
+                None => Paths::for_app("devpilot")?.load()?.max_attempts,
+            };
             let (queue, _) = open_queue(PoolSettings::default()).await?;
-            let id = queue.enqueue(&orchestrator, &value).await?;
+            let id = queue.enqueue_with(&orchestrator, &value, JobOptions { max_attempts }).await?;
             println!("{id}");
             Ok(())
         }
@@ -229,8 +238,11 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Status { orchestrator, json } => status(&orchestrator, json).await,
         Cmd::Sweep { claim_timeout, max_attempts, orchestrator } => {
             let timeout = parse_duration(&claim_timeout)?;
+            if max_attempts.is_some() {
+                eprintln!("note: --max-attempts is ignored: each job carries the attempt budget it was enqueued with");
+            }
             let (queue, _) = open_queue(PoolSettings::default()).await?;
-            let swept = queue.sweep(orchestrator.as_deref(), timeout, max_attempts).await?;
+            let swept = queue.sweep(orchestrator.as_deref(), timeout).await?;
             let dead = swept.iter().filter(|s| s.dead).count();
             println!("released {} stale claim(s), {} job(s) now dead", swept.len() - dead, dead);
             Ok(())
@@ -274,7 +286,6 @@ async fn run(a: RunArgs) -> Result<()> {
     cfg.concurrency = a.concurrency.max(1);
     cfg.claim_timeout = parse_duration(&a.claim_timeout)?;
     cfg.heartbeat = parse_duration(&a.heartbeat)?;
-    cfg.max_attempts = a.max_attempts.max(1);
     cfg.until_empty = a.until_empty;
     cfg.poll_interval = parse_duration(&a.poll_interval)?;
     cfg.max_poll_interval = parse_duration(&a.max_poll_interval)?.max(cfg.poll_interval);
@@ -284,10 +295,15 @@ async fn run(a: RunArgs) -> Result<()> {
         ClaimModeArg::Pick => ClaimMode::Pick,
         ClaimModeArg::ById => ClaimMode::ById,
     };
-    if cfg.heartbeat >= cfg.claim_timeout {
-        return Err(Error::Invalid("--heartbeat must be shorter than --claim-timeout".into()));
+    cfg.check()?;
+    if a.max_attempts.is_some() {
+        eprintln!("note: --max-attempts is ignored by `run`: each job carries the attempt budget it was enqueued with (`devpilot enqueue --max-attempts`)");
     }
-    let pool = PoolSettings { max_connections: a.connections.max(1), ..PoolSettings::default() };
+    let pool = PoolSettings {
+        max_connections: a.connections.max(1),
+        call_timeout: orchestrator::call_bound(cfg.heartbeat),
+        ..PoolSettings::default()
+    };
     let (queue, url) = open_queue_named(pool, Some(&format!("devpilot:{machine}"))).await?;
     let hints = if a.poll_only { None } else { crate::listen::spawn(&url, &a.orchestrator) };
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
@@ -316,6 +332,8 @@ fn log_event(ev: &Event) {
         Event::LeaseLost { job, reason } => tracing::warn!("lost {} ({reason:?})", job.label()),
         Event::Released { job } => tracing::info!("handed off {}", job.label()),
         Event::AgentError { job, error } => tracing::error!("{}: {error}", job.label()),
+        Event::AgentUnavailable { error } => tracing::error!("not claiming: {error}"),
+        Event::AgentAvailable => tracing::info!("the agent can run again; claiming"),
         Event::Swept { released, dead } => tracing::info!("swept {released} stale claim(s), {dead} dead"),
         Event::SweepFailed { error } => tracing::warn!("sweep failed: {error}"),
         Event::DatabaseOffline { error } => tracing::warn!("database offline: {error}"),
@@ -376,6 +394,9 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
             m.concurrency,
             human(ago)
         );
+        if let Some(p) = &m.problem {
+            println!("  {:<20} not claiming: {p}", "");
+        }
     }
     Ok(())
 }

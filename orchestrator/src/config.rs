@@ -115,8 +115,11 @@ impl Settings {
         let hb = parse_duration(&self.heartbeat)?;
         let poll = parse_duration(&self.poll_interval)?;
         let max_poll = parse_duration(&self.max_poll_interval)?;
-        if hb.is_zero() || hb >= timeout {
-            return Err(Error::Invalid("the heartbeat must be shorter than the claim timeout".into()));
+        if hb.is_zero() || timeout < hb * 3 {
+            return Err(Error::Invalid(
+                "the claim timeout must be at least three heartbeats (a machine gives its lease up a heartbeat early)"
+                    .into(),
+            ));
         }
         if poll.is_zero() || max_poll < poll {
             return Err(Error::Invalid("the poll interval must be positive and at most the idle ceiling".into()));
@@ -296,9 +299,7 @@ mod tests {
     fn round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.toml");
-        let mut s = Settings::default();
-        s.agent = Some("claude --print".into());
-        s.dispatch_enabled = false;
+        let s = Settings { agent: Some("claude --print".into()), dispatch_enabled: false, ..Settings::default() };
         save_to(&p, &s).unwrap();
         assert_eq!(load_from(&p).unwrap(), s);
     }

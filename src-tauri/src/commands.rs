@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use devpilot::app::{DbForm, EngineStatus, Fleet, JobDetail};
+use devpilot::app::{DbForm, Fleet, JobDetail, Status};
 use devpilot::config::Settings;
 use devpilot::orchestrator::StopMode;
 use devpilot::queue::{Counts, JobRow};
@@ -41,12 +41,12 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
 }
 
 #[tauri::command]
-pub fn get_status(state: State<'_, AppState>) -> EngineStatus {
+pub fn get_status(state: State<'_, AppState>) -> Status {
     state.engine.status()
 }
 
 #[tauri::command]
-pub async fn set_dispatch(state: State<'_, AppState>, enabled: bool) -> Result<EngineStatus> {
+pub async fn set_dispatch(state: State<'_, AppState>, enabled: bool) -> Result<Status> {
     state.engine.set_dispatch(enabled).await?;
     Ok(state.engine.status())
 }
@@ -232,10 +232,12 @@ mod tests {
             data_dir: dir.join("data"),
             log_dir: dir.join("data").join("logs"),
         };
-        let mut s = Settings::default();
-        s.orchestrator_id = "cmd-test".into();
-        s.poll_interval = "200ms".into();
-        s.max_poll_interval = "1s".into();
+        let s = Settings {
+            orchestrator_id: "cmd-test".into(),
+            poll_interval: "200ms".into(),
+            max_poll_interval: "1s".into(),
+            ..Settings::default()
+        };
         paths.save(&s).unwrap();
         let engine = Engine::with_demo_duration(paths, "devpilot-test", overrides, Duration::from_millis(200));
         let app = mock_builder()

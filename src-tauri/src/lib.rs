@@ -115,11 +115,9 @@ pub fn run() -> std::process::ExitCode {
         }
     };
     app.run(|app, event| match event {
-        RunEvent::ExitRequested { code: None, api, .. } => {
-            // The last window closed: DevPilot lives in the tray.
-            if !app.state::<AppState>().quitting.load(Ordering::SeqCst) {
-                api.prevent_exit();
-            }
+        // The last window closed: DevPilot lives in the tray.
+        RunEvent::ExitRequested { code: None, api, .. } if !app.state::<AppState>().quitting.load(Ordering::SeqCst) => {
+            api.prevent_exit();
         }
         RunEvent::Exit => {
             // Whatever ends us, never leave a claim to the sweep when it can be handed off.

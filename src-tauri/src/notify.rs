@@ -32,6 +32,9 @@ pub enum Kind {
     Failed,
     Dead,
     LeaseLost,
+    /// The agent cannot run here; the machine stopped claiming. Always shown: nothing else
+    /// would tell the user why nothing happens.
+    AgentMissing,
     Offline,
     Online,
 }
@@ -74,6 +77,12 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
                         job.label()
                     )
                 }
+                LossReason::DeadlinePassed => {
+                    format!(
+                        "Stopped {}: the database could not be reached to renew its lease, so another machine may take it.",
+                        job.label()
+                    )
+                }
                 LossReason::CompletionRejected => {
                     format!(
                         "{} finished here, but another machine had taken it over; this result was not recorded.",
@@ -82,6 +91,7 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
                 }
             },
         ),
+        Event::AgentUnavailable { error } => n(Kind::AgentMissing, format!("Not claiming jobs: {error}")),
         _ => None,
     }
 }
@@ -95,6 +105,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             Kind::Failed => "DevPilot: job failed",
             Kind::Dead => "DevPilot: job is dead",
             Kind::LeaseLost => "DevPilot: claim lost",
+            Kind::AgentMissing => "DevPilot: the agent cannot run",
             Kind::Offline => "DevPilot: database offline",
             Kind::Online => "DevPilot: database back online",
         };
@@ -114,6 +125,9 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             1 => parts.push(format!("1 {one}")),
             c => parts.push(format!("{c} {many}")),
         }
+    }
+    if count(Kind::AgentMissing) > 0 {
+        parts.push("the agent cannot run".into());
     }
     for k in [Kind::Offline, Kind::Online] {
         if count(k) > 0 {

@@ -57,7 +57,7 @@ async fn watch(engine: Arc<Engine>) -> zbus::Result<()> {
             tracing::info!("going to sleep: handing off");
             let done = tokio::time::timeout(Duration::from_secs(4), engine.prepare_for_sleep()).await;
             match done {
-                Ok(ids) => tracing::info!(count = ids.len(), "ready for sleep"),
+                Ok(ids) => tracing::info!(count = ids.len(), handed_off = ?ids, "ready for sleep"),
                 Err(_) => tracing::warn!("hand-off before sleep took too long; sleeping anyway (the sweep recovers)"),
             }
             // Let the machine sleep.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use devpilot::app::{AppState as S, EngineStatus};
+use devpilot::app::{MachineState as S, Status};
 use devpilot::orchestrator::StopMode;
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, IsMenuItem, Menu, MenuItem, PredefinedMenuItem, Submenu};
@@ -28,7 +28,7 @@ pub enum Icon {
 }
 
 impl Icon {
-    pub fn of(st: &EngineStatus) -> Self {
+    pub fn of(st: &Status) -> Self {
         match st.state {
             S::Idle => Icon::Idle,
             S::Working => Icon::Working,
@@ -67,7 +67,7 @@ impl Icon {
 }
 
 /// One line for the state, as the menu and the tooltip show it.
-pub fn state_line(st: &EngineStatus) -> String {
+pub fn state_line(st: &Status) -> String {
     let word = match st.state {
         S::Starting => "Starting…".to_string(),
         S::Idle => "Idle: waiting for jobs".to_string(),
@@ -78,7 +78,11 @@ pub fn state_line(st: &EngineStatus) -> String {
         },
         S::Off => "Dispatch off".to_string(),
         S::Offline => "Offline: database unreachable".to_string(),
-        S::Error => "Needs attention (see Settings)".to_string(),
+        S::Error => match &st.message {
+            // The first clause says what is wrong (the agent program, the keychain, …).
+            Some(m) => format!("Needs attention: {}", m.split(';').next().unwrap_or(m).chars().take(90).collect::<String>()),
+            None => "Needs attention (see Settings)".to_string(),
+        },
         S::NeedsAgent => "Set an agent command (Settings)".to_string(),
         S::Stopped => "Stopped".to_string(),
     };
@@ -105,7 +109,7 @@ fn now_ms() -> u64 {
 }
 
 /// The running-job lines: "Title (#12) · 3m".
-pub fn job_lines(st: &EngineStatus) -> Vec<String> {
+pub fn job_lines(st: &Status) -> Vec<String> {
     let now = now_ms();
     st.running
         .iter()
@@ -187,11 +191,11 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
 }
 
 /// Brings the icon, tooltip and menu up to date.
-pub fn refresh<R: Runtime>(app: &AppHandle<R>, st: &EngineStatus) {
+pub fn refresh<R: Runtime>(app: &AppHandle<R>, st: &Status) {
     refresh_inner(app, st, false);
 }
 
-fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &EngineStatus, force: bool) {
+fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     let Some(tray) = app.tray_by_id(TRAY_ID) else { return };
     let Some(cache) = app.try_state::<TrayCache<R>>() else { return };
     let icon = Icon::of(st);
@@ -257,7 +261,7 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     Ok(TrayMenu { menu, status, jobs_item, dispatch, pause, resume, handoff })
 }
 
-fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &EngineStatus) -> tauri::Result<()> {
+fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status) -> tauri::Result<()> {
     tm.status.set_text(state_line(st))?;
     // One fixed item for the running jobs, one line per job: inserting and removing items
     // in a live appindicator menu left it unable to open on xfce4-panel.
