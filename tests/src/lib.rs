@@ -9,6 +9,9 @@
 //! - [`devpilot_bin`], [`Runner`]: real `devpilot` OS processes with isolated XDG dirs.
 //! - [`RecordingAgent`]: an agent script that appends every execution to a file.
 
+// The test harness: a failed setup step must stop the test that asked for it, so it panics.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,6 +21,9 @@ use std::time::{Duration, Instant};
 use devpilot::db::{self, DbUrl, PoolSettings};
 use devpilot::Queue;
 use sea_orm::ConnectionTrait;
+
+pub mod forwarder;
+pub use forwarder::Forwarder;
 
 /// Which database a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +274,16 @@ impl TestDb {
     pub async fn another_queue(&self) -> Queue {
         let conn = db::connect(&self.url, &PoolSettings::default()).await.expect("connect");
         Queue::new(conn)
+    }
+
+    /// Moves job `id`'s claim and heartbeat `by` into the past, as if its holder had gone
+    /// silent that long ago. Tests age rows instead of sleeping, so no timing can flake.
+    pub async fn age_job(&self, id: i64, by: Duration) {
+        let ms = by.as_millis() as i64;
+        let sql = format!(
+            "UPDATE dispatch_queue SET claimed_at = claimed_at - {ms}, heartbeat_at = heartbeat_at - {ms} WHERE id = {id}"
+        );
+        self.queue.connection().execute_unprepared(&sql).await.expect("age the job");
     }
 
     /// A unique orchestrator id.

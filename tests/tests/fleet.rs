@@ -9,6 +9,9 @@
 //! DEVPILOT_FLEET_JOBS=100000 cargo test --release -p devpilot-tests --test fleet -- --nocapture
 //! ```
 
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -103,7 +106,9 @@ async fn fleet_under_faults() {
     for (i, o) in orchs.iter().enumerate() {
         let n = jobs / orchestrators + usize::from(i < jobs % orchestrators);
         let payloads: Vec<_> = (0..n).map(|k| json!({"title": format!("{o}/{k}")})).collect();
-        all_ids.extend(queue.enqueue_many(o, &payloads).await.unwrap());
+        // Faults burn attempts (a kill -9, a freeze past the claim timeout): a generous budget.
+        let opts = devpilot::queue::JobOptions { max_attempts: 20 };
+        all_ids.extend(queue.enqueue_many_with(o, &payloads, opts).await.unwrap());
     }
     assert_eq!(all_ids.len(), jobs);
 
@@ -140,8 +145,6 @@ async fn fleet_under_faults() {
         "100ms",
         "--max-poll-interval",
         "1s",
-        "--max-attempts",
-        "20",
         "--cancel-grace",
         "1s",
     ];
@@ -345,7 +348,16 @@ async fn fleet_under_faults() {
         for row in queue.jobs(o, None, u32::MAX / 2).await.unwrap() {
             final_state.insert(row.id, (row.state.clone(), row.claim_token));
         }
-        for kind in ["completed", "completion_rejected", "lease_lost", "swept", "handed_off", "dead", "claimed"] {
+        for kind in [
+            "completed",
+            "completion_rejected",
+            "lease_lost",
+            "lease_expired",
+            "swept",
+            "handed_off",
+            "dead",
+            "claimed",
+        ] {
             for e in queue.events_of_kind(o, kind).await.unwrap() {
                 events_by_job.entry(e.job_id).or_default().push(e);
             }
@@ -439,7 +451,8 @@ async fn fleet_under_faults() {
             late += 1;
             let recorded = events_by_job.get(&e.job).is_some_and(|evs| {
                 evs.iter().any(|x| {
-                    x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost")
+                    x.claim_token == Some(e.token)
+                        && matches!(x.kind.as_str(), "completion_rejected" | "lease_lost" | "lease_expired")
                 })
             });
             assert!(
@@ -468,7 +481,8 @@ async fn fleet_under_faults() {
             }
             let fenced = events_by_job.get(&e.job).is_some_and(|evs| {
                 evs.iter().any(|x| {
-                    x.claim_token == Some(e.token) && (x.kind == "completion_rejected" || x.kind == "lease_lost")
+                    x.claim_token == Some(e.token)
+                        && matches!(x.kind.as_str(), "completion_rejected" | "lease_lost" | "lease_expired")
                 })
             });
             assert!(

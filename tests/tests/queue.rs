@@ -1,12 +1,15 @@
 //! Queue statements against real databases: every test runs on PostgreSQL and on SQLite.
 
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use devpilot::agent::AgentSpec;
 use devpilot::orchestrator::{self, RunConfig, StopMode};
-use devpilot::queue::FailOutcome;
+use devpilot::queue::{FailOutcome, JobOptions};
 use devpilot_tests::{wait_for, Backend, TestDb};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -120,8 +123,8 @@ async fn fenced_writes_reject_a_stale_token(backend: Backend) {
     let orch = db.orch("fence");
     let id = db.queue.enqueue(&orch, &json!({"title": "fenced"})).await.unwrap();
     let old = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    let swept = db.queue.sweep(Some(&orch), Duration::from_millis(100), 3).await.unwrap();
+    db.age_job(id, Duration::from_secs(60)).await;
+    let swept = db.queue.sweep(Some(&orch), Duration::from_secs(30)).await.unwrap();
     assert_eq!(swept.len(), 1);
     let new = db.queue.claim_next(&orch, "desktop", 1).await.unwrap().remove(0);
     assert_eq!(new.id, id);
@@ -129,9 +132,9 @@ async fn fenced_writes_reject_a_stale_token(backend: Backend) {
 
     assert!(db.queue.renew(&[(id, old.token)]).await.unwrap().is_empty());
     assert!(!db.queue.complete(id, old.token, "laptop").await.unwrap());
-    assert_eq!(db.queue.fail(id, old.token, "laptop", "x", 3).await.unwrap(), None);
+    assert_eq!(db.queue.fail(id, old.token, "laptop", "x").await.unwrap(), None);
     assert!(!db.queue.release(id, old.token, "laptop", "x").await.unwrap());
-    assert_eq!(db.queue.renew(&[(id, new.token)]).await.unwrap(), vec![id]);
+    assert_eq!(db.queue.renew(&[(id, new.token)]).await.unwrap(), vec![(id, new.token)]);
     assert!(db.queue.complete(id, new.token, "desktop").await.unwrap());
     // Completing again with the same claim (a retry after a lost reply) is idempotent: it
     // reports success and writes nothing twice.
@@ -162,10 +165,12 @@ async fn sweep_releases_stale_and_spares_fresh_and_finished(backend: Backend) {
     let stale = db.queue.claim_by_id(ids[0], &orch, "asleep").await.unwrap().unwrap();
     let done = db.queue.claim_by_id(ids[1], &orch, "fast").await.unwrap().unwrap();
     assert!(db.queue.complete(done.id, done.token, "fast").await.unwrap());
-    tokio::time::sleep(Duration::from_millis(400)).await;
     let fresh = db.queue.claim_by_id(ids[2], &orch, "awake").await.unwrap().unwrap();
+    for id in &ids[..2] {
+        db.age_job(*id, Duration::from_secs(120)).await;
+    }
 
-    let swept = db.queue.sweep(Some(&orch), Duration::from_millis(300), 3).await.unwrap();
+    let swept = db.queue.sweep(Some(&orch), Duration::from_secs(60)).await.unwrap();
     assert_eq!(swept.iter().map(|s| s.id).collect::<Vec<_>>(), vec![stale.id]);
     assert_eq!(swept[0].previous_holder.as_deref(), Some("asleep"));
     assert!(!swept[0].dead);
@@ -178,30 +183,35 @@ async fn sweep_releases_stale_and_spares_fresh_and_finished(backend: Backend) {
     assert_eq!(state(done.id).await, "completed");
     assert_eq!(state(fresh.id).await, "running");
     // A second sweep finds nothing: the fresh claim is still fresh.
-    assert!(db.queue.sweep(Some(&orch), Duration::from_secs(60), 3).await.unwrap().is_empty());
+    assert!(db.queue.sweep(Some(&orch), Duration::from_secs(60)).await.unwrap().is_empty());
     // The released job is claimable again, as attempt 2.
     let again = db.queue.claim_next(&orch, "awake", 5).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!((again[0].id, again[0].attempt), (stale.id, 2));
 }
 
-/// A job whose claims keep expiring becomes dead after max_attempts, not released forever.
+/// A job whose claims keep expiring becomes dead after its own max_attempts, not released
+/// forever; and the budget is the job's, not the sweeper's: a job enqueued with 5 attempts
+/// survives the sweeps that kill a job enqueued with 2.
 async fn sweep_kills_a_job_over_max_attempts(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("dead");
-    let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    let id = db.queue.enqueue_with(&orch, &json!({}), JobOptions { max_attempts: 2 }).await.unwrap();
+    let other = db.queue.enqueue_with(&orch, &json!({}), JobOptions { max_attempts: 5 }).await.unwrap();
     for attempt in 1..=2 {
-        let c = db.queue.claim_next(&orch, "flaky", 1).await.unwrap();
-        assert_eq!(c.len(), 1, "attempt {attempt} claims");
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let s = db.queue.sweep(None, Duration::from_millis(100), 2).await.unwrap();
-        let s: Vec<_> = s.into_iter().filter(|s| s.id == id).collect();
-        assert_eq!(s.len(), 1);
-        assert_eq!(s[0].dead, attempt == 2);
+        let c = db.queue.claim_next(&orch, "flaky", 2).await.unwrap();
+        assert_eq!(c.len(), 2, "attempt {attempt} claims both");
+        db.age_job(id, Duration::from_secs(60)).await;
+        db.age_job(other, Duration::from_secs(60)).await;
+        let s = db.queue.sweep(None, Duration::from_secs(30)).await.unwrap();
+        let dead: Vec<(i64, bool)> = s.iter().filter(|s| s.id == id || s.id == other).map(|s| (s.id, s.dead)).collect();
+        assert_eq!(dead, vec![(id, attempt == 2), (other, false)]);
     }
+    assert_eq!(db.queue.job(other).await.unwrap().unwrap().0.state, "queued");
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!(row.state, "dead");
-    assert!(db.queue.claim_next(&orch, "flaky", 1).await.unwrap().is_empty());
+    let left: Vec<i64> = db.queue.claim_next(&orch, "flaky", 2).await.unwrap().iter().map(|c| c.id).collect();
+    assert_eq!(left, vec![other], "the dead job is not claimable");
     let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(kinds, ["claimed", "swept", "claimed", "dead"]);
     assert!(db.queue.requeue(id, "me").await.unwrap());
@@ -216,7 +226,7 @@ async fn failure_retries_then_dies(backend: Backend) {
     let mut outcomes = vec![];
     for _ in 0..3 {
         let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
-        outcomes.push(db.queue.fail(c.id, c.token, "m", "exit 1", 3).await.unwrap().unwrap());
+        outcomes.push(db.queue.fail(c.id, c.token, "m", "exit 1").await.unwrap().unwrap());
     }
     assert_eq!(outcomes, [FailOutcome::WillRetry, FailOutcome::WillRetry, FailOutcome::Dead]);
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
@@ -282,11 +292,9 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
     }
     // A stale claim, so every sweep has a row to trip on.
     db.queue.enqueue(&orch, &json!({"stale": true})).await.unwrap();
-    db.queue.claim_next(&orch, "gone", 1).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let gone = db.queue.claim_next(&orch, "gone", 1).await.unwrap().remove(0);
+    db.age_job(gone.id, Duration::from_secs(60)).await;
     let mut c = cfg(&db, &orch, AgentSpec::NoOp);
-    c.claim_timeout = Duration::from_millis(100);
-    c.heartbeat = Duration::from_millis(50);
     c.sweep_every = Duration::from_millis(50);
     let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
     let ids = db.queue.enqueue_many(&orch, &vec![json!({}); 20]).await.unwrap();
@@ -304,7 +312,7 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
         wait_for(Duration::from_secs(10), || async { h.stats().sweep_failures.load(Ordering::Relaxed) >= 2 }).await,
         "sweeps kept failing and were counted"
     );
-    assert_eq!(h.status().db_online, true);
+    assert!(h.status().db_online);
     assert_eq!(ids.len(), 20);
     h.stop(StopMode::HandOff).await;
 }
@@ -383,9 +391,10 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
         paused_until: None,
         running: 0,
         concurrency: 2,
+        problem: None,
     };
     // Nothing queued, nothing stale: no claims, not stale (on PostgreSQL), presence written.
-    let extras = PollExtras { presence: Some(presence("online")), stale_after: Some(Duration::from_millis(200)) };
+    let extras = PollExtras { presence: Some(presence("online")), stale_after: Some(Duration::from_secs(30)) };
     let p = db.queue.claim_next_with(&orch, "idle-box", 2, &extras).await.unwrap();
     assert!(p.claims.is_empty());
     assert_eq!(p.stale, backend == Backend::Sqlite);
@@ -396,8 +405,8 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
     // A claim goes stale; two jobs are queued. The poll claims up to its limit and sees it.
     let ids = db.queue.enqueue_many(&orch, &[json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]).await.unwrap();
     db.queue.claim_by_id(ids[0], &orch, "asleep").await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let extras = PollExtras { presence: Some(presence("paused")), stale_after: Some(Duration::from_millis(200)) };
+    db.age_job(ids[0], Duration::from_secs(60)).await;
+    let extras = PollExtras { presence: Some(presence("paused")), stale_after: Some(Duration::from_secs(30)) };
     let p = db.queue.claim_next_with(&orch, "idle-box", 1, &extras).await.unwrap();
     assert_eq!(p.claims.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
     assert_eq!(p.claims[0].payload, json!({"n": 2}));
@@ -432,8 +441,8 @@ async fn hold_queue_lock(db: &TestDb, q: &devpilot::queue::Queue) -> sea_orm::Da
 
 /// A claim that lands after this machine stopped claiming (dispatch switched off, or a stop
 /// begun, while the poll was in flight) is handed straight back, unrun and without burning an
-/// attempt; and a stop waits for that hand-back, so Quit never strands a claim, but only for
-/// a few seconds when the database does not answer at all.
+/// attempt; and a stop waits for that hand-back, so Quit never strands a claim, but no longer
+/// than the machine's call bound when the database does not answer at all.
 async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("late");
@@ -488,15 +497,18 @@ async fn claims_landing_after_claiming_stops_are_handed_back(backend: Backend) {
     assert_eq!((job.state.as_str(), job.attempts), ("queued", 0));
 
     // A database that never answers does not hold up a stop (Quit, a settings change): the
-    // loop waits a few seconds for the answer, then gives up on it.
+    // poll is bounded by the call bound (below the heartbeat), and the stop waits that long.
     let lock = hold_queue_lock(&db, &blocker).await;
-    let (h, _join) = orchestrator::spawn(db.queue.clone(), cfg(&db, &orch, AgentSpec::NoOp), None);
+    let c = cfg(&db, &orch, AgentSpec::NoOp);
+    let bound = orchestrator::call_bound(c.heartbeat);
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
     assert!(wait_for(Duration::from_secs(10), || async { h.stats().claim_queries.load(Ordering::Relaxed) >= 1 }).await);
     let asked = std::time::Instant::now();
     tokio::time::timeout(Duration::from_secs(20), h.stop(StopMode::HandOff))
         .await
         .expect("a stop does not wait for a poll the database never answers");
-    assert!(asked.elapsed() >= Duration::from_secs(4), "it waited for the answer first: {:?}", asked.elapsed());
+    assert!(asked.elapsed() < Duration::from_secs(5), "bounded by the call bound: {:?}", asked.elapsed());
+    assert!(h.stats().claim_queries.load(Ordering::Relaxed) >= 1 && bound < Duration::from_secs(1));
     lock.rollback().await.unwrap();
 }
 
