@@ -38,4 +38,17 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: no Rust toolchain found. Install one with rustup (https://rustup.rs), then run this again." >&2
   exit 1
 fi
+# The house rules need rustfmt and clippy (rustup's default profile has both).
+for tool in rustfmt clippy; do
+  sub=$([ "$tool" = rustfmt ] && echo fmt || echo clippy)
+  if ! cargo "$sub" --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+      echo "setup: adding the Rust component $tool"
+      rustup component add "$tool" || { echo "setup: cannot add $tool; install it with rustup, then run this again." >&2; exit 1; }
+    else
+      echo "setup: cargo $tool is missing; install it (rustup component add $tool), then run this again." >&2
+      exit 1
+    fi
+  fi
+done
 echo "setup: ok ($(cargo --version))"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: engine unit tests, queue tests on PostgreSQL and SQLite, multi-process
-# races and faults, the reduced-scale fleet test, and the desktop end-to-end test.
+# Checks rustfmt and clippy, then runs every test: engine unit tests, queue tests on
+# PostgreSQL and SQLite, multi-process races and faults (kill -9, freezes, a silent or
+# refused network), the reduced-scale fleet test, and the desktop end-to-end test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -8,6 +9,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # Reused across runs on the same machine; a fresh machine simply builds cold.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/devpilot-target}"
 export RUST_BACKTRACE=0
+
+# House rules first: a formatting or lint slip fails in seconds, not after the whole suite.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${DEVPILOT_TEST_THREADS:-2}"

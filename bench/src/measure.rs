@@ -82,7 +82,7 @@ static ORCH: &str = "bench";
 async fn connect(url: &str, n: u32) -> DatabaseConnection {
     db::connect(
         &DbUrl::parse(url).unwrap(),
-        &PoolSettings { max_connections: n, connect_timeout: Duration::from_secs(30) },
+        &PoolSettings { max_connections: n, connect_timeout: Duration::from_secs(30), ..PoolSettings::default() },
     )
     .await
     .unwrap()

@@ -25,7 +25,7 @@ fn limit_at(j: &Value, claimers: u64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn find<'a>(v: &'a [Value], claimers: u64, procs: u64, batched: bool) -> Option<&'a Value> {
+fn find(v: &[Value], claimers: u64, procs: u64, batched: bool) -> Option<&Value> {
     v.iter().find(|r| {
         r["claimers"].as_u64() == Some(claimers)
             && r["processes"].as_u64() == Some(procs)

@@ -38,10 +38,16 @@ pub fn main(a: WorkerArgs) {
         let url = DbUrl::parse(&a.url).expect("url");
         let mut queues = vec![];
         for _ in 0..a.machines {
-            let conn =
-                db::connect(&url, &PoolSettings { max_connections: 1, connect_timeout: Duration::from_secs(30) })
-                    .await
-                    .expect("connect");
+            let conn = db::connect(
+                &url,
+                &PoolSettings {
+                    max_connections: 1,
+                    connect_timeout: Duration::from_secs(30),
+                    ..PoolSettings::default()
+                },
+            )
+            .await
+            .expect("connect");
             queues.push(Queue::new(conn));
         }
         let agent = if a.agent == "noop" { AgentSpec::NoOp } else { AgentSpec::Command(vec![a.agent.clone()]) };
