@@ -294,6 +294,27 @@ mod tests {
             .contains("dead"));
         let off = NotifySettings { lease_lost: false, ..d };
         assert!(notice_for(&Event::LeaseLost { job: job(1), reason: LossReason::LeaseExpired }, &off).is_none());
+        let expired = notice_for(&Event::LeaseLost { job: job(2), reason: LossReason::DeadlinePassed }, &d).unwrap();
+        assert!(expired.text.contains("could not be reached"), "{}", expired.text);
+    }
+
+    /// A machine that cannot run its agent says so once, whatever the toggles, and names it.
+    #[test]
+    fn a_missing_agent_is_always_told() {
+        let none = NotifySettings {
+            claimed: false,
+            completed: false,
+            failed: false,
+            dead: false,
+            lease_lost: false,
+            offline: false,
+            online: false,
+        };
+        let ev = Event::AgentUnavailable { error: "agent program 'claude' was not found".into() };
+        let n = notice_for(&ev, &none).unwrap();
+        assert_eq!(n.kind, Kind::AgentMissing);
+        assert!(n.text.contains("'claude'"), "{}", n.text);
+        assert_eq!(render(&[n]).0, "DevPilot: the agent cannot run");
     }
 
     /// A burst renders as one notification that counts each kind.

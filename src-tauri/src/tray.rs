@@ -80,7 +80,9 @@ pub fn state_line(st: &Status) -> String {
         S::Offline => "Offline: database unreachable".to_string(),
         S::Error => match &st.message {
             // The first clause says what is wrong (the agent program, the keychain, …).
-            Some(m) => format!("Needs attention: {}", m.split(';').next().unwrap_or(m).chars().take(90).collect::<String>()),
+            Some(m) => {
+                format!("Needs attention: {}", m.split(';').next().unwrap_or(m).chars().take(90).collect::<String>())
+            }
             None => "Needs attention (see Settings)".to_string(),
         },
         S::NeedsAgent => "Set an agent command (Settings)".to_string(),

@@ -318,11 +318,13 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
 }
 
 /// The in-process loop runs real agent processes to completion, and a hand-off stops a long
-/// agent and releases its claim at once.
+/// agent, releases its claim at once (no attempt used) and answers with the ids it handed off.
 async fn orchestrator_runs_and_hands_off(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("loop");
-    let agent = devpilot_tests::RecordingAgent::new(db.dir.path(), "sleep \"${AGENT_SLEEP:-0}\"");
+    // The payload says how long to work: {"sleep": N}.
+    let body = r#"s=$(printf '%s' "$payload" | sed -n 's/.*"sleep":\([0-9]*\).*/\1/p'); sleep "${s:-0}""#;
+    let agent = devpilot_tests::RecordingAgent::new(db.dir.path(), body);
     let mut c = cfg(&db, &orch, AgentSpec::Command(vec![agent.script.display().to_string()]));
     c.cancel_grace = Duration::from_secs(2);
     let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
@@ -362,6 +364,13 @@ async fn orchestrator_runs_and_hands_off(backend: Backend) {
     assert_eq!(saw_completed, 7);
     let recs = agent.records();
     assert_eq!(recs.iter().filter(|r| r.kind == "end").count(), 7);
+
+    let busy = db.queue.enqueue(&orch, &json!({"title": "busy", "sleep": 60})).await.unwrap();
+    assert!(wait_for(Duration::from_secs(10), || async { agent.records().iter().any(|r| r.job == busy) }).await);
+    assert_eq!(h.hand_off(true).await, vec![busy], "the hand-off answers with what it handed off");
+    assert!(agent.records().iter().any(|r| r.job == busy && r.kind == "term"), "its agent was stopped");
+    let (row, _) = db.queue.job(busy).await.unwrap().unwrap();
+    assert_eq!((row.state.as_str(), row.attempts), ("queued", 0), "released, no attempt used");
     h.stop(StopMode::HandOff).await;
 }
 
