@@ -319,6 +319,13 @@ impl Engine {
     /// Stops the orchestrator (hand off: releases every claim now; drain: lets running jobs
     /// finish for up to the grace, then hands off the rest).
     pub async fn stop(&self, mode: StopMode) {
+        if mode == StopMode::HandOff {
+            // A stop already under way (a drain holding the lifecycle lock) turns hard now,
+            // instead of this one waiting out the drain's grace for the lock.
+            if let Some(h) = self.orchestrator() {
+                tokio::spawn(async move { h.stop(StopMode::HandOff).await });
+            }
+        }
         let mut cur = self.lifecycle.lock().await;
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.shutdown(cur.take(), mode).await;
@@ -331,9 +338,12 @@ impl Engine {
     /// Stops the running orchestrator (the generation has already moved on, so no
     /// background task can start another), then lets the old tasks end.
     async fn shutdown(&self, cur: Option<Current>, mode: StopMode) {
-        let old = self.handle.write().ok().and_then(|mut h| h.take());
-        if let Some(h) = old {
+        // The handle stays reachable while it stops, so a hard stop can overtake a soft one.
+        if let Some(h) = self.orchestrator() {
             h.stop(mode).await;
+        }
+        if let Ok(mut h) = self.handle.write() {
+            h.take();
         }
         if let Some(c) = cur {
             for t in c.tasks {
@@ -695,6 +705,8 @@ impl Engine {
         new.validate()?;
         let old = self.paths.load()?;
         let password = password.filter(|p| !p.is_empty());
+        // A new password (a rotation) must reach the pool: that takes a restart.
+        let new_login = password.is_some();
         if let Some(url) = url.as_ref().filter(|u| !u.is_sqlite()) {
             let changed = old.database_url != new.database_url || password.is_some();
             if changed {
@@ -725,20 +737,20 @@ impl Engine {
             AgentSpec::Command(argv).check()?;
         }
         self.paths.save(&new)?;
-        self.apply(&old, new).await
+        self.apply(&old, new, new_login).await
     }
 
-    /// Applies saved settings as a delta. Only a change of database, orchestrator, machine
-    /// name or LISTEN restarts the engine (handing off what runs); everything else applies
-    /// live and running agents keep running.
-    async fn apply(self: &Arc<Self>, old: &Settings, new: Settings) -> Result<()> {
+    /// Applies saved settings as a delta. Only a change of database (or its password),
+    /// orchestrator, machine name or LISTEN restarts the engine (handing off what runs);
+    /// everything else applies live and running agents keep running.
+    async fn apply(self: &Arc<Self>, old: &Settings, new: Settings, new_login: bool) -> Result<()> {
         let (old, new) = (self.with_overrides(old.clone()), self.with_overrides(new));
         let identity =
-            |s: &Settings| (s.database_url.clone(), s.orchestrator_id.clone(), s.machine.clone(), s.poll_only);
+            |s: &Settings| (s.database_url.clone(), s.orchestrator_id.clone(), s.machine_name(), s.poll_only);
         let agent = self.agent_for(&new, self.status().backend == "sqlite")?;
         // No orchestrator runs (no agent on a shared queue, or an error at start), or the
         // agent was removed on a shared queue, or who or where changed: start anew.
-        let live = self.orchestrator().filter(|_| identity(&old) == identity(&new));
+        let live = self.orchestrator().filter(|_| !new_login && identity(&old) == identity(&new));
         let (Some(handle), Some(agent)) = (live, agent) else {
             self.start().await;
             return Ok(());

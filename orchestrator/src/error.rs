@@ -65,22 +65,42 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Unreachable { .. } | Error::Timeout(_) => true,
-            Error::Db(e) => sqlstate(e).is_some_and(|c| TRANSIENT_SQLSTATES.iter().any(|t| c.starts_with(t))),
+            Error::Db(e) => match db_code(e) {
+                Some(Code::Sqlstate(c)) => c.starts_with("08") || TRANSIENT_SQLSTATES.contains(&c.as_str()),
+                // SQLite's primary result code is the low byte: SQLITE_BUSY (5), SQLITE_LOCKED (6).
+                Some(Code::Sqlite(c)) => matches!(c & 0xff, 5 | 6),
+                None => false,
+            },
             _ => false,
         }
     }
 }
 
-/// Serialization failures and deadlocks (40…), connection exceptions (08…), operator
-/// intervention such as an admin shutdown or a server starting up (57P0…), too many
-/// connections (53300), and SQLite's busy and locked (5, 6).
-const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "08", "57P0", "53300", "5", "6"];
+/// PostgreSQL states worth a retry besides connection exceptions (class 08): serialization
+/// failure and deadlock, too many connections, admin shutdown, crash shutdown, cannot connect
+/// now (starting up).
+const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "53300", "57P01", "57P02", "57P03"];
+
+/// A database error's code, by backend.
+enum Code {
+    Sqlstate(String),
+    Sqlite(i32),
+}
+
+fn db_code(e: &DbErr) -> Option<Code> {
+    let sea_orm::sqlx::Error::Database(d) = sqlx_of(e)? else { return None };
+    let code = d.code()?.into_owned();
+    if d.try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>().is_some() {
+        return code.parse().ok().map(Code::Sqlite);
+    }
+    Some(Code::Sqlstate(code))
+}
 
 /// The SQLSTATE (PostgreSQL) or result code (SQLite) of a database error, if it has one.
 pub fn sqlstate(e: &DbErr) -> Option<String> {
-    match sqlx_of(e)? {
-        sea_orm::sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
-        _ => None,
+    match db_code(e)? {
+        Code::Sqlstate(c) => Some(c),
+        Code::Sqlite(c) => Some(c.to_string()),
     }
 }
 

@@ -690,8 +690,9 @@ impl Queue {
             accepted.extend(ours);
         }
         for (id, token) in rejected {
-            // Not a state change: the only trace of a fenced completion.
-            self.note(
+            // Not a state change: the only trace of a fenced completion. One try, so that the
+            // batch of completions behind this one is not held up by a database that is gone.
+            self.note_now(
                 id,
                 event::COMPLETION_REJECTED,
                 machine,
@@ -724,7 +725,11 @@ impl Queue {
             )
             .await?;
         let Some(row) = rows.first() else {
-            self.note(id, event::LEASE_LOST, machine, Some(token), "failure not recorded: lease lost").await;
+            // A retry whose first try committed but lost its answer finds its own event.
+            if let Some(kind) = self.own_event(id, token, machine, &[event::FAILED, event::DEAD]).await? {
+                return Ok(Some(if kind == event::DEAD { FailOutcome::Dead } else { FailOutcome::WillRetry }));
+            }
+            self.note_now(id, event::LEASE_LOST, machine, Some(token), "failure not recorded: lease lost").await;
             return Ok(None);
         };
         let dead = row.try_get::<String>("", "state")? == JobState::Dead.as_str();
@@ -745,11 +750,33 @@ impl Queue {
             )
             .await?;
         if rows.is_empty() {
+            // A retry whose first try committed but lost its answer finds its own hand-off.
+            if self.own_event(id, token, machine, &[event::HANDED_OFF]).await?.is_some() {
+                return Ok(true);
+            }
             let detail = format!("release not needed: lease already lost ({reason})");
-            self.note(id, event::LEASE_LOST, machine, Some(token), &detail).await;
+            self.note_now(id, event::LEASE_LOST, machine, Some(token), &detail).await;
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// The kind of this machine's own history event for claim (id, token) among `kinds`, if
+    /// there is one. History commits with its state change, so this is exact.
+    async fn own_event(&self, id: i64, token: i64, machine: &str, kinds: &[&str]) -> Result<Option<String>> {
+        let list: Vec<String> = kinds.iter().map(|k| format!("'{k}'")).collect();
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT kind FROM job_events
+                      WHERE job_id = $1 AND claim_token = $2 AND machine = $3 AND kind IN ({})
+                      ORDER BY id DESC LIMIT 1",
+                    list.join(",")
+                ),
+                vec![id.into(), token.into(), machine.into()],
+            )
+            .await?;
+        rows.first().map(|r| r.try_get::<String>("", "kind")).transpose().map_err(Error::from)
     }
 
     /// Administrative hand-off of everything `machine` holds (for `devpilot release` when
@@ -866,6 +893,14 @@ impl Queue {
     pub async fn note(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) {
         let write = || self.note_once(id, kind, machine, token, detail);
         if let Err(e) = retry::transient("recording history", Budget::NOTE, write).await {
+            tracing::warn!(error = %e, job = id, kind, "could not record history");
+        }
+    }
+
+    /// [`Queue::note`] with one try: for a note written on a path that must not wait (a
+    /// fenced write's answer, a batch of completions). A failure is logged.
+    pub async fn note_now(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) {
+        if let Err(e) = self.note_once(id, kind, machine, token, detail).await {
             tracing::warn!(error = %e, job = id, kind, "could not record history");
         }
     }

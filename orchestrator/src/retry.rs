@@ -51,17 +51,23 @@ impl Budget {
 }
 
 /// Runs `op` until it succeeds, fails permanently, or `budget` is spent. `what` names the
-/// operation in the log line of each retry.
+/// operation in the log line of each retry. The budget is wall-clock time, tries included:
+/// backoff's own total counts only the sleeps between them, and against a silent network
+/// each try itself waits out its call bound.
 pub async fn transient<T, F, Fut>(what: &str, budget: Budget, op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    op.retry(budget.backoff())
+    let tries = op
+        .retry(budget.backoff())
         .sleep(tokio::time::sleep)
         .when(Error::is_transient)
-        .notify(|e, wait| tracing::warn!(error = %e, "{what} failed; retrying in {wait:?}"))
-        .await
+        .notify(|e, wait| tracing::warn!(error = %e, "{what} failed; retrying in {wait:?}"));
+    if budget.total == Duration::MAX {
+        return tries.await;
+    }
+    tokio::time::timeout(budget.total, tries).await.map_err(|_| Error::Timeout(budget.total))?
 }
 
 #[cfg(test)]

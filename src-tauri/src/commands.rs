@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(call(&w, "quit", json!({"mode": "later"})).unwrap_err()["kind"], "invalid");
         // Hand off & pause releases the claim at once.
         let ids = call(&w, "hand_off", json!({"pause": true})).unwrap();
-        assert_eq!(ids, json!([]), "hand_off returns once everything is released");
+        assert_eq!(ids, json!([id]), "hand_off answers, once everything is released, with what it handed off");
         let d = call(&w, "job_detail", json!({"id": id})).unwrap();
         assert_ne!(d["job"]["state"], "running", "{d}");
         assert!(d["history"].as_array().unwrap().iter().any(|h| h["kind"] == "handed_off"), "{d}");

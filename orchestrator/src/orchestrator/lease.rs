@@ -100,7 +100,23 @@ pub enum Order {
     Forget(Pair),
     /// Check every deadline and renew now; answer with the pairs lost or expired (after a wake).
     Recheck(oneshot::Sender<Vec<Pair>>),
+    /// May the holder of `pair` still write its outcome? Deadlines are checked first, so an
+    /// agent that ended while the machine was frozen past its deadline gets a firm no.
+    Standing {
+        pair: Pair,
+        reply: oneshot::Sender<Standing>,
+    },
     Retime(Timing),
+}
+
+/// Where a lease stands, for its holder about to write an outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    Held,
+    /// A renewal found it gone.
+    Lost,
+    /// Its local deadline passed.
+    Expired,
 }
 
 struct Lease {
@@ -121,9 +137,13 @@ pub struct Keeper<R: Renewer> {
     clock: SharedClock,
     timing: Timing,
     leases: HashMap<Pair, Lease>,
+    /// Leases that ended here (lost or expired) and whose job has not been forgotten yet.
+    ended: HashMap<Pair, Standing>,
     next_renewal: Duration,
     news: mpsc::UnboundedSender<News>,
-    /// Losses found by the deadline check while a recheck's renewal is in flight.
+    /// Rechecks waiting for their answer, and the leases that expired meanwhile (their
+    /// answer includes them).
+    rechecks: usize,
     expired_during_recheck: Vec<Pair>,
 }
 
@@ -134,8 +154,10 @@ impl<R: Renewer + Clone> Keeper<R> {
             clock,
             timing,
             leases: HashMap::new(),
+            ended: HashMap::new(),
             next_renewal: Duration::ZERO,
             news,
+            rechecks: 0,
             expired_during_recheck: vec![],
         }
     }
@@ -148,8 +170,12 @@ impl<R: Renewer + Clone> Keeper<R> {
     fn expire(&mut self) -> Vec<Pair> {
         let now = self.clock.now();
         let expired: Vec<Pair> = self.leases.iter().filter(|(_, l)| self.deadline(l) <= now).map(|(p, _)| *p).collect();
+        if self.rechecks > 0 {
+            self.expired_during_recheck.extend(expired.iter().copied());
+        }
         for p in &expired {
             self.leases.remove(p);
+            self.ended.insert(*p, Standing::Expired);
             tracing::warn!(job = p.0, "no renewal confirmed before the local deadline; stopping the agent");
             let _ = self.news.send(News::Expired(*p));
         }
@@ -162,12 +188,19 @@ impl<R: Renewer + Clone> Keeper<R> {
         let asked: Vec<Pair> = self.leases.keys().copied().collect();
         if asked.is_empty() {
             if let Some(r) = reply {
+                self.rechecks -= 1;
                 let _ = r.send(std::mem::take(&mut self.expired_during_recheck));
             }
             return;
         }
+        // Bounded here too, by the current heartbeat: a renewal that cannot answer within one
+        // is news (the machine goes offline), not a wait.
+        let bound = super::call_bound(self.timing.heartbeat);
         let call = self.renewer.renew(asked.clone());
-        renewals.spawn(async move { Renewal { sent, asked, answer: call.await, reply } });
+        renewals.spawn(async move {
+            let answer = tokio::time::timeout(bound, call).await.unwrap_or(Err(Error::Timeout(bound)));
+            Renewal { sent, asked, answer, reply }
+        });
     }
 
     fn answered(&mut self, r: Renewal) {
@@ -181,6 +214,7 @@ impl<R: Renewer + Clone> Keeper<R> {
                         lease.confirmed = lease.confirmed.max(r.sent);
                     } else {
                         self.leases.remove(&pair);
+                        self.ended.insert(pair, Standing::Lost);
                         lost.push(pair);
                         let _ = self.news.send(News::Lost(pair));
                     }
@@ -191,6 +225,7 @@ impl<R: Renewer + Clone> Keeper<R> {
             }
         }
         if let Some(reply) = r.reply {
+            self.rechecks -= 1;
             lost.extend(std::mem::take(&mut self.expired_during_recheck));
             let _ = reply.send(lost);
         }
@@ -206,13 +241,27 @@ impl<R: Renewer + Clone> Keeper<R> {
             }
             Order::Forget(pair) => {
                 self.leases.remove(&pair);
+                self.ended.remove(&pair);
+            }
+            Order::Standing { pair, reply } => {
+                self.expire();
+                let standing = match self.ended.get(&pair) {
+                    Some(s) => *s,
+                    // Held, or unknown here: the fenced write decides.
+                    None => Standing::Held,
+                };
+                let _ = reply.send(standing);
             }
             Order::Recheck(reply) => {
-                let expired = self.expire();
-                self.expired_during_recheck.extend(expired);
+                self.rechecks += 1;
+                self.expire();
                 self.renew(renewals, Some(reply));
             }
-            Order::Retime(t) => self.timing = t,
+            Order::Retime(t) => {
+                self.timing = t;
+                // Renew under the new timing now, rather than at the old interval.
+                self.next_renewal = self.clock.now();
+            }
         }
     }
 
@@ -308,6 +357,11 @@ mod tests {
         tokio::time::sleep(d).await;
     }
 
+    /// The losses among the news so far (renewals that time out also send `Unreachable`).
+    fn losses(news: &mut mpsc::UnboundedReceiver<News>) -> Vec<News> {
+        drain(news).into_iter().filter(|n| matches!(n, News::Lost(_) | News::Expired(_))).collect()
+    }
+
     fn drain(news: &mut mpsc::UnboundedReceiver<News>) -> Vec<News> {
         let mut v = vec![];
         while let Ok(n) = news.try_recv() {
@@ -351,31 +405,33 @@ mod tests {
         assert_eq!(r.asked(1), vec![(2, 5)], "a lost lease is no longer renewed");
     }
 
-    /// Answers out of order: a late answer about an old claim of job 9 (token 1) arrives after
-    /// the job was re-claimed here (token 2). It must not cancel the new claim, and an old
-    /// confirmation must not move a deadline backwards.
+    /// Answers out of order: a recheck's renewal overtakes a slow regular one, and the slow
+    /// one arrives last with stale news about an old claim of job 9 (token 1) after the job
+    /// was re-claimed here (token 2). It must not cancel the new claim, and the deadline
+    /// counts from the newest confirmation.
     #[tokio::test(start_paused = true)]
     async fn out_of_order_answers_match_pairs_not_ids() {
         let clock = TestClock::new();
         let (r, orders, mut news) = start(&clock);
         orders.send(Order::Hold { pair: (9, 1), sent: clock.now() }).unwrap();
-        advance(Duration::from_millis(1050)).await; // renewal 0 (at 1 s) asks for (9, 1) and hangs
+        advance(Duration::from_millis(1050)).await; // renewal 0 (sent at 1 s) asks for (9, 1)
         orders.send(Order::Forget((9, 1))).unwrap();
         orders.send(Order::Hold { pair: (9, 2), sent: clock.now() }).unwrap();
-        advance(Duration::from_millis(1500)).await; // renewal 1 (at 2.5 s) asks for (9, 2)
+        let (tx, rx) = oneshot::channel();
+        orders.send(Order::Recheck(tx)).unwrap(); // renewal 1, at 1.05 s
+        advance(Duration::from_millis(5)).await;
         assert_eq!(r.asked(1), vec![(9, 2)]);
         r.answer(1, vec![(9, 2)]);
+        assert_eq!(rx.await.unwrap(), vec![]);
+        r.answer(0, vec![]); // the stale answer, last: (9, 1) is gone, which is old news
         advance(Duration::from_millis(10)).await;
-        r.answer(0, vec![]); // the stale answer: (9, 1) is gone, which is old news
-        advance(Duration::from_millis(10)).await;
-        let n = drain(&mut news);
-        assert!(!n.iter().any(|x| matches!(x, News::Lost(_) | News::Expired(_))), "{n:?}");
-        // (9, 2) was confirmed by the renewal sent at 2.5 s: its deadline is 2.5 + 6 - 2 = 6.5 s.
-        // Later renewals hang.
-        advance(Duration::from_millis(3900)).await;
-        assert!(drain(&mut news).is_empty(), "the deadline counts from the newest confirmation");
-        advance(Duration::from_millis(600)).await;
-        assert!(drain(&mut news).contains(&News::Expired((9, 2))));
+        assert!(losses(&mut news).is_empty());
+        // Deadline: 1.05 + 6 - 2 = 5.05 s (counted from the claim at 0 s it would be 4 s).
+        // Later renewals hang and time out.
+        advance(Duration::from_millis(3530)).await; // 4.6 s
+        assert!(losses(&mut news).is_empty(), "the deadline counts from the newest confirmation");
+        advance(Duration::from_millis(1000)).await; // 5.6 s
+        assert_eq!(losses(&mut news), vec![News::Expired((9, 2))]);
     }
 
     /// A renewal that hangs (a silent partition) does not hold the deadline back: the lease
@@ -386,9 +442,9 @@ mod tests {
         let (r, orders, mut news) = start(&clock);
         orders.send(Order::Hold { pair: (4, 1), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(3950)).await;
-        assert!(drain(&mut news).is_empty());
+        assert!(losses(&mut news).is_empty());
         advance(Duration::from_millis(200)).await; // 4.1 s > 6 - 2
-        assert_eq!(drain(&mut news), vec![News::Expired((4, 1))]);
+        assert_eq!(losses(&mut news), vec![News::Expired((4, 1))]);
         let calls = r.count();
         advance(Duration::from_secs(5)).await;
         assert_eq!(r.count(), calls, "an expired lease is not renewed");
@@ -408,8 +464,27 @@ mod tests {
         let before = r.count();
         clock.suspend(Duration::from_secs(3600));
         advance(Duration::from_millis(500)).await; // one tick of monotonic time after the wake
-        assert_eq!(drain(&mut news), vec![News::Expired((5, 1))]);
+        assert_eq!(losses(&mut news), vec![News::Expired((5, 1))]);
         assert_eq!(r.count(), before, "no renewal was sent for a lease the machine slept through");
+    }
+
+    /// An agent that ended while the machine was frozen past its deadline: asked whether it may
+    /// write the outcome, the keeper looks at the deadline first and says no.
+    #[tokio::test(start_paused = true)]
+    async fn standing_checks_the_deadline_first() {
+        let clock = TestClock::new();
+        let (r, orders, _news) = start(&clock);
+        orders.send(Order::Hold { pair: (3, 1), sent: clock.now() }).unwrap();
+        advance(Duration::from_millis(1050)).await;
+        r.answer(0, vec![(3, 1)]);
+        let ask = |orders: &mpsc::UnboundedSender<Order>| {
+            let (tx, rx) = oneshot::channel();
+            orders.send(Order::Standing { pair: (3, 1), reply: tx }).unwrap();
+            rx
+        };
+        assert_eq!(ask(&orders).await.unwrap(), Standing::Held);
+        clock.suspend(Duration::from_secs(60)); // no tick has run since
+        assert_eq!(ask(&orders).await.unwrap(), Standing::Expired);
     }
 
     /// A recheck (after a wake) answers with what was lost: expired locally or gone in the

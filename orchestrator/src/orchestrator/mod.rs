@@ -462,7 +462,7 @@ pub fn spawn_into(
     let m = Machine {
         wishes: Wishes { enabled: cfg.start_enabled, paused: None },
         poller: Poller::new(cfg.poll_interval, cfg.max_poll_interval),
-        ctx: Arc::new(job_ctx(&queue, &cfg, &events, done_tx.clone())),
+        ctx: Arc::new(job_ctx(&queue, &cfg, &events, done_tx.clone(), orders.clone())),
         queue,
         cfg,
         events,
@@ -492,6 +492,7 @@ fn job_ctx(
     cfg: &RunConfig,
     events: &broadcast::Sender<Event>,
     done: mpsc::UnboundedSender<JobDone>,
+    keeper: mpsc::UnboundedSender<Order>,
 ) -> JobCtx {
     JobCtx {
         queue: queue.clone(),
@@ -507,6 +508,7 @@ fn job_ctx(
         events: events.clone(),
         completer: Completer::spawn(queue.clone(), cfg.machine.clone()),
         done,
+        keeper,
     }
 }
 
@@ -800,7 +802,14 @@ impl Machine {
             Command::Reconfigure(cfg) => self.reconfigure(*cfg),
             Command::Stop { mode, done } => {
                 match &mut self.stop {
-                    Some(s) => s.waiters.push(done),
+                    Some(s) => {
+                        s.waiters.push(done);
+                        // A hard stop asked for during a soft one (Quit during a drain): now.
+                        if mode == StopMode::HandOff && s.mode != StopMode::HandOff {
+                            s.mode = StopMode::HandOff;
+                            self.hard_stop.cancel();
+                        }
+                    }
                     None => self.begin_stop(mode, Some(done)),
                 }
                 self.state_changed();
@@ -864,7 +873,7 @@ impl Machine {
             claim_timeout: self.cfg.claim_timeout,
         });
         self.maintenance.set_every(self.cfg.sweep_every);
-        self.ctx = Arc::new(job_ctx(&self.queue, &self.cfg, &self.events, self.done_tx.clone()));
+        self.ctx = Arc::new(job_ctx(&self.queue, &self.cfg, &self.events, self.done_tx.clone(), self.keeper.clone()));
         self.poller.retime(self.cfg.poll_interval, self.cfg.max_poll_interval);
         if self.problem.is_some() {
             self.recheck_problem();
@@ -1012,10 +1021,11 @@ impl Machine {
         if polled.stale {
             self.maintenance.sweep();
         }
-        if !self.accepting() {
+        if !self.accepting() || !TaskTracker::ptr_eq(hold.task_tracker(), &self.work) {
             // Dispatch went off, a pause, a hand-off or a stop began, or the agent went
-            // missing, while this poll was in flight: these claims are not wanted here. They
-            // go back on the poll's own tracker, so whatever waits for it waits for them.
+            // missing, while this poll was in flight: these claims are not wanted here (a
+            // hand-off that goes on claiming still gives back what was asked for before it).
+            // They go back on the poll's own tracker, so whatever waits for it waits for them.
             for c in polled.claims {
                 self.hand_back(c, hold.task_tracker());
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::lease::{Order, Standing};
 use super::{Event, JobRef, LossReason};
 use crate::agent::{AgentEnv, AgentExit, AgentSpec};
 use crate::error::{Error, Result};
@@ -73,6 +74,8 @@ pub struct JobCtx {
     pub events: broadcast::Sender<Event>,
     pub completer: Completer,
     pub done: mpsc::UnboundedSender<JobDone>,
+    /// The lease keeper, asked before an outcome is written.
+    pub keeper: mpsc::UnboundedSender<Order>,
 }
 
 enum Outcome {
@@ -117,10 +120,30 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         }
     };
     drop(agent);
+    let outcome = match outcome {
+        Outcome::Exited(exit) => match standing(&ctx, (id, token)).await {
+            Standing::Held => Outcome::Exited(exit),
+            // Past the deadline (say the runner was frozen while its agent finished) the
+            // outcome is not ours to write, even if the agent did the work.
+            Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
+            Standing::Lost => Outcome::Cancelled(CancelReason::LeaseLost),
+        },
+        cancelled => cancelled,
+    };
     if let Some(ev) = report(&ctx, job, outcome).await {
         let _ = ctx.events.send(ev);
     }
     let _ = ctx.done.send(JobDone { id, token, agent_error: None });
+}
+
+/// Asks the lease keeper where this claim stands. No keeper (the machine is going away):
+/// held, and the fenced write decides.
+async fn standing(ctx: &JobCtx, pair: (i64, i64)) -> Standing {
+    let (tx, rx) = oneshot::channel();
+    if ctx.keeper.send(Order::Standing { pair, reply: tx }).is_err() {
+        return Standing::Held;
+    }
+    rx.await.unwrap_or(Standing::Held)
 }
 
 /// Writes the outcome (fenced) and says what happened.
@@ -153,26 +176,23 @@ async fn report(ctx: &JobCtx, job: JobRef, outcome: Outcome) -> Option<Event> {
             }
         }
         Outcome::Cancelled(CancelReason::LeaseLost) => {
-            ctx.queue
-                .note(id, event::LEASE_LOST, m, Some(token), "a renewal found the lease gone; agent stopped")
-                .await;
+            note_later(ctx, (id, token), event::LEASE_LOST, "a renewal found the lease gone; agent stopped");
             Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired })
         }
         Outcome::Cancelled(CancelReason::LeaseExpired) => {
-            // Recorded once the database answers again (the note retries); the outcome is
-            // never written: the sweep hands the job to the next machine.
-            ctx.queue
-                .note(
-                    id,
-                    event::LEASE_EXPIRED,
-                    m,
-                    Some(token),
-                    "no renewal confirmed before the local deadline; agent stopped",
-                )
-                .await;
+            // The outcome is never written: the sweep hands the job to the next machine.
+            let detail = "no renewal confirmed before the local deadline; agent stopped";
+            note_later(ctx, (id, token), event::LEASE_EXPIRED, detail);
             Some(Event::LeaseLost { job, reason: LossReason::DeadlinePassed })
         }
     }
+}
+
+/// Records a loss once the database answers again, on a task of its own: the job's task ends
+/// as soon as its agent is dead, so no stop or hand-off waits on a database that is gone.
+fn note_later(ctx: &JobCtx, (id, token): (i64, i64), kind: &'static str, detail: &'static str) {
+    let (q, machine) = (ctx.queue.clone(), ctx.machine.clone());
+    tokio::spawn(async move { q.note(id, kind, &machine, Some(token), detail).await });
 }
 
 /// A write that could not be made within its budget: the sweep recovers the job.
