@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryResult, Statement,
-    TransactionTrait, Value,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QueryResult, QueryTrait,
+    Statement, TransactionTrait, Value,
 };
 use serde::Serialize;
 
@@ -483,8 +483,7 @@ impl Queue {
     /// RETURNING *
     /// ```
     ///
-    /// `Ok(None)` means another machine won (or the job is finished): move on. The builder's
-    /// statement cannot carry a CTE, so the claim and its history share a short transaction.
+    /// `Ok(None)` means another machine won (or the job is finished): move on.
     pub async fn claim_by_id(&self, id: i64, orchestrator_id: &str, machine: &str) -> Result<Option<Claim>> {
         let now = Expr::cust(self.now());
         let claimable: Vec<&str> = JobState::CLAIMABLE.iter().map(|s| s.as_str()).collect();
@@ -499,25 +498,15 @@ impl Queue {
             .filter(dq::Column::OrchestratorId.eq(orchestrator_id))
             .filter(dq::Column::ClaimedAt.is_null())
             .filter(dq::Column::State.is_in(claimable));
-        let claimed = self
-            .bounded(async {
-                let txn = self.db.begin().await?;
-                let rows = update.exec_with_returning(&txn).await?;
-                if !rows.is_empty() {
-                    txn.execute_raw(self.history_of(&[id], &CLAIMED)).await?;
-                }
-                txn.commit().await?;
-                Ok(rows)
-            })
-            .await?;
-        Ok(claimed.into_iter().next().map(|m| Claim {
-            id: m.id,
-            orchestrator_id: m.orchestrator_id,
-            payload: m.payload,
-            title: m.title,
-            token: m.claim_token,
-            attempt: m.attempts,
-        }))
+        // The builder's UPDATE with the RETURNING that `change` needs: then the claim and its
+        // history are one statement on PostgreSQL too.
+        let built = update.build(self.backend);
+        let sql = format!(
+            "{} RETURNING id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state",
+            built.sql
+        );
+        let rows = self.change(&sql, built.values.map(|v| v.0).unwrap_or_default(), &CLAIMED).await?;
+        rows.first().map(claim_from_row).transpose()
     }
 
     /// Claimable job ids, oldest first: the read half of the article's naive path.
