@@ -7,6 +7,9 @@
 //! - the **runner** ([`runner`]) starts and stops agents and reports their outcomes;
 //! - **maintenance** ([`maintenance`]) runs the throttled sweep off the poll path.
 //!
+//! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself) and
+//! [`clock`] (the suspend-aware clock of the deadlines).
+//!
 //! The [`Machine`] task in this file owns the user's wishes (on/off, pause, hand-off, stop),
 //! the running slots and the published [`Status`], and wires the parts together. Everything
 //! that talks to the database runs in tasks it spawns and reports back over channels, so a
@@ -17,18 +20,19 @@
 //! cancel descends from; and a stop (or a hand-off) is over when its tracker has no task left.
 
 mod clock;
+mod handle;
 mod lease;
 mod maintenance;
 mod poller;
 mod runner;
+mod status;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,11 +40,14 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
 pub use self::clock::{BootClock, Clock};
+use self::handle::Command;
+pub use self::handle::{Handle, Stats};
 pub use self::lease::Timing;
 use self::lease::{Keeper, News, Order, Pair};
 use self::maintenance::{Maintenance, SweepCfg};
 use self::poller::{ClaimRequest, Poller, FAR};
 use self::runner::{run_job, Cancel, CancelReason, Completer, JobCtx, JobDone};
+pub use self::status::{AgentKind, Event, JobRef, LossReason, MachineState, RunningJob, Status};
 use crate::agent::{AgentEnv, AgentSpec};
 use crate::error::{Error, Result};
 use crate::queue::{Claim, Polled, Presence, Queue};
@@ -139,175 +146,6 @@ pub fn call_bound(heartbeat: Duration) -> Duration {
     (heartbeat * 3 / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
 }
 
-/// A job, as events and the status name it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct JobRef {
-    pub id: i64,
-    pub title: Option<String>,
-    pub attempt: i32,
-    pub token: i64,
-}
-
-impl JobRef {
-    fn of(c: &Claim) -> Self {
-        Self { id: c.id, title: c.title.clone(), attempt: c.attempt, token: c.token }
-    }
-
-    /// "title (#id)" or "#id".
-    pub fn label(&self) -> String {
-        match &self.title {
-            Some(t) => format!("{t} (#{})", self.id),
-            None => format!("#{}", self.id),
-        }
-    }
-}
-
-/// Why this machine lost a job.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum LossReason {
-    /// A renewal found the lease gone (swept and maybe re-claimed elsewhere).
-    LeaseExpired,
-    /// No renewal was confirmed before the local deadline (the network is gone, or the
-    /// machine slept): the agent was stopped before anyone else could start one.
-    DeadlinePassed,
-    /// The agent finished but the fenced completion was rejected.
-    CompletionRejected,
-}
-
-/// What the orchestrator tells the tray, the notifications and the CLI.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Event {
-    Claimed {
-        job: JobRef,
-    },
-    LostRace {
-        job_id: i64,
-    },
-    HeartbeatFailed {
-        error: String,
-    },
-    LeaseLost {
-        job: JobRef,
-        reason: LossReason,
-    },
-    Completed {
-        job: JobRef,
-    },
-    Failed {
-        job: JobRef,
-        error: String,
-        dead: bool,
-    },
-    Released {
-        job: JobRef,
-    },
-    AgentError {
-        job: JobRef,
-        error: String,
-    },
-    /// The agent cannot run here: the machine stopped claiming (said once).
-    AgentUnavailable {
-        error: String,
-    },
-    /// The agent is back: the machine claims again.
-    AgentAvailable,
-    Swept {
-        released: usize,
-        dead: usize,
-    },
-    SweepFailed {
-        error: String,
-    },
-    DatabaseOffline {
-        error: String,
-    },
-    DatabaseOnline,
-    StateChanged {
-        state: MachineState,
-    },
-    Stopped,
-}
-
-/// What this machine (and the app around it) is doing, in one word.
-#[derive(Clone, Copy, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum MachineState {
-    /// The app is still connecting.
-    #[default]
-    Starting,
-    Idle,
-    Working,
-    Paused,
-    Off,
-    Offline,
-    /// Something the user must fix: the agent program, the keychain, the config file.
-    Error,
-    /// PostgreSQL with no agent command: nothing is claimed.
-    NeedsAgent,
-    Stopped,
-}
-
-impl MachineState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MachineState::Starting => "starting",
-            MachineState::Idle => "idle",
-            MachineState::Working => "working",
-            MachineState::Paused => "paused",
-            MachineState::Off => "off",
-            MachineState::Offline => "offline",
-            MachineState::Error => "error",
-            MachineState::NeedsAgent => "needs_agent",
-            MachineState::Stopped => "stopped",
-        }
-    }
-}
-
-/// Which agent runs jobs here.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentKind {
-    Demo,
-    Command,
-    #[default]
-    None,
-}
-
-/// A job running here.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct RunningJob {
-    pub job: JobRef,
-    /// Local wall clock, for display only; leases use the database clock.
-    pub started_unix_ms: u64,
-}
-
-/// The one status of a machine, in one `watch` channel. The orchestrator writes what it
-/// knows (state, dispatch, pause, running jobs, the database's health, a problem); the app
-/// that embeds it writes who and where (names, database, agent kind, overrides) and the
-/// state while no orchestrator runs.
-#[derive(Clone, Debug, Serialize, PartialEq, Default)]
-pub struct Status {
-    pub state: MachineState,
-    /// What is wrong and what to do, when the state needs explaining.
-    pub message: Option<String>,
-    pub orchestrator_id: String,
-    pub machine: String,
-    /// `host:port/db` or the SQLite path; never a password.
-    pub database: String,
-    pub backend: String,
-    pub agent: AgentKind,
-    pub dispatch_enabled: bool,
-    pub paused: bool,
-    /// Seconds until an automatic resume; `None` while paused means "until resumed".
-    pub paused_for_secs: Option<u64>,
-    pub running: Vec<RunningJob>,
-    pub db_online: bool,
-    /// The environment variables overriding the settings file.
-    pub overrides: Vec<String>,
-}
-
 /// How to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopMode {
@@ -315,109 +153,6 @@ pub enum StopMode {
     HandOff,
     /// Claim nothing more, let running jobs finish for up to `grace`, then hand off the rest.
     Drain { grace: Duration },
-}
-
-enum Command {
-    SetEnabled(bool),
-    Pause(Option<Duration>),
-    Resume,
-    HandOff { pause: bool, done: oneshot::Sender<Vec<i64>> },
-    Recheck(oneshot::Sender<Vec<i64>>),
-    Wake,
-    Reconfigure(Box<RunConfig>),
-    Stop { mode: StopMode, done: oneshot::Sender<()> },
-}
-
-/// Counters that tests and the benchmark read.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub polls: AtomicU64,
-    pub claim_queries: AtomicU64,
-    /// Times the throttled sweep was due: a sweep statement, or (PostgreSQL) a stale-lease
-    /// test folded into a poll that decides whether a sweep statement follows.
-    pub sweep_checks: AtomicU64,
-    /// Sweep statements sent.
-    pub sweeps: AtomicU64,
-    pub sweep_failures: AtomicU64,
-    pub presence_writes: AtomicU64,
-    pub heartbeats: AtomicU64,
-    pub lost_races: AtomicU64,
-}
-
-/// The way in: clone it freely.
-#[derive(Clone)]
-pub struct Handle {
-    cmd: mpsc::UnboundedSender<Command>,
-    events: broadcast::Sender<Event>,
-    status: watch::Receiver<Status>,
-    stats: Arc<Stats>,
-}
-
-impl Handle {
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.events.subscribe()
-    }
-
-    pub fn status(&self) -> Status {
-        self.status.borrow().clone()
-    }
-
-    pub fn watch_status(&self) -> watch::Receiver<Status> {
-        self.status.clone()
-    }
-
-    pub fn stats(&self) -> &Stats {
-        &self.stats
-    }
-
-    /// Switches dispatch on or off. Off claims nothing; running jobs finish.
-    pub fn set_enabled(&self, on: bool) {
-        let _ = self.cmd.send(Command::SetEnabled(on));
-    }
-
-    /// Pauses claiming for `for_` (or until resumed). Running jobs finish.
-    pub fn pause(&self, for_: Option<Duration>) {
-        let _ = self.cmd.send(Command::Pause(for_));
-    }
-
-    pub fn resume(&self) {
-        let _ = self.cmd.send(Command::Resume);
-    }
-
-    /// Polls now (a hint: work was just enqueued).
-    pub fn wake(&self) {
-        let _ = self.cmd.send(Command::Wake);
-    }
-
-    /// Applies new settings while jobs run: concurrency, timeouts, polling, the agent for
-    /// jobs claimed from now on. The orchestrator and machine names are not changed.
-    pub fn reconfigure(&self, cfg: RunConfig) {
-        let _ = self.cmd.send(Command::Reconfigure(Box::new(cfg)));
-    }
-
-    /// Stops every running agent and releases its claim at once; with `pause`, claims nothing
-    /// new afterwards. Returns the ids handed off, once they are.
-    pub async fn hand_off(&self, pause: bool) -> Vec<i64> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.cmd.send(Command::HandOff { pause, done: tx });
-        rx.await.unwrap_or_default()
-    }
-
-    /// Checks every local deadline, then renews every lease now (after a wake from sleep).
-    /// Returns the ids that were lost or had expired.
-    pub async fn recheck_leases(&self) -> Vec<i64> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.cmd.send(Command::Recheck(tx));
-        rx.await.unwrap_or_default()
-    }
-
-    /// Stops the loop; returns once every task it started has ended.
-    pub async fn stop(&self, mode: StopMode) {
-        let (tx, rx) = oneshot::channel();
-        if self.cmd.send(Command::Stop { mode, done: tx }).is_ok() {
-            let _ = rx.await;
-        }
-    }
 }
 
 /// Starts the orchestrator with a status channel of its own. `hints` carries LISTEN/NOTIFY
