@@ -25,6 +25,27 @@ use sea_orm::ConnectionTrait;
 pub mod forwarder;
 pub use forwarder::Forwarder;
 
+/// Instantiates each named `async fn name(backend: Backend)` as two tests, one per backend,
+/// in modules `postgres` and `sqlite`. `workers = N;` first sets the runtime's threads (2).
+#[macro_export]
+macro_rules! on_both_backends {
+    (workers = $n:literal; $($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
+                async fn $name() { super::$name($crate::Backend::Postgres).await }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
+                async fn $name() { super::$name($crate::Backend::Sqlite).await }
+            )*
+        }
+    };
+    ($($name:ident),* $(,)?) => { $crate::on_both_backends!(workers = 2; $($name),*); };
+}
+
 /// Which database a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {

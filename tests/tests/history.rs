@@ -15,24 +15,7 @@ use devpilot_tests::{signal_tree, spawn_runner, wait_for, Backend, RecordingAgen
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::json;
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() { super::$name(devpilot_tests::Backend::Postgres).await }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() { super::$name(devpilot_tests::Backend::Sqlite).await }
-            )*
-        }
-    };
-}
-
-on_both_backends!(history_matches_rows_after_kill_9);
+devpilot_tests::on_both_backends!(history_matches_rows_after_kill_9);
 
 const JOBS: usize = 300;
 const RUNNERS: usize = 3;

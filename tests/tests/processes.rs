@@ -10,24 +10,7 @@ use std::time::{Duration, Instant};
 use devpilot_tests::{devpilot, spawn_runner, wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() { super::$name(devpilot_tests::Backend::Postgres).await }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() { super::$name(devpilot_tests::Backend::Sqlite).await }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+devpilot_tests::on_both_backends!(
     four_runners_drain_2000_jobs_exactly_once,
     frozen_runner_cannot_complete_a_taken_job,
     hung_runner_writes_no_outcome_after_its_deadline,

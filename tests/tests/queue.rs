@@ -15,24 +15,8 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use tokio::sync::Barrier;
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() { super::$name(devpilot_tests::Backend::Postgres).await }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() { super::$name(devpilot_tests::Backend::Sqlite).await }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+devpilot_tests::on_both_backends!(
+    workers = 4;
     five_concurrent_claims_one_winner,
     herd_free_pick_never_double_claims,
     fenced_writes_reject_a_stale_token,
