@@ -150,7 +150,12 @@ pub fn main() -> std::process::ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DEVPILOT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,devpilot=info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colours only for a terminal: a runner's log is often a file or the journal.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// Which database to use: `DEVPILOT_DATABASE_URL` when set, else the config file's URL with

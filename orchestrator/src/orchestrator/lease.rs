@@ -141,6 +141,8 @@ pub struct Keeper<R: Renewer> {
     ended: HashMap<Pair, Standing>,
     next_renewal: Duration,
     news: mpsc::UnboundedSender<News>,
+    /// Renewals sent, for the machine's counters.
+    sent: Option<std::sync::Arc<super::Stats>>,
     /// Rechecks waiting for their answer, and the leases that expired meanwhile (their
     /// answer includes them).
     rechecks: usize,
@@ -157,6 +159,7 @@ impl<R: Renewer + Clone> Keeper<R> {
             ended: HashMap::new(),
             next_renewal: Duration::ZERO,
             news,
+            sent: None,
             rechecks: 0,
             expired_during_recheck: vec![],
         }
@@ -196,6 +199,9 @@ impl<R: Renewer + Clone> Keeper<R> {
         // Bounded here too, by the current heartbeat: a renewal that cannot answer within one
         // is news (the machine goes offline), not a wait.
         let bound = super::call_bound(self.timing.heartbeat);
+        if let Some(stats) = &self.sent {
+            stats.heartbeats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let call = self.renewer.renew(asked.clone());
         renewals.spawn(async move {
             let answer = tokio::time::timeout(bound, call).await.unwrap_or(Err(Error::Timeout(bound)));
@@ -263,6 +269,12 @@ impl<R: Renewer + Clone> Keeper<R> {
                 self.next_renewal = self.clock.now();
             }
         }
+    }
+
+    /// Counts each renewal sent in `stats.heartbeats`.
+    pub fn counting(mut self, stats: std::sync::Arc<super::Stats>) -> Self {
+        self.sent = Some(stats);
+        self
     }
 
     /// Runs until the machine drops its sender.
@@ -345,10 +357,17 @@ mod tests {
     };
 
     fn start(clock: &TestClock) -> (Scripted, mpsc::UnboundedSender<Order>, mpsc::UnboundedReceiver<News>) {
+        start_counting(clock, Arc::default())
+    }
+
+    fn start_counting(
+        clock: &TestClock,
+        stats: Arc<super::super::Stats>,
+    ) -> (Scripted, mpsc::UnboundedSender<Order>, mpsc::UnboundedReceiver<News>) {
         let r = Scripted::default();
         let (news_tx, news) = mpsc::unbounded_channel();
         let (orders, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Keeper::new(r.clone(), Arc::new(clock.clone()), T, news_tx).run(rx));
+        tokio::spawn(Keeper::new(r.clone(), Arc::new(clock.clone()), T, news_tx).counting(stats).run(rx));
         (r, orders, news)
     }
 
@@ -375,7 +394,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn renewed_leases_never_expire() {
         let clock = TestClock::new();
-        let (r, orders, mut news) = start(&clock);
+        let stats: Arc<super::super::Stats> = Arc::default();
+        let (r, orders, mut news) = start_counting(&clock, stats.clone());
         orders.send(Order::Hold { pair: (7, 3), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(50)).await; // off the tick grid, so no timer ties
         for i in 0..20 {
@@ -386,6 +406,7 @@ mod tests {
         }
         advance(Duration::from_millis(10)).await;
         assert!(drain(&mut news).iter().all(|n| *n == News::Reached));
+        assert_eq!(stats.heartbeats.load(std::sync::atomic::Ordering::Relaxed), 20, "each renewal is counted");
     }
 
     /// An answer that no longer names the pair is a loss of exactly that pair.

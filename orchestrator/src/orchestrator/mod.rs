@@ -183,7 +183,9 @@ pub fn spawn_into(
     let queue = queue.with_call_timeout(call_bound(cfg.heartbeat));
     let (news_tx, news_rx) = mpsc::unbounded_channel();
     let (orders, orders_rx) = mpsc::unbounded_channel();
-    tokio::spawn(Keeper::new(queue.clone(), clock.clone(), cfg.timing(), news_tx).run(orders_rx));
+    tokio::spawn(
+        Keeper::new(queue.clone(), clock.clone(), cfg.timing(), news_tx).counting(stats.clone()).run(orders_rx),
+    );
     let (swept_tx, swept_rx) = mpsc::unbounded_channel();
     let sweep = SweepCfg {
         queue: queue.clone(),
