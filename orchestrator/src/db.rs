@@ -255,7 +255,13 @@ async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
 /// Turns a driver error into one of the engine's errors (by driver variant and SQLSTATE, see
 /// [`crate::error::classify`]), naming this URL's target and user and never its password.
 pub fn classify(url: &DbUrl, e: DbErr) -> Error {
-    crate::error::classify(e, &url.target(), &url.user())
+    let classified = crate::error::classify(e, &url.target(), &url.user());
+    // No driver message is known to echo the password; should one ever do, it must not
+    // reach a log line or the window.
+    match url.password().filter(|p| !p.is_empty()) {
+        Some(pw) if classified.to_string().contains(&pw) => Error::Invalid(classified.to_string().replace(&pw, "***")),
+        _ => classified,
+    }
 }
 
 #[cfg(test)]
@@ -282,6 +288,15 @@ mod tests {
         }
         let e = DbUrl::parse("mysql://u:hunter2@h/d").unwrap_err().to_string();
         assert!(!e.contains("hunter2"));
+    }
+
+    /// A driver message that would carry the password is redacted.
+    #[test]
+    fn classify_never_echoes_the_password() {
+        let u = DbUrl::parse("postgres://alice:s3cr3t-pw@db.example/dev").unwrap();
+        let e = classify(&u, DbErr::Custom("bad options for s3cr3t-pw".into()));
+        assert!(!e.to_string().contains("s3cr3t-pw"), "{e}");
+        assert!(e.to_string().contains("***"), "{e}");
     }
 
     /// SQLite URLs map to file paths in the usual spellings.
