@@ -96,14 +96,6 @@ fn db_code(e: &DbErr) -> Option<Code> {
     Some(Code::Sqlstate(code))
 }
 
-/// The SQLSTATE (PostgreSQL) or result code (SQLite) of a database error, if it has one.
-pub fn sqlstate(e: &DbErr) -> Option<String> {
-    match db_code(e)? {
-        Code::Sqlstate(c) => Some(c),
-        Code::Sqlite(c) => Some(c.to_string()),
-    }
-}
-
 fn sqlx_of(e: &DbErr) -> Option<&sea_orm::sqlx::Error> {
     match e {
         DbErr::Conn(RuntimeErr::SqlxError(x))

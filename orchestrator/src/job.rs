@@ -59,10 +59,6 @@ impl JobState {
         Self::ALL.into_iter().find(|st| st.as_str() == s)
     }
 
-    pub fn is_claimable(self) -> bool {
-        Self::CLAIMABLE.contains(&self)
-    }
-
     pub fn is_finished(self) -> bool {
         Self::FINISHED.contains(&self)
     }

@@ -296,10 +296,6 @@ impl Queue {
         self
     }
 
-    pub fn call_timeout(&self) -> Duration {
-        self.bound
-    }
-
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db
     }
