@@ -65,6 +65,17 @@ function renderStatus(st) {
   $('fleet-orch').textContent = st.orchestrator_id ? `orchestrator ${st.orchestrator_id}` : '';
 }
 
+// What an action did, when it did not do the obvious (a key that was live, a cancel asked
+// of another machine). Stays until the next action's notice or ten seconds.
+let noticeTimer = null;
+function notice(text) {
+  const n = $('notice');
+  n.textContent = text;
+  n.hidden = false;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(() => { n.hidden = true; }, 10000);
+}
+
 async function refreshStatus() {
   try { renderStatus(await invoke('get_status')); } catch (e) { console.error(e); }
 }
@@ -112,13 +123,14 @@ async function refreshJobs() {
       if (j.state === 'dead' || j.state === 'failed') {
         actions.append(el('button', { type: 'button', class: 'requeue', onclick: (ev) => { ev.stopPropagation(); act('requeue', j.id); } }, 'Requeue'));
       }
-      if (j.state === 'queued') {
+      // Running jobs too, wherever they run: the holder stops the agent at its next renewal.
+      if ((j.state === 'queued' || j.state === 'failed' || j.state === 'running') && !j.cancel_requested_by) {
         actions.append(el('button', { type: 'button', class: 'cancel', onclick: (ev) => { ev.stopPropagation(); act('cancel', j.id); } }, 'Cancel'));
       }
       body.append(el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
         el('td', {}, j.id),
         el('td', {}, j.title || ''),
-        el('td', { class: `state state-${j.state}` }, j.state),
+        el('td', { class: `state state-${j.state}` }, stateText(j)),
         el('td', {}, j.attempts),
         el('td', {}, j.claimed_by || ''),
         el('td', {}, ago(j.now - j.created_at)),
@@ -130,10 +142,21 @@ async function refreshJobs() {
   }
 }
 
+// "failed · retry in 1m 20s", "running · cancelling", "queued · starts in 10m".
+function stateText(j) {
+  const claimable = j.state === 'queued' || j.state === 'failed';
+  if (claimable && j.run_at > j.now) {
+    return `${j.state} · ${j.state === 'failed' ? 'retry' : 'starts'} in ${ago(j.run_at - j.now)}`;
+  }
+  if (j.state === 'running' && j.cancel_requested_by) return 'running · cancelling';
+  return j.state;
+}
+
 async function act(cmd, id) {
   try {
     const ok = await invoke(cmd, { id });
     if (!ok) alert(`Job #${id} could not be ${cmd === 'cancel' ? 'cancelled' : 'requeued'} (its state changed).`);
+    else if (ok.outcome === 'requested') notice(`Asked ${ok.holder || 'its machine'} to stop job #${id}; it ends cancelled at that machine's next renewal.`);
   } catch (e) { alert(errText(e)); }
   refreshJobs();
 }
@@ -144,7 +167,12 @@ async function showJob(id) {
     const d = await invoke('job_detail', { id });
     const j = d.job;
     $('detail-title').textContent = `#${j.id} ${j.title || ''}`;
-    $('detail-meta').textContent = `${j.state} · attempts ${j.attempts} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
+    $('detail-meta').textContent = `${stateText(j)} · attempts ${j.attempts} · priority ${j.priority} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.unique_key ? ' · key ' + j.unique_key : ''}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
+    const res = $('detail-result');
+    res.replaceChildren();
+    if (j.summary) res.append(el('span', {}, j.summary));
+    if (j.url) res.append(' ', el('a', { href: j.url, target: '_blank', rel: 'noopener' }, j.url));
+    res.hidden = !(j.summary || j.url);
     const h = $('detail-history');
     h.replaceChildren();
     for (const ev of d.history) {
@@ -281,7 +309,12 @@ document.addEventListener('DOMContentLoaded', async () => {
     try { await invoke('hand_off', { pause: true }); } catch (e) { alert(errText(e)); }
   });
   $('demo-btn').addEventListener('click', async () => {
-    try { const id = await invoke('enqueue_demo'); openJob = id; location.hash = '#queue'; refreshJobs(); } catch (e) { alert(errText(e)); }
+    try {
+      const key = $('demo-key').value.trim();
+      const r = await invoke('enqueue_demo', { key: key || null });
+      if (r.existing) notice(`Job #${r.id} with key "${key}" is already ${r.existing}; nothing was added.`);
+      openJob = r.id; location.hash = '#queue'; refreshJobs();
+    } catch (e) { alert(errText(e)); }
   });
   for (const b of document.querySelectorAll('#filters button')) {
     b.addEventListener('click', () => {

@@ -618,7 +618,7 @@ async fn latency(env: &Env, backend: Backend, notify: bool, samples: usize) -> V
             let Ok(ev) = tokio::time::timeout_at(wait_until.into(), events.recv()).await else { break };
             match ev {
                 Ok(Event::Claimed { job }) if job.id == id => claimed = Some(t0.elapsed()),
-                Ok(Event::Completed { job }) if job.id == id => completed = true,
+                Ok(Event::Completed { job, .. }) if job.id == id => completed = true,
                 _ => {}
             }
         }

@@ -10,6 +10,9 @@
 //!   id)`, so the planner cannot serve the pick from the primary key (profiled in the file).
 //! - `m20261201_000001_job_attempts`: `max_attempts` on each job (set at enqueue, read by the
 //!   sweep and the fail path) and `machines.problem` (why a machine is not claiming).
+//! - `m20261202_000001_job_model`: unique keys, priority, `run_at`, retry backoff, results,
+//!   cancel requests and `finished_at` for retention; the pick's index on
+//!   `(orchestrator_id, priority DESC, run_at, id)`; NOTIFY that says when a job is due.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -21,6 +24,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261129_000001_dispatch;
 mod m20261130_000001_claim_order;
 mod m20261201_000001_job_attempts;
+mod m20261202_000001_job_model;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -32,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000001_dispatch::Migration),
             Box::new(m20261130_000001_claim_order::Migration),
             Box::new(m20261201_000001_job_attempts::Migration),
+            Box::new(m20261202_000001_job_model::Migration),
         ]
     }
 }

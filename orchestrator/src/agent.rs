@@ -5,6 +5,11 @@
 //! `DEVPILOT_PAYLOAD_FILE`. Each agent runs in its own process group, so cancelling reaches
 //! the whole tree, and it dies with its runner (PR_SET_PDEATHSIG) so a killed runner can
 //! never leave an agent working on a job that the sweep has handed to someone else.
+//!
+//! What the agent says back: its exit status (0 done, 75 = EX_TEMPFAIL "try later", anything
+//! else failed) and, optionally, a JSON result file at `DEVPILOT_RESULT_FILE`:
+//! `{"summary": "...", "url": "https://...", "retry_after": "2026-12-01T10:00:00Z" | 3600}`.
+//! A malformed result file is logged and ignored; it never fails a job.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
-use crate::queue::Claim;
+use crate::queue::{Claim, RetryAfter};
 
 /// What runs a job.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +45,48 @@ pub struct AgentEnv {
 pub enum AgentExit {
     Success,
     Failed(String),
+    /// Exit 75 (EX_TEMPFAIL): not a failure; try again later (a usage limit, say).
+    TryLater,
+}
+
+/// The exit status that means "try later" (sysexits.h's EX_TEMPFAIL).
+pub const EX_TEMPFAIL: i32 = 75;
+
+/// What an agent wrote to its result file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentResult {
+    pub summary: Option<String>,
+    pub url: Option<String>,
+    pub retry_after: Option<RetryAfter>,
+}
+
+impl AgentResult {
+    /// Parses a result file's text. Unknown fields are ignored; a wrong type is an error.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON ({e})"))?;
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let text_field = |k: &str| match obj.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) if s.trim().is_empty() => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(format!("\"{k}\" must be a string, not {other}")),
+        };
+        let retry_after = match obj.get("retry_after") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(n)) => {
+                let secs = n.as_f64().filter(|s| s.is_finite() && *s >= 0.0).ok_or("\"retry_after\" must be >= 0")?;
+                Some(RetryAfter::In(Duration::from_secs_f64(secs.min(366.0 * 86_400.0))))
+            }
+            Some(serde_json::Value::String(s)) => {
+                let t = humantime::parse_rfc3339_weak(s.trim())
+                    .map_err(|e| format!("\"retry_after\" is not an RFC 3339 time ({e})"))?;
+                let ms = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+                Some(RetryAfter::At(ms))
+            }
+            Some(other) => return Err(format!("\"retry_after\" must be a time or a number of seconds, not {other}")),
+        };
+        Ok(Self { summary: text_field("summary")?, url: text_field("url")?, retry_after })
+    }
 }
 
 impl AgentSpec {
@@ -91,6 +138,8 @@ impl AgentSpec {
                 let prog = resolve_program(&argv[0])?;
                 std::fs::create_dir_all(&env.payload_dir)?;
                 let payload_file = env.payload_dir.join(format!("job-{}-{}.json", claim.id, claim.token));
+                let result_file = env.payload_dir.join(format!("job-{}-{}.result.json", claim.id, claim.token));
+                let _ = std::fs::remove_file(&result_file);
                 let body = serde_json::to_vec(&claim.payload).map_err(|e| Error::Payload(e.to_string()))?;
                 {
                     use std::io::Write;
@@ -108,6 +157,7 @@ impl AgentSpec {
                     .env("DEVPILOT_ORCHESTRATOR_ID", &claim.orchestrator_id)
                     .env("DEVPILOT_MACHINE", &env.machine)
                     .env("DEVPILOT_PAYLOAD_FILE", &payload_file)
+                    .env("DEVPILOT_RESULT_FILE", &result_file)
                     // A secret in the runner's environment is not the agent's business.
                     .env_remove("DEVPILOT_DATABASE_URL")
                     .env_remove("PGPASSWORD")
@@ -136,7 +186,7 @@ impl AgentSpec {
                         let _ = stdin.shutdown().await;
                     });
                 }
-                Ok(RunningAgent::Process { child: Box::new(child), payload_file })
+                Ok(RunningAgent::Process { child: Box::new(child), payload_file, result_file })
             }
         }
     }
@@ -144,7 +194,7 @@ impl AgentSpec {
 
 /// A started agent.
 pub enum RunningAgent {
-    Process { child: Box<Child>, payload_file: PathBuf },
+    Process { child: Box<Child>, payload_file: PathBuf, result_file: PathBuf },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
 }
 
@@ -153,8 +203,7 @@ impl RunningAgent {
     pub async fn wait(&mut self) -> AgentExit {
         match self {
             RunningAgent::Process { child, .. } => match child.wait().await {
-                Ok(s) if s.success() => AgentExit::Success,
-                Ok(s) => AgentExit::Failed(describe_status(s)),
+                Ok(s) => exit_of(s),
                 Err(e) => AgentExit::Failed(format!("lost track of the agent: {e}")),
             },
             RunningAgent::InProcess(None) => AgentExit::Success,
@@ -169,8 +218,7 @@ impl RunningAgent {
     pub fn try_exit(&mut self) -> Option<AgentExit> {
         match self {
             RunningAgent::Process { child, .. } => match child.try_wait() {
-                Ok(Some(s)) if s.success() => Some(AgentExit::Success),
-                Ok(Some(s)) => Some(AgentExit::Failed(describe_status(s))),
+                Ok(Some(s)) => Some(exit_of(s)),
                 _ => None,
             },
             RunningAgent::InProcess(None) => Some(AgentExit::Success),
@@ -196,6 +244,18 @@ impl RunningAgent {
         }
     }
 
+    /// What the agent wrote to its result file: `Ok(None)` when it wrote nothing, `Err` with
+    /// the reason when the file is malformed (the caller logs it and carries on).
+    pub fn result(&self) -> std::result::Result<Option<AgentResult>, String> {
+        let RunningAgent::Process { result_file, .. } = self else { return Ok(None) };
+        match std::fs::read_to_string(result_file) {
+            Ok(text) if text.trim().is_empty() => Ok(None),
+            Ok(text) => AgentResult::parse(&text).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read {}: {e}", result_file.display())),
+        }
+    }
+
     /// The agent's process id, if it is a process.
     pub fn pid(&self) -> Option<u32> {
         match self {
@@ -207,9 +267,18 @@ impl RunningAgent {
 
 impl Drop for RunningAgent {
     fn drop(&mut self) {
-        if let RunningAgent::Process { payload_file, .. } = self {
+        if let RunningAgent::Process { payload_file, result_file, .. } = self {
             let _ = std::fs::remove_file(payload_file);
+            let _ = std::fs::remove_file(result_file);
         }
+    }
+}
+
+fn exit_of(s: std::process::ExitStatus) -> AgentExit {
+    match s.code() {
+        Some(0) => AgentExit::Success,
+        Some(EX_TEMPFAIL) => AgentExit::TryLater,
+        _ => AgentExit::Failed(describe_status(s)),
     }
 }
 
@@ -236,4 +305,25 @@ pub fn resolve_program(prog: &str) -> Result<PathBuf> {
         .map(|d| d.join(prog))
         .find(|p| executable(p))
         .ok_or_else(|| Error::AgentMissing(prog.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result file's fields parse; both forms of retry_after work; a bad one is an error.
+    #[test]
+    fn result_files_parse_or_explain() {
+        let r = AgentResult::parse(r#"{"summary":"fixed it","url":"https://x/1","retry_after":90,"extra":1}"#).unwrap();
+        assert_eq!(r.summary.as_deref(), Some("fixed it"));
+        assert_eq!(r.url.as_deref(), Some("https://x/1"));
+        assert_eq!(r.retry_after, Some(RetryAfter::In(Duration::from_secs(90))));
+        let r = AgentResult::parse(r#"{"retry_after":"2026-12-01T10:00:00Z"}"#).unwrap();
+        assert_eq!(r.retry_after, Some(RetryAfter::At(1_796_119_200_000)));
+        assert_eq!(AgentResult::parse("{}").unwrap(), AgentResult::default());
+        assert!(AgentResult::parse("not json").unwrap_err().contains("not valid JSON"));
+        assert!(AgentResult::parse(r#"{"summary": 3}"#).unwrap_err().contains("summary"));
+        assert!(AgentResult::parse(r#"{"retry_after": "soon"}"#).unwrap_err().contains("RFC 3339"));
+        assert!(AgentResult::parse(r#"{"retry_after": -1}"#).is_err());
+    }
 }

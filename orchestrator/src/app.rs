@@ -605,6 +605,13 @@ impl Engine {
 
     /// Enqueues a demo job on this orchestrator and wakes the loop.
     pub async fn enqueue_demo(&self) -> Result<i64> {
+        Ok(self.enqueue_demo_keyed(None).await?.id)
+    }
+
+    /// Enqueues a demo job with an optional dedupe key: while a job with that key is live,
+    /// nothing is added and the answer names the live job.
+    pub async fn enqueue_demo_keyed(&self, key: Option<&str>) -> Result<crate::queue::Enqueued> {
+        let key = key.map(str::trim).filter(|k| !k.is_empty());
         let s = self.settings();
         let q = self.queue()?;
         let n = q.counts(&s.orchestrator_id).await.map(|c| c.queued + c.running + c.completed + 1).unwrap_or(1);
@@ -614,12 +621,16 @@ impl Engine {
             "machine": s.machine_name(),
             "note": "The demo agent logs this payload and succeeds after a few seconds.",
         });
-        let opts = crate::queue::JobOptions { max_attempts: s.max_attempts.max(1) };
-        let id = q.enqueue_with(&s.orchestrator_id, &payload, opts).await?;
+        let opts = crate::queue::JobOptions {
+            max_attempts: s.max_attempts.max(1),
+            key: key.map(str::to_string),
+            ..Default::default()
+        };
+        let added = q.enqueue_keyed(&s.orchestrator_id, &payload, &opts).await?;
         if let Some(h) = self.orchestrator() {
             h.wake();
         }
-        Ok(id)
+        Ok(added)
     }
 
     pub async fn jobs(&self, state: Option<&str>, limit: u32) -> Result<(Vec<JobRow>, Counts)> {
@@ -669,7 +680,8 @@ impl Engine {
         self.queue()?.requeue(id, &by).await
     }
 
-    pub async fn cancel(&self, id: i64) -> Result<bool> {
+    /// Cancels a job from this machine, wherever it runs. `None`: it was finished already.
+    pub async fn cancel(&self, id: i64) -> Result<Option<crate::queue::CancelOutcome>> {
         let by = self.settings().machine_name();
         self.queue()?.cancel(id, &by).await
     }
@@ -860,6 +872,8 @@ fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig
     cfg.poll_interval = parse_duration(&s.poll_interval)?;
     cfg.max_poll_interval = parse_duration(&s.max_poll_interval)?.max(cfg.poll_interval);
     cfg.start_enabled = s.dispatch_enabled;
+    cfg.backoff = s.backoff()?;
+    cfg.retention = s.retention()?;
     cfg.log_dir = paths.job_log_dir();
     cfg.check()?;
     Ok(cfg)
@@ -930,7 +944,7 @@ mod tests {
         assert!(p.default_db().exists(), "the embedded database is created on first use");
         let id = e.enqueue_demo().await.unwrap();
         wait_event(&mut ev, |x| matches!(x, Event::Claimed { job } if job.id == id)).await;
-        wait_event(&mut ev, |x| matches!(x, Event::Completed { job } if job.id == id)).await;
+        wait_event(&mut ev, |x| matches!(x, Event::Completed { job, .. } if job.id == id)).await;
         let d = e.job_detail(id).await.unwrap();
         assert_eq!(d.job.state, "completed");
         assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);

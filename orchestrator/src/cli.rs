@@ -14,7 +14,7 @@ use crate::config::{parse_duration, Paths};
 use crate::db::{self, DbUrl, PoolSettings};
 use crate::error::{Error, Result};
 use crate::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode};
-use crate::queue::{JobOptions, Queue};
+use crate::queue::{Backoff, CancelOutcome, JobOptions, Queue, Start};
 use crate::secrets;
 
 #[derive(Parser, Debug)]
@@ -32,18 +32,9 @@ pub struct Cli {
 pub enum Cmd {
     /// Create or upgrade the schema.
     Migrate,
-    /// Add a job. The payload (JSON) comes from --payload, --payload-file or stdin.
-    Enqueue {
-        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
-        orchestrator: String,
-        #[arg(long, conflicts_with = "payload_file")]
-        payload: Option<String>,
-        #[arg(long)]
-        payload_file: Option<PathBuf>,
-        /// Attempts before the job is dead (default: the settings' max_attempts, 3).
-        #[arg(long)]
-        max_attempts: Option<i32>,
-    },
+    /// Add a job. The payload (JSON) comes from --payload, --payload-file or stdin. Prints
+    /// the job's id; with --key, the id of the live job with that key if there is one.
+    Enqueue(EnqueueArgs),
     /// Claim and run jobs until interrupted (SIGINT/SIGTERM hand off cleanly).
     Run(RunArgs),
     /// Jobs by state, who holds what and for how long, and machines.
@@ -64,6 +55,31 @@ pub enum Cmd {
         #[arg(long)]
         orchestrator: Option<String>,
     },
+    /// Cancel a job, from any machine: a waiting job at once; a running one is stopped by its
+    /// holder at its next renewal (or at once, through NOTIFY).
+    Cancel {
+        /// The job's id.
+        id: i64,
+    },
+    /// Put a dead, failed or cancelled job back in the queue, with a fresh attempt budget.
+    Requeue {
+        /// The job's id.
+        id: i64,
+    },
+    /// Delete finished jobs (with their history), old machines and old agent files now (the
+    /// backstop of the retention that running machines do on their own).
+    Prune {
+        /// Completed and cancelled jobs finished longer ago than this (default: the settings'
+        /// retention, 14d).
+        #[arg(long)]
+        older_than: Option<String>,
+        /// Dead jobs finished longer ago than this (default: the settings' dead_retention, 30d).
+        #[arg(long)]
+        dead_older_than: Option<String>,
+        /// Only this orchestrator (default: all).
+        #[arg(long)]
+        orchestrator: Option<String>,
+    },
     /// Hand off everything a machine holds, so another machine takes it now.
     Release {
         #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
@@ -77,6 +93,38 @@ pub enum Cmd {
         #[arg(long)]
         database_url: String,
     },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct EnqueueArgs {
+    #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+    pub orchestrator: String,
+    #[arg(long, conflicts_with = "payload_file")]
+    pub payload: Option<String>,
+    #[arg(long)]
+    pub payload_file: Option<PathBuf>,
+    /// Attempts before the job is dead (default: the settings' max_attempts, 3).
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// A dedupe key: while a job with this key is live (queued, waiting to retry, or running)
+    /// on the orchestrator, nothing is added and the live job's id is printed.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Not claimable before this time (RFC 3339, e.g. 2026-12-01T10:00:00Z).
+    #[arg(long, conflicts_with = "delay")]
+    pub run_at: Option<String>,
+    /// Not claimable for this long (e.g. 10m), on the database's clock.
+    #[arg(long)]
+    pub delay: Option<String>,
+    /// This job's retry backoff: attempt n waits this times 2^(n-1) (default: the runner's).
+    #[arg(long)]
+    pub retry_backoff: Option<String>,
+    /// The cap of this job's retry backoff (default: the runner's, 1h).
+    #[arg(long)]
+    pub retry_backoff_max: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -116,6 +164,12 @@ pub struct RunArgs {
     /// Grace between SIGTERM and SIGKILL when stopping an agent.
     #[arg(long, default_value = "10s")]
     pub cancel_grace: String,
+    /// The retry backoff of jobs enqueued without one (default: the settings', 30s).
+    #[arg(long)]
+    pub retry_backoff: Option<String>,
+    /// Its cap (default: the settings', 1h).
+    #[arg(long)]
+    pub retry_backoff_max: Option<String>,
     /// The agent: a program and its arguments, after `--`.
     #[arg(last = true)]
     pub agent: Vec<String>,
@@ -211,34 +265,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             println!("migrated {}", url.target());
             Ok(())
         }
-        Cmd::Enqueue { orchestrator, payload, payload_file, max_attempts } => {
-            crate::queue::validate_orchestrator(&orchestrator)?;
-            let text = match (payload, payload_file) {
-                (Some(p), _) => p,
-                (None, Some(path)) => std::fs::read_to_string(&path)
-                    .map_err(|e| Error::Payload(format!("cannot read {}: {e}", path.display())))?,
-                (None, None) => {
-                    if std::io::stdin().is_terminal() {
-                        return Err(Error::Payload(
-                            "no payload: pass --payload JSON, --payload-file PATH, or pipe JSON on stdin".into(),
-                        ));
-                    }
-                    let mut s = String::new();
-                    std::io::stdin().read_to_string(&mut s)?;
-                    s
-                }
-            };
-            let value: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| Error::Payload(format!("not valid JSON ({e})")))?;
-            let max_attempts = match max_attempts {
-                Some(n) => n,
-                None => Paths::for_app("devpilot")?.load()?.max_attempts,
-            };
-            let (queue, _) = open_queue(PoolSettings::default()).await?;
-            let id = queue.enqueue_with(&orchestrator, &value, JobOptions { max_attempts }).await?;
-            println!("{id}");
-            Ok(())
-        }
+        Cmd::Enqueue(args) => enqueue(args).await,
         Cmd::Run(args) => run(args).await,
         Cmd::Status { orchestrator, json } => status(&orchestrator, json).await,
         Cmd::Sweep { claim_timeout, max_attempts, orchestrator } => {
@@ -259,8 +286,153 @@ async fn dispatch(cli: Cli) -> Result<()> {
             println!("released {} job(s) held by {machine}{}", ids.len(), fmt_ids(&ids));
             Ok(())
         }
+        Cmd::Cancel { id } => cancel(id).await,
+        Cmd::Requeue { id } => requeue(id).await,
+        Cmd::Prune { older_than, dead_older_than, orchestrator } => {
+            prune(older_than.as_deref(), dead_older_than.as_deref(), orchestrator.as_deref()).await
+        }
         Cmd::Login { database_url } => login(&database_url).await,
     }
+}
+
+/// Reads the payload from --payload, --payload-file or stdin, as JSON.
+fn read_payload(payload: Option<String>, payload_file: Option<PathBuf>) -> Result<serde_json::Value> {
+    let text = match (payload, payload_file) {
+        (Some(p), _) => p,
+        (None, Some(path)) => std::fs::read_to_string(&path)
+            .map_err(|e| Error::Payload(format!("cannot read {}: {e}", path.display())))?,
+        (None, None) => {
+            if std::io::stdin().is_terminal() {
+                return Err(Error::Payload(
+                    "no payload: pass --payload JSON, --payload-file PATH, or pipe JSON on stdin".into(),
+                ));
+            }
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s)?;
+            s
+        }
+    };
+    serde_json::from_str(&text).map_err(|e| Error::Payload(format!("not valid JSON ({e})")))
+}
+
+/// The job options the flags ask for, checked before anything is sent.
+fn job_options(a: &EnqueueArgs, settings: &crate::config::Settings) -> Result<JobOptions> {
+    let start = match (&a.run_at, &a.delay) {
+        (Some(t), _) => {
+            let at = humantime::parse_rfc3339_weak(t.trim()).map_err(|e| {
+                Error::Invalid(format!("--run-at '{t}' is not an RFC 3339 time ({e}); e.g. 2026-12-01T10:00:00Z"))
+            })?;
+            let ms = at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+            Start::At(ms)
+        }
+        (None, Some(d)) => Start::After(parse_duration(d)?),
+        (None, None) => Start::Now,
+    };
+    let backoff = match (&a.retry_backoff, &a.retry_backoff_max) {
+        (None, None) => None,
+        (base, max) => {
+            let defaults = settings.backoff().unwrap_or(Backoff::DEFAULT);
+            let base = base.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.base);
+            let max = max.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.max.max(base));
+            Some(Backoff { base, max })
+        }
+    };
+    if let Some(k) = &a.key {
+        crate::queue::validate_key(k)?;
+    }
+    Ok(JobOptions {
+        max_attempts: a.max_attempts.unwrap_or(settings.max_attempts),
+        key: a.key.clone(),
+        priority: a.priority,
+        start,
+        backoff,
+    })
+}
+
+async fn enqueue(a: EnqueueArgs) -> Result<()> {
+    crate::queue::validate_orchestrator(&a.orchestrator)?;
+    let settings = Paths::for_app("devpilot")?.load()?;
+    let opts = job_options(&a, &settings)?;
+    let value = read_payload(a.payload, a.payload_file)?;
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let added = queue.enqueue_keyed(&a.orchestrator, &value, &opts).await?;
+    println!("{}", added.id);
+    if let Some(state) = added.existing {
+        eprintln!(
+            "job #{} with key '{}' is already live ({state}); nothing was added",
+            added.id,
+            opts.key.as_deref().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// This machine's name, as history records who asked.
+fn who() -> String {
+    Paths::for_app("devpilot")
+        .and_then(|p| p.load())
+        .map(|s| s.machine_name())
+        .unwrap_or_else(|_| crate::config::default_machine_name())
+}
+
+async fn cancel(id: i64) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    match queue.cancel(id, &who()).await? {
+        Some(CancelOutcome::Cancelled) => println!("cancelled #{id}"),
+        Some(CancelOutcome::Requested { holder }) => println!(
+            "asked {} to stop #{id}; it stops the agent at its next renewal and the job ends cancelled",
+            holder.as_deref().unwrap_or("its holder")
+        ),
+        None => {
+            let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
+            match job.state.as_str() {
+                "cancelled" => println!("#{id} is already cancelled"),
+                "running" => println!(
+                    "a cancel of #{id} was already asked for (by {}); {} stops it",
+                    job.cancel_requested_by.as_deref().unwrap_or("?"),
+                    job.claimed_by.as_deref().unwrap_or("its holder")
+                ),
+                other => return Err(Error::Invalid(format!("#{id} is {other}: there is nothing to cancel"))),
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn requeue(id: i64) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    if queue.requeue(id, &who()).await? {
+        println!("requeued #{id}");
+        return Ok(());
+    }
+    let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
+    Err(Error::Invalid(format!("#{id} is {}: only dead, failed or cancelled jobs can be requeued", job.state)))
+}
+
+async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orchestrator: Option<&str>) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let mut r = settings.retention()?;
+    if let Some(t) = older_than {
+        r.finished = parse_duration(t)?;
+    }
+    if let Some(t) = dead_older_than {
+        r.dead = parse_duration(t)?;
+    }
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let pruned = queue.prune(orchestrator, &r, 500).await?;
+    let dirs = vec![paths.job_log_dir(), paths.data_dir.join("payloads")];
+    let files = tokio::task::spawn_blocking(move || orchestrator::prune_files(&dirs, r.finished))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    println!(
+        "deleted {} finished job(s) with their history, {} machine(s) not seen for {}, {} old agent file(s)",
+        pruned.jobs,
+        pruned.machines,
+        human(r.machines),
+        files
+    );
+    Ok(())
 }
 
 fn fmt_ids(ids: &[i64]) -> String {
@@ -296,6 +468,13 @@ async fn run(a: RunArgs) -> Result<()> {
     cfg.max_poll_interval = parse_duration(&a.max_poll_interval)?.max(cfg.poll_interval);
     cfg.sweep_every = parse_duration(&a.sweep_interval)?;
     cfg.cancel_grace = parse_duration(&a.cancel_grace)?;
+    let defaults = settings.backoff()?;
+    cfg.backoff = Backoff {
+        base: a.retry_backoff.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.base),
+        max: a.retry_backoff_max.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.max),
+    };
+    cfg.backoff.validate()?;
+    cfg.retention = settings.retention()?;
     cfg.claim_mode = match a.claim_mode {
         ClaimModeArg::Pick => ClaimMode::Pick,
         ClaimModeArg::ById => ClaimMode::ById,
@@ -330,7 +509,12 @@ async fn run(a: RunArgs) -> Result<()> {
 fn log_event(ev: &Event) {
     match ev {
         Event::Claimed { job } => tracing::info!("claimed {} (attempt {})", job.label(), job.attempt),
-        Event::Completed { job } => tracing::info!("completed {}", job.label()),
+        Event::Completed { job, summary, .. } => match summary {
+            Some(s) => tracing::info!("completed {}: {s}", job.label()),
+            None => tracing::info!("completed {}", job.label()),
+        },
+        Event::Cancelled { job } => tracing::info!("cancelled {}; agent stopped", job.label()),
+        Event::Parked { job, .. } => tracing::info!("parked {}: the agent asked to be tried later", job.label()),
         Event::Failed { job, error, dead } => {
             tracing::warn!("{} {}: {error}", if *dead { "dead" } else { "failed" }, job.label())
         }
@@ -353,11 +537,24 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
     let counts = queue.counts(orchestrator).await?;
     let running = queue.running(orchestrator).await?;
     let machines = queue.machines(orchestrator).await?;
+    let waiting = queue.waiting(orchestrator, 20).await?;
     if json {
+        let with_wait = |rows: &[crate::queue::JobRow]| -> Vec<serde_json::Value> {
+            rows.iter()
+                .map(|j| {
+                    let mut v = serde_json::to_value(j).unwrap_or_default();
+                    v["waiting"] = j.waiting_text().into();
+                    v
+                })
+                .collect()
+        };
+        let recent = queue.jobs(orchestrator, None, 20).await?;
         let v = serde_json::json!({
             "orchestrator": orchestrator,
             "counts": counts,
             "running": running,
+            "waiting": with_wait(&waiting),
+            "recent": with_wait(&recent),
             "machines": machines,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -383,6 +580,21 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
             human(held),
             human(beat),
             j.attempts
+        );
+    }
+    if !waiting.is_empty() {
+        println!("waiting:");
+    }
+    for j in &waiting {
+        let why = match (j.state.as_str(), &j.last_error) {
+            ("failed", Some(e)) => format!(" after attempt {} of {}: {e}", j.attempts, j.max_attempts),
+            _ => String::new(),
+        };
+        println!(
+            "  #{:<6} {:<30} {}{why}",
+            j.id,
+            j.title.clone().unwrap_or_default(),
+            j.waiting_text().unwrap_or_default()
         );
     }
     println!("machines:");

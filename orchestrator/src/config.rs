@@ -64,6 +64,14 @@ pub struct Settings {
     pub concurrency: u32,
     pub poll_interval: String,
     pub max_poll_interval: String,
+    /// The retry backoff of jobs enqueued without their own: attempt n waits
+    /// `retry_backoff * 2^(n-1)`, at most `retry_backoff_max`, ±10 %.
+    pub retry_backoff: String,
+    pub retry_backoff_max: String,
+    /// Completed and cancelled jobs (and their history) are deleted after this long.
+    pub retention: String,
+    /// Dead jobs are deleted after this long.
+    pub dead_retention: String,
     /// The agent command line, split like a shell splits words. The payload is never part
     /// of it: the agent reads it from stdin or `$DEVPILOT_PAYLOAD_FILE`.
     pub agent: Option<String>,
@@ -87,6 +95,10 @@ impl Default for Settings {
             concurrency: 1,
             poll_interval: "2s".into(),
             max_poll_interval: "5m".into(),
+            retry_backoff: "30s".into(),
+            retry_backoff_max: "1h".into(),
+            retention: "14d".into(),
+            dead_retention: "30d".into(),
             agent: None,
             poll_only: false,
             dispatch_enabled: true,
@@ -127,6 +139,8 @@ impl Settings {
         if self.max_attempts < 1 {
             return Err(Error::Invalid("max attempts must be at least 1".into()));
         }
+        self.backoff()?;
+        self.retention()?;
         if self.concurrency < 1 || self.concurrency > 256 {
             return Err(Error::Invalid("concurrency must be between 1 and 256".into()));
         }
@@ -147,6 +161,29 @@ impl Settings {
             }
         }
         Ok(())
+    }
+
+    /// The retry backoff for jobs that carry none of their own.
+    pub fn backoff(&self) -> Result<crate::queue::Backoff> {
+        let b = crate::queue::Backoff {
+            base: parse_duration(&self.retry_backoff)?,
+            max: parse_duration(&self.retry_backoff_max)?,
+        };
+        b.validate()?;
+        Ok(b)
+    }
+
+    /// How long finished work is kept.
+    pub fn retention(&self) -> Result<crate::queue::Retention> {
+        let r = crate::queue::Retention {
+            finished: parse_duration(&self.retention)?,
+            dead: parse_duration(&self.dead_retention)?,
+            ..crate::queue::Retention::default()
+        };
+        if r.finished < Duration::from_secs(60) || r.dead < Duration::from_secs(60) {
+            return Err(Error::Invalid("retention must be at least a minute".into()));
+        }
+        Ok(r)
     }
 
     pub fn machine_name(&self) -> String {
@@ -279,6 +316,8 @@ mod tests {
         assert!(bad(|s| s.claim_timeout = "soon".into()).contains("not a duration"));
         assert!(bad(|s| s.heartbeat = "1h".into()).contains("heartbeat"));
         assert!(bad(|s| s.max_attempts = 0).contains("max attempts"));
+        assert!(bad(|s| s.retry_backoff = "2h".into()).contains("maximum"));
+        assert!(bad(|s| s.retention = "1s".into()).contains("retention"));
         assert!(bad(|s| s.agent = Some("echo 'unclosed".into())).contains("agent command"));
         assert!(bad(|s| s.database_url = Some("postgres://u:pw@h/d".into())).contains("keychain"));
     }

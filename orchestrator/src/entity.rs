@@ -23,6 +23,16 @@ pub mod dispatch_queue {
         pub dead_at: Option<i64>,
         pub last_error: Option<String>,
         pub max_attempts: i32,
+        pub unique_key: Option<String>,
+        pub priority: i32,
+        pub run_at: i64,
+        pub retry_backoff_ms: Option<i64>,
+        pub retry_backoff_max_ms: Option<i64>,
+        pub summary: Option<String>,
+        pub result_url: Option<String>,
+        pub cancel_requested_at: Option<i64>,
+        pub cancel_requested_by: Option<String>,
+        pub finished_at: Option<i64>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

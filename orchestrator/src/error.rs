@@ -76,6 +76,20 @@ impl Error {
     }
 }
 
+impl Error {
+    /// A unique index refused the row (SQLSTATE 23505; SQLite's SQLITE_CONSTRAINT_UNIQUE).
+    pub fn is_unique_violation(&self) -> bool {
+        match self {
+            Error::Db(e) => match db_code(e) {
+                Some(Code::Sqlstate(c)) => c == "23505",
+                Some(Code::Sqlite(c)) => c == 2067,
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 /// PostgreSQL states worth a retry besides connection exceptions (class 08): serialization
 /// failure and deadlock, too many connections, admin shutdown, crash shutdown, cannot connect
 /// now (starting up).

@@ -3,10 +3,14 @@
 //!
 //! ```text
 //! queued ─claim→ running ─exit 0→ completed
-//!   ↑  ↖           │ └─exit ≠ 0→ failed ─claim→ running …   (or dead, out of attempts)
-//!   │   └─release/sweep─┘
-//!   └─requeue─ dead | cancelled
+//!   ↑  ↖           │ └─exit ≠ 0→ failed ─(backoff)─claim→ running …   (or dead, out of attempts)
+//!   │   └─release/sweep/park (exit 75)─┘
+//!   │              └─cancel asked, agent stopped→ cancelled
+//!   └─requeue─ dead | failed | cancelled          queued ─cancel→ cancelled
 //! ```
+//!
+//! A claimable job may also wait: it is not claimable before its `run_at` (a scheduled start,
+//! a retry backoff, or a park until the agent's usage limit resets).
 
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +22,7 @@ pub enum JobState {
     Queued,
     /// Claimed: a machine holds its lease.
     Running,
-    /// An attempt failed; claimable again for the next attempt.
+    /// An attempt failed; claimable again for the next attempt once its backoff is over.
     Failed,
     Completed,
     /// Out of attempts.
@@ -86,6 +90,10 @@ pub mod event {
     pub const HANDED_OFF: &str = "handed_off";
     pub const REQUEUED: &str = "requeued";
     pub const CANCELLED: &str = "cancelled";
+    /// A user asked to cancel a running job; its holder stops the agent.
+    pub const CANCEL_REQUESTED: &str = "cancel_requested";
+    /// The agent said "try later" (exit 75): handed back without counting the attempt.
+    pub const PARKED: &str = "parked";
     /// A renewal found the lease gone (swept, and maybe claimed elsewhere).
     pub const LEASE_LOST: &str = "lease_lost";
     /// This machine's local deadline passed with no renewal confirmed: it stopped the agent.

@@ -2,6 +2,11 @@
 //! connection. A hint only means "poll now"; polling remains the fallback, so a lost
 //! notification costs latency, never a job. After a reconnect (a database restart) we hint
 //! once, because notifications sent while we were away are gone.
+//!
+//! The schema's trigger says *when* a job is claimable (see [`Hint::parse`]): a job that is
+//! due now wakes the machine; a scheduled one (or one waiting out a retry backoff) sets its
+//! timer, so it wakes when the job is due and not before; a cancel asked for a running job
+//! makes its holder renew at once, which is where it learns of the cancel.
 
 use std::time::Duration;
 
@@ -13,9 +18,36 @@ use crate::db::DbUrl;
 /// The channel the schema's trigger notifies on.
 pub const CHANNEL: &str = "devpilot_dispatch";
 
+/// What a notification means for a machine of the orchestrator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hint {
+    /// Something is claimable now (or may be: after a reconnect): poll.
+    Work,
+    /// A job becomes claimable in this long: poll then.
+    DueIn(Duration),
+    /// A cancel was asked for a running job: holders renew now.
+    Cancel,
+}
+
+impl Hint {
+    /// Reads a payload of the trigger: `ORCH`, `ORCH due MS` or `ORCH cancel`. `None` for
+    /// another orchestrator's hint (or one this version does not know).
+    pub fn parse(payload: &str, orchestrator_id: &str) -> Option<Hint> {
+        if payload == orchestrator_id {
+            return Some(Hint::Work);
+        }
+        let rest = payload.strip_prefix(orchestrator_id)?.strip_prefix(' ')?;
+        if rest == "cancel" {
+            return Some(Hint::Cancel);
+        }
+        let ms: u64 = rest.strip_prefix("due ")?.parse().ok()?;
+        Some(Hint::DueIn(Duration::from_millis(ms)))
+    }
+}
+
 /// Starts a listener for `orchestrator_id`. Returns `None` on SQLite. The listener has its
 /// own one-connection pool, so a machine holds at most its query pool plus this one.
-pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<()>> {
+pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>> {
     if url.is_sqlite() {
         return None;
     }
@@ -25,7 +57,8 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<()>> {
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy(&url.expose())
         .ok()?;
-    let (tx, rx) = mpsc::channel(1);
+    // Room for a few hints: a due time must not be lost behind a pending "poll now".
+    let (tx, rx) = mpsc::channel(16);
     let orch = orchestrator_id.to_string();
     tokio::spawn(async move {
         let mut wait = Duration::from_millis(200);
@@ -50,18 +83,18 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<()>> {
             }
             wait = Duration::from_millis(200);
             // We may have missed hints while (re)connecting.
-            let _ = tx.try_send(());
+            let _ = tx.try_send(Hint::Work);
             loop {
                 match listener.try_recv().await {
                     Ok(Some(n)) => {
-                        if n.payload() == orch {
-                            // Full channel means a wake-up is already pending: fine.
-                            let _ = tx.try_send(());
+                        if let Some(hint) = Hint::parse(n.payload(), &orch) {
+                            // A full channel means plenty of wake-ups are pending: fine.
+                            let _ = tx.try_send(hint);
                         }
                     }
                     Ok(None) => {
                         // Connection lost; sqlx reconnects and re-LISTENs on the next call.
-                        let _ = tx.try_send(());
+                        let _ = tx.try_send(Hint::Work);
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "LISTEN connection broke");
@@ -75,4 +108,21 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<()>> {
         }
     });
     Some(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trigger's three payloads parse; another orchestrator's (even a prefix) does not.
+    #[test]
+    fn payloads_parse() {
+        assert_eq!(Hint::parse("team", "team"), Some(Hint::Work));
+        assert_eq!(Hint::parse("team due 40000", "team"), Some(Hint::DueIn(Duration::from_secs(40))));
+        assert_eq!(Hint::parse("team cancel", "team"), Some(Hint::Cancel));
+        assert_eq!(Hint::parse("teammate", "team"), None);
+        assert_eq!(Hint::parse("teammate due 5", "team"), None);
+        assert_eq!(Hint::parse("other", "team"), None);
+        assert_eq!(Hint::parse("team due soon", "team"), None);
+    }
 }

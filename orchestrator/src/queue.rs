@@ -36,16 +36,25 @@ use crate::retry::{self, Budget};
 const PG_NOW: &str = "((extract(epoch from now()) * 1000)::bigint)";
 const SQLITE_NOW: &str = "(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))";
 
-/// The herd-free pick: the oldest claimable rows, skipping rows another claimer holds.
-/// `{LIMIT}` is the placeholder of the batch size. Ordered by `(created_at, id)`, which only
-/// the partial index `dispatch_queue_pick` serves (ordering by `id` alone let the planner walk
-/// the primary key past every claimed row; see the migration that made the index).
+/// The herd-free pick: the claimable rows that are due, highest priority first, then by when
+/// they became claimable (`run_at`: enqueue, scheduled start or end of a retry backoff), then
+/// by id; skipping rows another claimer holds. `{LIMIT}` is the placeholder of the batch size.
+/// The order is exactly the key of the partial index `dispatch_queue_pick`, so the index
+/// serves it with no sort, and no other index can (ordering by `id` alone once let the
+/// planner walk the primary key past every claimed row; see the claim-order migration).
 const PICK: &str = "SELECT id FROM dispatch_queue
                      WHERE orchestrator_id = $1
-                       AND claimed_at IS NULL AND {CLAIMABLE}
-                     ORDER BY created_at, id
+                       AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
+                     ORDER BY priority DESC, run_at, id
                      LIMIT {LIMIT}
                      {SKIP_LOCKED}";
+
+/// Milliseconds from now until the next claimable job of orchestrator $1 is due, for a poll
+/// that found nothing due (its timer is capped by it). Scans only the claimable rows that are
+/// not yet due.
+const NEXT_DUE: &str = "SELECT MIN(run_at) - {NOW} AS next_due FROM dispatch_queue
+                         WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE}
+                           AND run_at > {NOW}";
 
 /// The claim of what `picked` chose ($2 is the machine). The precondition is repeated in
 /// the WHERE so that a row claimed by someone else in between is simply not ours.
@@ -53,12 +62,14 @@ const CLAIM_PICKED: &str = "UPDATE dispatch_queue
                     SET state = 'running', claimed_at = {NOW}, heartbeat_at = {NOW},
                         claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1
                   WHERE id IN (SELECT id FROM picked)
-                    AND claimed_at IS NULL AND {CLAIMABLE}
+                    AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
                  RETURNING id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state";
 
+/// A claim's history detail, over the claimed row.
+const ATTEMPT: &str = "'attempt ' || attempts";
+
 /// The history of a claim: kind and detail over the claimed row.
-const CLAIMED: History<'static> =
-    History { kind: "'claimed'", machine: None, detail: Detail::Expr("'attempt ' || attempts") };
+const CLAIMED: History<'static> = History { kind: "'claimed'", machine: None, detail: Detail::Attempt };
 
 /// A machine's presence row, $1..$8 in the order of [`presence_values`].
 const PRESENCE_UPSERT: &str = "INSERT INTO machines
@@ -88,10 +99,49 @@ fn states(sql: &str) -> String {
         .replace("{RUNNING}", &state_in(&[JobState::Running]))
         .replace("{FINISHED}", &state_in(&JobState::FINISHED))
         .replace("{REQUEUEABLE}", &state_in(&JobState::REQUEUEABLE))
+        .replace("{LIVE}", &state_in(&JobState::LIVE))
+}
+
+/// `run_at` as RFC 3339 (UTC), for history details.
+const PG_RUN_AT_ISO: &str =
+    "to_char(to_timestamp(run_at / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
+const SQLITE_RUN_AT_ISO: &str = "strftime('%Y-%m-%dT%H:%M:%SZ', run_at / 1000, 'unixepoch')";
+
+/// The retry backoff of the row's current attempt, in ms: `base * 2^(attempts-1)`, capped,
+/// times the jitter factor `$j`. The job's own values win; `$b`/`$m` are the runner's. Integer
+/// shifts and CASE keep it the same SQL on both backends (SQLite has no `power`).
+fn backoff_ms(b: &str, m: &str, j: &str) -> String {
+    let base = format!("COALESCE(retry_backoff_ms, {b})");
+    let cap = format!("COALESCE(retry_backoff_max_ms, {m})");
+    let raw = format!(
+        "({base} * (CAST(1 AS BIGINT) << (CASE WHEN attempts > 31 THEN 30 WHEN attempts < 1 THEN 0 \
+         ELSE attempts - 1 END)))"
+    );
+    format!("CAST((CASE WHEN {raw} > {cap} THEN {cap} ELSE {raw} END) * {j} AS BIGINT)")
+}
+
+/// `CASE` of the state a job ends a claim in: `cancelled` when a cancel was asked for, else
+/// `otherwise` (an SQL expression). Every statement that ends a claim uses it, so a cancel
+/// that was accepted is never overwritten by a completion, a retry or a hand-off.
+fn unless_cancelled(otherwise: &str) -> String {
+    format!("CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE {otherwise} END")
+}
+
+/// The history kind over a changed row: `cancelled` if it ended cancelled, `dead` if dead,
+/// else `other`.
+fn kind_of_end(other: &str) -> String {
+    format!(
+        "CASE WHEN state = 'cancelled' THEN '{}' WHEN state = 'dead' THEN '{}' ELSE '{other}' END",
+        event::CANCELLED,
+        event::DEAD
+    )
 }
 
 fn postgres_dialect(sql: &str) -> String {
-    states(sql).replace("{NOW}", PG_NOW).replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED")
+    states(sql)
+        .replace("{NOW}", PG_NOW)
+        .replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED")
+        .replace("{RUN_AT_ISO}", PG_RUN_AT_ISO)
 }
 
 fn presence_values(p: &Presence<'_>) -> Vec<Value> {
@@ -121,14 +171,11 @@ struct History<'a> {
 #[derive(Clone, Debug)]
 enum Detail {
     None,
+    /// `attempt N` (a claim's detail).
+    Attempt,
     Text(String),
-    /// An SQL expression over the changed row.
-    Expr(&'static str),
-}
-
-/// `'dead'` when the change left the row dead, else `other`.
-fn dead_or(other: &str) -> String {
-    format!("CASE WHEN state = 'dead' THEN '{}' ELSE '{other}' END", event::DEAD)
+    /// An SQL expression over the changed row (built here, never from user text).
+    Expr(String),
 }
 
 /// A job this machine now holds. `token` must accompany every later write.
@@ -146,10 +193,30 @@ pub struct Claim {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailOutcome {
-    /// Back in the queue for another attempt.
+    /// Back in the queue for another attempt, after the retry backoff.
     WillRetry,
     /// Out of attempts.
     Dead,
+    /// A cancel had been asked for: the job ends cancelled.
+    Cancelled,
+}
+
+impl FailOutcome {
+    fn of_state(state: &str) -> Self {
+        match JobState::parse(state) {
+            Some(JobState::Dead) => FailOutcome::Dead,
+            Some(JobState::Cancelled) => FailOutcome::Cancelled,
+            _ => FailOutcome::WillRetry,
+        }
+    }
+
+    fn of_event(kind: &str) -> Self {
+        match kind {
+            event::DEAD => FailOutcome::Dead,
+            event::CANCELLED => FailOutcome::Cancelled,
+            _ => FailOutcome::WillRetry,
+        }
+    }
 }
 
 /// A claim the sweep released (or killed).
@@ -180,8 +247,37 @@ pub struct JobRow {
     pub completed_at: Option<i64>,
     pub last_error: Option<String>,
     pub max_attempts: i32,
+    pub unique_key: Option<String>,
+    pub priority: i32,
+    /// Claimable from this database time (ms).
+    pub run_at: i64,
+    /// What the agent said it did, and a link (its result file).
+    pub summary: Option<String>,
+    pub url: Option<String>,
+    pub cancel_requested_by: Option<String>,
+    pub finished_at: Option<i64>,
     /// The database clock when the row was read, so ages need no local clock.
     pub now: i64,
+}
+
+impl JobRow {
+    /// How long until a waiting job may be claimed, if it is waiting for a time.
+    pub fn wait(&self) -> Option<Duration> {
+        let claimable = JobState::parse(&self.state).is_some_and(|s| JobState::CLAIMABLE.contains(&s));
+        (claimable && self.run_at > self.now).then(|| Duration::from_millis((self.run_at - self.now) as u64))
+    }
+
+    /// "retry in 1m 20s" (a failed attempt's backoff), "starts in 10m" (a scheduled or parked
+    /// job), or nothing.
+    pub fn waiting_text(&self) -> Option<String> {
+        let wait = self.wait()?;
+        let text = humantime::format_duration(Duration::from_secs(Ord::max(wait.as_secs(), 1))).to_string();
+        Some(if self.state == JobState::Failed.as_str() {
+            format!("retry in {text}")
+        } else {
+            format!("starts in {text}")
+        })
+    }
 }
 
 /// One entry of a job's history: why it moved.
@@ -234,11 +330,13 @@ pub struct PollExtras<'a> {
     pub stale_after: Option<Duration>,
 }
 
-/// A poll's answer: the claims, and whether a sweep has something to do.
+/// A poll's answer: the claims, whether a sweep has something to do, and, when the poll
+/// claimed fewer than it asked for, how long until the next waiting job is due.
 #[derive(Clone, Debug, Default)]
 pub struct Polled {
     pub claims: Vec<Claim>,
     pub stale: bool,
+    pub next_due: Option<Duration>,
 }
 
 /// Counts of an orchestrator's jobs by state.
@@ -268,17 +366,198 @@ pub struct Queue {
     bound: Duration,
 }
 
+/// The longest dedupe key, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+
+/// When a new job may first be claimed (on the database clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Start {
+    #[default]
+    Now,
+    /// At this time, in milliseconds since the epoch.
+    At(i64),
+    /// This long after the database receives the job.
+    After(Duration),
+}
+
+/// A retry backoff: attempt n waits `base * 2^(n-1)`, at most `max`, with ±10 % jitter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Backoff {
+    #[serde(with = "humantime_serde")]
+    pub base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max: Duration,
+}
+
+impl Backoff {
+    pub const DEFAULT: Backoff = Backoff { base: Duration::from_secs(30), max: Duration::from_secs(3600) };
+
+    /// Refuses a backoff the statements cannot compute (zero, or past 30 days).
+    pub fn validate(&self) -> Result<()> {
+        let month = Duration::from_secs(30 * 86_400);
+        if self.base.is_zero() || self.base > month || self.max > month * 12 {
+            return Err(Error::Invalid(
+                "the retry backoff must be between 1 ms and 30 days (its cap at most a year)".into(),
+            ));
+        }
+        if self.max < self.base {
+            return Err(Error::Invalid("the retry backoff's maximum must not be below its base".into()));
+        }
+        Ok(())
+    }
+
+    /// The wait after failed attempt `attempt` (1-based), before jitter.
+    pub fn delay(&self, attempt: i32) -> Duration {
+        let shift = attempt.clamp(1, 31) as u32 - 1;
+        Ord::min(self.base.saturating_mul(1u32 << Ord::min(shift, 30)), self.max)
+    }
+
+    fn ms(&self) -> (i64, i64) {
+        (millis(self.base), millis(self.max))
+    }
+}
+
+/// ±10 %, so jobs that failed together do not come back together.
+fn jitter() -> f64 {
+    use rand::Rng;
+    rand::rng().random_range(0.9..=1.1)
+}
+
+/// A non-negative count of milliseconds as a duration.
+fn ms_duration(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
 /// Jobs added to the queue carry these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobOptions {
     /// Attempts before the job is dead; stored on the row, read by the sweep and the fail path.
     pub max_attempts: i32,
+    /// A dedupe key: while a job with this key is live on the orchestrator, no other is added.
+    pub key: Option<String>,
+    /// Higher runs first.
+    pub priority: i32,
+    pub start: Start,
+    /// The job's own retry backoff; `None` leaves it to the runner's setting.
+    pub backoff: Option<Backoff>,
 }
 
 impl Default for JobOptions {
     fn default() -> Self {
-        Self { max_attempts: 3 }
+        Self { max_attempts: 3, key: None, priority: 0, start: Start::Now, backoff: None }
     }
+}
+
+impl JobOptions {
+    fn validate(&self) -> Result<()> {
+        if self.max_attempts < 1 {
+            return Err(Error::Invalid("max attempts must be at least 1".into()));
+        }
+        if let Some(k) = &self.key {
+            validate_key(k)?;
+        }
+        if let Some(b) = &self.backoff {
+            b.validate()?;
+        }
+        Ok(())
+    }
+
+    /// `(absolute ms, delay ms)` for the insert's `COALESCE($abs, {NOW} + $delay)`.
+    fn start_values(&self) -> (Option<i64>, i64) {
+        match self.start {
+            Start::Now => (None, 0),
+            Start::At(ms) => (Some(ms), 0),
+            Start::After(d) => (None, millis(d)),
+        }
+    }
+}
+
+/// A dedupe key is non-empty, printable and at most [`MAX_KEY_LEN`] bytes.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.trim().is_empty() {
+        return Err(Error::Invalid("the key must not be empty".into()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::Invalid(format!(
+            "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed (hash a longer identifier)",
+            key.len()
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(Error::Invalid("the key must not contain control characters".into()));
+    }
+    Ok(())
+}
+
+/// What an enqueue did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Enqueued {
+    pub id: i64,
+    /// Set when nothing was added because a live job has the same key: its state.
+    pub existing: Option<JobState>,
+}
+
+/// What a renewal found: the claims still held, and those of them whose cancel was asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Renewed {
+    pub kept: Vec<(i64, i64)>,
+    pub cancel: Vec<(i64, i64)>,
+}
+
+impl From<Vec<(i64, i64)>> for Renewed {
+    fn from(kept: Vec<(i64, i64)>) -> Self {
+        Self { kept, cancel: vec![] }
+    }
+}
+
+/// What a cancel did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum CancelOutcome {
+    /// It was waiting; now it is cancelled.
+    Cancelled,
+    /// It is running: its holder stops the agent at its next renewal (or at once on NOTIFY).
+    Requested { holder: Option<String> },
+}
+
+/// Why an agent asked to be tried later, and until when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// At this time (ms since the epoch).
+    At(i64),
+    /// This long from now (database clock).
+    In(Duration),
+    /// After the job's retry backoff.
+    Backoff,
+}
+
+/// How long finished work is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Completed and cancelled jobs, with their history.
+    pub finished: Duration,
+    /// Dead jobs, with their history.
+    pub dead: Duration,
+    /// Machines not seen for this long.
+    pub machines: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        let day = Duration::from_secs(86_400);
+        Self { finished: day * 14, dead: day * 30, machines: day * 30 }
+    }
+}
+
+/// What a prune deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    pub jobs: u64,
+    pub machines: u64,
 }
 
 impl Queue {
@@ -318,7 +597,11 @@ impl Queue {
     fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
         let sql = match self.backend {
             DbBackend::Postgres => postgres_dialect(sql),
-            _ => states(sql).replace("{NOW}", SQLITE_NOW).replace("{SKIP_LOCKED}", "").replace('$', "?"),
+            _ => states(sql)
+                .replace("{NOW}", SQLITE_NOW)
+                .replace("{SKIP_LOCKED}", "")
+                .replace("{RUN_AT_ISO}", SQLITE_RUN_AT_ISO)
+                .replace('$', "?"),
         };
         Statement::from_sql_and_values(self.backend, sql, values)
     }
@@ -348,6 +631,7 @@ impl Queue {
             let machine = format!("COALESCE(${}, claimed_by)", values.len());
             let detail = match &h.detail {
                 Detail::None => "NULL".to_string(),
+                Detail::Attempt => ATTEMPT.to_string(),
                 Detail::Expr(e) => e.to_string(),
                 Detail::Text(t) => {
                     values.push(t.clone().into());
@@ -380,6 +664,7 @@ impl Queue {
         let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
         let detail = match &h.detail {
             Detail::None => "NULL".to_string(),
+            Detail::Attempt => ATTEMPT.to_string(),
             Detail::Expr(e) => e.to_string(),
             Detail::Text(t) => {
                 values.push(t.clone().into());
@@ -413,14 +698,49 @@ impl Queue {
         self.enqueue_with(orchestrator_id, payload, JobOptions::default()).await
     }
 
-    /// Adds a job with `opts`.
+    /// Adds a job with `opts`; the id of the job added, or of the live job with the same key.
     pub async fn enqueue_with(
         &self,
         orchestrator_id: &str,
         payload: &serde_json::Value,
         opts: JobOptions,
     ) -> Result<i64> {
-        Ok(self.enqueue_many_with(orchestrator_id, std::slice::from_ref(payload), opts).await?[0])
+        Ok(self.enqueue_keyed(orchestrator_id, payload, &opts).await?.id)
+    }
+
+    /// Adds a job, or, when `opts.key` names a live job of this orchestrator, adds nothing and
+    /// says which job that is. "Live" is the partial unique index `dispatch_queue_live_key`:
+    /// the insert is `ON CONFLICT DO NOTHING`, never a read-then-insert, so two producers
+    /// racing with the same key add one job. The read that follows a conflict names the
+    /// winner; if that job finished in between, the insert is simply tried again.
+    pub async fn enqueue_keyed(
+        &self,
+        orchestrator_id: &str,
+        payload: &serde_json::Value,
+        opts: &JobOptions,
+    ) -> Result<Enqueued> {
+        validate_orchestrator(orchestrator_id)?;
+        opts.validate()?;
+        check_payloads(std::slice::from_ref(payload))?;
+        for _ in 0..5 {
+            let (sql, values) = insert_jobs(orchestrator_id, std::slice::from_ref(payload), opts);
+            if let Some(id) = ids_of(&self.query(&sql, values).await?)?.first() {
+                return Ok(Enqueued { id: *id, existing: None });
+            }
+            let Some(key) = &opts.key else { break };
+            let rows = self
+                .query(
+                    "SELECT id, state FROM dispatch_queue
+                      WHERE orchestrator_id = $1 AND unique_key = $2 AND unique_key IS NOT NULL AND {LIVE}",
+                    vec![orchestrator_id.into(), key.clone().into()],
+                )
+                .await?;
+            if let Some(r) = rows.first() {
+                let state = JobState::parse(&r.try_get::<String>("", "state")?).unwrap_or(JobState::Queued);
+                return Ok(Enqueued { id: r.try_get("", "id")?, existing: Some(state) });
+            }
+        }
+        Err(Error::Invalid("the job could not be added: its key kept changing hands; try again".into()))
     }
 
     /// Adds many jobs with the default options.
@@ -429,6 +749,7 @@ impl Queue {
     }
 
     /// Adds many jobs in one statement (in chunks that stay under bind-parameter limits).
+    /// A key names one job, so `opts.key` must be unset here.
     pub async fn enqueue_many_with(
         &self,
         orchestrator_id: &str,
@@ -436,31 +757,15 @@ impl Queue {
         opts: JobOptions,
     ) -> Result<Vec<i64>> {
         validate_orchestrator(orchestrator_id)?;
-        if opts.max_attempts < 1 {
-            return Err(Error::Invalid("max attempts must be at least 1".into()));
+        opts.validate()?;
+        if opts.key.is_some() {
+            return Err(Error::Invalid("a key names one job: enqueue keyed jobs one at a time".into()));
         }
-        if let Some(bad) = payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
-            return Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1)));
-        }
+        check_payloads(payloads)?;
         let mut ids = Vec::with_capacity(payloads.len());
         for chunk in payloads.chunks(200) {
-            let mut sql =
-                String::from("INSERT INTO dispatch_queue (orchestrator_id, payload, title, max_attempts) VALUES ");
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 4);
-            for (i, p) in chunk.iter().enumerate() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                let n = values.len();
-                sql.push_str(&format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4));
-                values.push(orchestrator_id.into());
-                values.push(Value::from(p.clone()));
-                values.push(title_of(p).into());
-                values.push(opts.max_attempts.into());
-            }
-            sql.push_str(" RETURNING id");
-            let rows = self.query(&sql, values).await?;
-            ids.extend(ids_of(&rows)?);
+            let (sql, values) = insert_jobs(orchestrator_id, chunk, &opts);
+            ids.extend(ids_of(&self.query(&sql, values).await?)?);
         }
         ids.sort_unstable();
         Ok(ids)
@@ -475,7 +780,7 @@ impl Queue {
     ///    SET state = 'running', claimed_at = {NOW}, heartbeat_at = {NOW}, claimed_by = $3,
     ///        claim_token = claim_token + 1, attempts = attempts + 1
     ///  WHERE id = $1 AND orchestrator_id = $2
-    ///    AND claimed_at IS NULL AND state IN ('queued','failed')
+    ///    AND claimed_at IS NULL AND state IN ('queued','failed') AND run_at <= {NOW}
     /// RETURNING *
     /// ```
     ///
@@ -486,14 +791,15 @@ impl Queue {
         let update = dq::Entity::update_many()
             .col_expr(dq::Column::State, Expr::value(JobState::Running.as_str()))
             .col_expr(dq::Column::ClaimedAt, now.clone())
-            .col_expr(dq::Column::HeartbeatAt, now)
+            .col_expr(dq::Column::HeartbeatAt, now.clone())
             .col_expr(dq::Column::ClaimedBy, Expr::value(machine))
             .col_expr(dq::Column::ClaimToken, Expr::col(dq::Column::ClaimToken).add(1))
             .col_expr(dq::Column::Attempts, Expr::col(dq::Column::Attempts).add(1))
             .filter(dq::Column::Id.eq(id))
             .filter(dq::Column::OrchestratorId.eq(orchestrator_id))
             .filter(dq::Column::ClaimedAt.is_null())
-            .filter(dq::Column::State.is_in(claimable));
+            .filter(dq::Column::State.is_in(claimable))
+            .filter(Expr::col(dq::Column::RunAt).lte(now));
         // The builder's UPDATE with the RETURNING that `change` needs: then the claim and its
         // history are one statement on PostgreSQL too.
         let built = update.build(self.backend);
@@ -510,8 +816,8 @@ impl Queue {
         let rows = self
             .query(
                 "SELECT id FROM dispatch_queue
-                  WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE}
-                  ORDER BY created_at, id LIMIT $2",
+                  WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
+                  ORDER BY priority DESC, run_at, id LIMIT $2",
                 vec![orchestrator_id.into(), i64::from(limit).into()],
             )
             .await?;
@@ -559,7 +865,8 @@ impl Queue {
             }
             let claims =
                 if limit == 0 { vec![] } else { self.claim_next_sqlite(orchestrator_id, machine, limit).await? };
-            return Ok(Polled { claims, stale: extras.stale_after.is_some() });
+            let next_due = if (claims.len() as u32) < limit { self.next_due(orchestrator_id).await? } else { None };
+            return Ok(Polled { claims, stale: extras.stale_after.is_some(), next_due });
         }
         // $1 orchestrator, $2 machine, then the presence values ($3..$8, as in
         // PRESENCE_UPSERT), then the limit and the staleness threshold.
@@ -586,18 +893,17 @@ impl Queue {
             "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED}), history AS (
                  INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
                  SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {{NOW}} FROM claimed)
-             SELECT c.*, s.stale FROM (SELECT {stale} AS stale) s LEFT JOIN claimed c ON true",
+             SELECT c.*, s.stale, s.next_due FROM (SELECT {stale} AS stale,
+                    CASE WHEN (SELECT COUNT(*) FROM claimed) < {{LIMIT}} THEN ({NEXT_DUE}) END AS next_due) s
+               LEFT JOIN claimed c ON true",
             kind = CLAIMED.kind,
-            detail = match CLAIMED.detail {
-                Detail::Expr(e) => e,
-                _ => "NULL",
-            },
+            detail = ATTEMPT,
         )
         .replace("{LIMIT}", &limit_at);
         let rows = self.query(&sql, values).await?;
-        let stale = match rows.first() {
-            Some(r) => r.try_get("", "stale")?,
-            None => false,
+        let (stale, next_due) = match rows.first() {
+            Some(r) => (r.try_get("", "stale")?, r.try_get::<Option<i64>>("", "next_due")?),
+            None => (false, None),
         };
         let mut claims = vec![];
         for r in &rows {
@@ -606,7 +912,17 @@ impl Queue {
             }
         }
         claims.sort_by_key(|c| c.id);
-        Ok(Polled { claims, stale })
+        Ok(Polled { claims, stale, next_due: next_due.map(ms_duration) })
+    }
+
+    /// How long until the next waiting job of the orchestrator is due, if one is waiting.
+    pub async fn next_due(&self, orchestrator_id: &str) -> Result<Option<Duration>> {
+        let rows = self.query(NEXT_DUE, vec![orchestrator_id.into()]).await?;
+        let ms = match rows.first() {
+            Some(r) => r.try_get::<Option<i64>>("", "next_due")?,
+            None => None,
+        };
+        Ok(ms.map(ms_duration))
     }
 
     // ---------------------------------------------------------------- fenced writes
@@ -616,8 +932,14 @@ impl Queue {
     /// been lost. Matching by pair matters: a late answer about an old claim of a job must
     /// never be read as news about a newer claim of the same job.
     pub async fn renew(&self, held: &[(i64, i64)]) -> Result<Vec<(i64, i64)>> {
+        Ok(self.renew_leases(held).await?.kept)
+    }
+
+    /// [`Queue::renew`], also naming the held jobs whose cancel a user asked for: the holder
+    /// learns it from the renewal it sends anyway, with no extra statement.
+    pub async fn renew_leases(&self, held: &[(i64, i64)]) -> Result<Renewed> {
         if held.is_empty() {
-            return Ok(vec![]);
+            return Ok(Renewed::default());
         }
         let (pairs, values) = pair_list(held, 0);
         let rows = self
@@ -625,53 +947,68 @@ impl Queue {
                 &format!(
                     "UPDATE dispatch_queue SET heartbeat_at = {{NOW}}
                       WHERE (id, claim_token) IN ({pairs}) AND {{RUNNING}}
-                     RETURNING id, claim_token"
+                     RETURNING id, claim_token, cancel_requested_at"
                 ),
                 values,
             )
             .await?;
-        pairs_of(&rows)
+        let mut out = Renewed { kept: pairs_of(&rows)?, cancel: vec![] };
+        for r in &rows {
+            if r.try_get::<Option<i64>>("", "cancel_requested_at")?.is_some() {
+                out.cancel.push((r.try_get("", "id")?, r.try_get("", "claim_token")?));
+            }
+        }
+        Ok(out)
     }
 
     /// Completes one job if we still own it. `Ok(false)` means the lease was lost and the
-    /// completion was rejected (and recorded as such).
+    /// completion was rejected (and recorded as such). A job whose cancel was accepted first
+    /// ends cancelled, not completed (still `Ok(true)`: the claim ended as it should).
     pub async fn complete(&self, id: i64, token: i64, machine: &str) -> Result<bool> {
-        Ok(self.complete_many(&[(id, token)], machine).await?.contains(&(id, token)))
+        Ok(self.complete_many(&[(id, token)], machine).await?.iter().any(|(p, _)| *p == (id, token)))
     }
 
-    /// Completes many claims in one fenced statement; returns the (id, token) pairs accepted.
-    /// Rejected ones (lease lost) get a `completion_rejected` history entry. One batch may
-    /// name the same job twice, under an old claim and a new one: only the current one wins.
-    pub async fn complete_many(&self, done: &[(i64, i64)], machine: &str) -> Result<Vec<(i64, i64)>> {
+    /// Completes many claims in one fenced statement; returns the (id, token) pairs accepted,
+    /// each with the state it ended in (`completed`, or `cancelled` when a cancel had been
+    /// asked for). Rejected ones (lease lost) get a `completion_rejected` history entry. One
+    /// batch may name the same job twice, under an old claim and a new one: only the current
+    /// one wins.
+    pub async fn complete_many(&self, done: &[(i64, i64)], machine: &str) -> Result<Vec<((i64, i64), JobState)>> {
         if done.is_empty() {
             return Ok(vec![]);
         }
         let (pairs, values) = pair_list(done, 0);
         let update = format!(
             "UPDATE dispatch_queue
-                SET state = 'completed', completed_at = {{NOW}}, last_error = NULL
+                SET state = {ends}, completed_at = {{NOW}}, finished_at = {{NOW}}, claimed_at = NULL,
+                    last_error = CASE WHEN cancel_requested_at IS NULL THEN NULL
+                                      ELSE 'cancelled by ' || COALESCE(cancel_requested_by, '?') END
               WHERE (id, claim_token) IN ({pairs}) AND {{RUNNING}}
-             RETURNING id, claim_token, orchestrator_id, claimed_by, state"
+             RETURNING id, claim_token, orchestrator_id, claimed_by, state",
+            ends = unless_cancelled("'completed'")
         );
-        let history = History { kind: "'completed'", machine: Some(machine), detail: Detail::None };
+        let history = History { kind: &kind_of_end(event::COMPLETED), machine: Some(machine), detail: Detail::None };
         let rows = self.change(&update, values, &history).await?;
-        let mut accepted = pairs_of(&rows)?;
-        let mut rejected: Vec<(i64, i64)> = done.iter().copied().filter(|p| !accepted.contains(p)).collect();
+        let mut accepted = ended_of(&rows)?;
+        let mut rejected: Vec<(i64, i64)> =
+            done.iter().copied().filter(|p| !accepted.iter().any(|(a, _)| a == p)).collect();
         if !rejected.is_empty() {
             // A retry after a lost reply (say, the server restarted just after committing)
-            // finds its own earlier completion: same token, already completed. That is ours.
+            // finds its own earlier completion: same token, already ended. That is ours.
             let (pairs, values) = pair_list(&rejected, 0);
             let rows = self
                 .query(
                     &format!(
-                        "SELECT id, claim_token FROM dispatch_queue
-                          WHERE (id, claim_token) IN ({pairs}) AND state = 'completed'"
+                        "SELECT id, claim_token, state FROM dispatch_queue
+                          WHERE (id, claim_token) IN ({pairs}) AND state IN ('completed','cancelled')
+                            AND claimed_by = ${}",
+                        2 * rejected.len() + 1
                     ),
-                    values,
+                    values.into_iter().chain([Value::from(machine)]).collect(),
                 )
                 .await?;
-            let ours = pairs_of(&rows)?;
-            rejected.retain(|p| !ours.contains(p));
+            let ours = ended_of(&rows)?;
+            rejected.retain(|p| !ours.iter().any(|(o, _)| o == p));
             accepted.extend(ours);
         }
         for (id, token) in rejected {
@@ -689,21 +1026,42 @@ impl Queue {
         Ok(accepted)
     }
 
-    /// Fails the current attempt if we still own it: back to the queue, or dead once it has
-    /// used the job's own `max_attempts`. `Ok(None)` means the lease was lost; nothing was
-    /// written but a note.
+    /// Fails the current attempt if we still own it: claimable again after the retry backoff
+    /// (the job's own, else `defaults`), or dead once it has used the job's own
+    /// `max_attempts`, or cancelled if a cancel was asked for. `Ok(None)` means the lease was
+    /// lost; nothing was written but a note.
     pub async fn fail(&self, id: i64, token: i64, machine: &str, error: &str) -> Result<Option<FailOutcome>> {
+        self.fail_with(id, token, machine, error, Backoff::DEFAULT).await
+    }
+
+    /// [`Queue::fail`] with the runner's backoff for jobs that carry none.
+    pub async fn fail_with(
+        &self,
+        id: i64,
+        token: i64,
+        machine: &str,
+        error: &str,
+        defaults: Backoff,
+    ) -> Result<Option<FailOutcome>> {
+        let (base, max) = defaults.ms();
+        let ends = unless_cancelled("CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'failed' END");
+        let finished = "(cancel_requested_at IS NOT NULL OR attempts >= max_attempts)";
         let rows = self
             .change(
-                "UPDATE dispatch_queue
-                    SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'failed' END,
-                        dead_at = CASE WHEN attempts >= max_attempts THEN {NOW} ELSE NULL END,
-                        failed_at = {NOW}, claimed_at = NULL, last_error = $3
-                  WHERE id = $1 AND claim_token = $2 AND {RUNNING}
-                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
-                vec![id.into(), token.into(), truncate(error, 2000).into()],
+                &format!(
+                    "UPDATE dispatch_queue
+                        SET state = {ends},
+                            dead_at = CASE WHEN {finished} THEN {{NOW}} ELSE NULL END,
+                            finished_at = CASE WHEN {finished} THEN {{NOW}} ELSE NULL END,
+                            run_at = CASE WHEN {finished} THEN run_at ELSE {{NOW}} + {backoff} END,
+                            failed_at = {{NOW}}, claimed_at = NULL, last_error = $3
+                      WHERE id = $1 AND claim_token = $2 AND {{RUNNING}}
+                     RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                    backoff = backoff_ms("$4", "$5", "$6")
+                ),
+                vec![id.into(), token.into(), truncate(error, 2000).into(), base.into(), max.into(), jitter().into()],
                 &History {
-                    kind: &dead_or(event::FAILED),
+                    kind: &kind_of_end(event::FAILED),
                     machine: Some(machine),
                     detail: Detail::Text(truncate(error, 500)),
                 },
@@ -711,32 +1069,147 @@ impl Queue {
             .await?;
         let Some(row) = rows.first() else {
             // A retry whose first try committed but lost its answer finds its own event.
-            if let Some(kind) = self.own_event(id, token, machine, &[event::FAILED, event::DEAD]).await? {
-                return Ok(Some(if kind == event::DEAD { FailOutcome::Dead } else { FailOutcome::WillRetry }));
+            let kinds = [event::FAILED, event::DEAD, event::CANCELLED];
+            if let Some(kind) = self.own_event(id, token, machine, &kinds).await? {
+                return Ok(Some(FailOutcome::of_event(&kind)));
             }
             self.note_now(id, event::LEASE_LOST, machine, Some(token), "failure not recorded: lease lost").await;
             return Ok(None);
         };
-        let dead = row.try_get::<String>("", "state")? == JobState::Dead.as_str();
-        Ok(Some(if dead { FailOutcome::Dead } else { FailOutcome::WillRetry }))
+        Ok(Some(FailOutcome::of_state(&row.try_get::<String>("", "state")?)))
     }
 
-    /// Hands a job back so another machine can take it at once. The attempt is not counted
-    /// against the job: handing off is a choice, not a failure.
-    pub async fn release(&self, id: i64, token: i64, machine: &str, reason: &str) -> Result<bool> {
+    /// Parks the current attempt (the agent exited 75, "try later"): handed back without
+    /// counting the attempt, claimable again at `after`. A job whose cancel was asked for ends
+    /// cancelled instead. `Ok(None)` means the lease was lost. On success, the database time
+    /// (ms) from which the job is claimable again.
+    pub async fn park(
+        &self,
+        id: i64,
+        token: i64,
+        machine: &str,
+        after: RetryAfter,
+        defaults: Backoff,
+    ) -> Result<Option<(JobState, i64)>> {
+        let (base, max) = defaults.ms();
+        let (at, wait): (Option<i64>, Option<i64>) = match after {
+            RetryAfter::At(ms) => (Some(ms), None),
+            RetryAfter::In(d) => (None, Some(millis(d))),
+            RetryAfter::Backoff => (None, None),
+        };
+        let why = match after {
+            RetryAfter::At(_) | RetryAfter::In(_) => "the agent asked to be tried later (exit 75, retry_after)",
+            RetryAfter::Backoff => "the agent asked to be tried later (exit 75; no retry_after, so the retry backoff)",
+        };
+        let rows = self
+            .change(
+                &format!(
+                    "UPDATE dispatch_queue
+                        SET state = {ends},
+                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
+                            run_at = CASE WHEN cancel_requested_at IS NOT NULL THEN run_at
+                                          ELSE COALESCE($3, {{NOW}} + COALESCE($4, {backoff})) END,
+                            claimed_at = NULL, attempts = attempts - 1, last_error = $8
+                      WHERE id = $1 AND claim_token = $2 AND {{RUNNING}}
+                     RETURNING id, orchestrator_id, claim_token, claimed_by, state, run_at",
+                    ends = unless_cancelled("'queued'"),
+                    backoff = backoff_ms("$5", "$6", "$7"),
+                ),
+                vec![
+                    id.into(),
+                    token.into(),
+                    at.into(),
+                    wait.into(),
+                    base.into(),
+                    max.into(),
+                    jitter().into(),
+                    why.into(),
+                ],
+                &History {
+                    kind: &kind_of_end(event::PARKED),
+                    machine: Some(machine),
+                    detail: Detail::Expr(format!("'{why}; claimable again at ' || {{RUN_AT_ISO}}")),
+                },
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            self.note_now(id, event::LEASE_LOST, machine, Some(token), "park not recorded: lease lost").await;
+            return Ok(None);
+        };
+        let state = JobState::parse(&row.try_get::<String>("", "state")?).unwrap_or(JobState::Queued);
+        Ok(Some((state, row.try_get("", "run_at")?)))
+    }
+
+    /// Keeps what the agent said it did (its result file) on the job, if we still hold it.
+    pub async fn record_result(&self, id: i64, token: i64, summary: Option<&str>, url: Option<&str>) -> Result<bool> {
+        let n = self
+            .exec(
+                "UPDATE dispatch_queue SET summary = $3, result_url = $4
+                  WHERE id = $1 AND claim_token = $2 AND {RUNNING}",
+                vec![
+                    id.into(),
+                    token.into(),
+                    summary.map(|s| truncate(s, 4000)).into(),
+                    url.map(|s| truncate(s, 2000)).into(),
+                ],
+            )
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Ends a claim whose cancel was asked for, after its holder stopped the agent. History
+    /// names the holder (who stopped it) and, in the detail, who asked.
+    pub async fn finish_cancel(&self, id: i64, token: i64, machine: &str) -> Result<bool> {
         let rows = self
             .change(
                 "UPDATE dispatch_queue
-                    SET state = 'queued', claimed_at = NULL, attempts = attempts - 1
-                  WHERE id = $1 AND claim_token = $2 AND {RUNNING}
-                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                    SET state = 'cancelled', finished_at = {NOW}, claimed_at = NULL,
+                        last_error = 'cancelled by ' || COALESCE(cancel_requested_by, '?')
+                  WHERE id = $1 AND claim_token = $2 AND {RUNNING} AND cancel_requested_at IS NOT NULL
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state, cancel_requested_by",
                 vec![id.into(), token.into()],
-                &History { kind: "'handed_off'", machine: Some(machine), detail: Detail::Text(reason.to_string()) },
+                &History {
+                    kind: "'cancelled'",
+                    machine: Some(machine),
+                    detail: Detail::Expr(
+                        "'agent stopped on ' || COALESCE(claimed_by, '?') || '; cancel asked by ' \
+                         || COALESCE(cancel_requested_by, '?')"
+                            .into(),
+                    ),
+                },
+            )
+            .await?;
+        if rows.is_empty() {
+            return Ok(self.own_event(id, token, machine, &[event::CANCELLED]).await?.is_some());
+        }
+        Ok(true)
+    }
+
+    /// Hands a job back so another machine can take it at once. The attempt is not counted
+    /// against the job: handing off is a choice, not a failure. A job whose cancel was asked
+    /// for ends cancelled instead.
+    pub async fn release(&self, id: i64, token: i64, machine: &str, reason: &str) -> Result<bool> {
+        let rows = self
+            .change(
+                &format!(
+                    "UPDATE dispatch_queue
+                        SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
+                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END
+                      WHERE id = $1 AND claim_token = $2 AND {{RUNNING}}
+                     RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                    ends = unless_cancelled("'queued'")
+                ),
+                vec![id.into(), token.into()],
+                &History {
+                    kind: &kind_of_end(event::HANDED_OFF),
+                    machine: Some(machine),
+                    detail: Detail::Text(reason.to_string()),
+                },
             )
             .await?;
         if rows.is_empty() {
             // A retry whose first try committed but lost its answer finds its own hand-off.
-            if self.own_event(id, token, machine, &[event::HANDED_OFF]).await?.is_some() {
+            if self.own_event(id, token, machine, &[event::HANDED_OFF, event::CANCELLED]).await?.is_some() {
                 return Ok(true);
             }
             let detail = format!("release not needed: lease already lost ({reason})");
@@ -769,13 +1242,17 @@ impl Queue {
     pub async fn release_machine(&self, orchestrator_id: &str, machine: &str) -> Result<Vec<i64>> {
         let rows = self
             .change(
-                "UPDATE dispatch_queue
-                    SET state = 'queued', claimed_at = NULL, attempts = attempts - 1
-                  WHERE orchestrator_id = $1 AND claimed_by = $2 AND {RUNNING}
-                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                &format!(
+                    "UPDATE dispatch_queue
+                        SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
+                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END
+                      WHERE orchestrator_id = $1 AND claimed_by = $2 AND {{RUNNING}}
+                     RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                    ends = unless_cancelled("'queued'")
+                ),
                 vec![orchestrator_id.into(), machine.into()],
                 &History {
-                    kind: "'handed_off'",
+                    kind: &kind_of_end(event::HANDED_OFF),
                     machine: Some(machine),
                     detail: Detail::Text("released by `devpilot release`".into()),
                 },
@@ -789,12 +1266,12 @@ impl Queue {
     // ---------------------------------------------------------------- sweep
 
     /// Releases every claim whose last sign of life is older than `claim_timeout`; a job that
-    /// has used its own `max_attempts` becomes dead instead. The staleness test is in this
-    /// same statement's WHERE, so a sweep can never touch a fresh claim or a finished job.
-    /// `orchestrator_id = None` sweeps every orchestrator (the backstop command).
+    /// has used its own `max_attempts` becomes dead instead, and one whose cancel was asked
+    /// for becomes cancelled. The staleness test is in this same statement's WHERE, so a
+    /// sweep can never touch a fresh claim or a finished job. `orchestrator_id = None` sweeps
+    /// every orchestrator (the backstop command).
     pub async fn sweep(&self, orchestrator_id: Option<&str>, claim_timeout: Duration) -> Result<Vec<Swept>> {
-        let timeout_ms = i64::try_from(claim_timeout.as_millis()).unwrap_or(i64::MAX / 4);
-        let mut values: Vec<Value> = vec![timeout_ms.into()];
+        let mut values: Vec<Value> = vec![millis(claim_timeout).into()];
         let scope = match orchestrator_id {
             Some(o) => {
                 values.push(o.into());
@@ -803,12 +1280,15 @@ impl Queue {
             None => "",
         };
         let detail = format!("no heartbeat for {}", humantime::format_duration(claim_timeout));
+        let ends = unless_cancelled("CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END");
+        let finished = "(cancel_requested_at IS NOT NULL OR attempts >= max_attempts)";
         let rows = self
             .change(
                 &format!(
                     "UPDATE dispatch_queue
-                        SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+                        SET state = {ends},
                             dead_at = CASE WHEN attempts >= max_attempts THEN {{NOW}} ELSE NULL END,
+                            finished_at = CASE WHEN {finished} THEN {{NOW}} ELSE NULL END,
                             claimed_at = NULL,
                             last_error = 'lease expired: no heartbeat from ' || COALESCE(claimed_by, '?')
                       WHERE {{RUNNING}}
@@ -817,7 +1297,7 @@ impl Queue {
                      RETURNING id, orchestrator_id, claimed_by, claim_token, state, {{NOW}} AS at"
                 ),
                 values,
-                &History { kind: &dead_or(event::SWEPT), machine: None, detail: Detail::Text(detail) },
+                &History { kind: &kind_of_end(event::SWEPT), machine: None, detail: Detail::Text(detail) },
             )
             .await?;
         let mut swept = Vec::with_capacity(rows.len());
@@ -835,39 +1315,144 @@ impl Queue {
         Ok(swept)
     }
 
+    // ---------------------------------------------------------------- retention
+
+    /// Deletes, in batches of at most `batch` jobs (one short statement each, so no lock is
+    /// held long), the completed and cancelled jobs finished longer than `r.finished` ago and
+    /// the dead ones finished longer than `r.dead` ago, each with its history; then the
+    /// machines not seen for `r.machines`. Only finished jobs are touched, so a live job's
+    /// history is never deleted. `orchestrator_id = None` prunes every orchestrator.
+    pub async fn prune(&self, orchestrator_id: Option<&str>, r: &Retention, batch: u32) -> Result<Pruned> {
+        let mut pruned = Pruned::default();
+        loop {
+            let batch = Ord::max(batch, 1);
+            let n = self.prune_batch(orchestrator_id, r, batch).await?;
+            pruned.jobs += n;
+            if n < u64::from(batch) {
+                break;
+            }
+        }
+        let mut values: Vec<Value> = vec![millis(r.machines).into()];
+        let scope = match orchestrator_id {
+            Some(o) => {
+                values.push(o.into());
+                "AND orchestrator_id = $2"
+            }
+            None => "",
+        };
+        pruned.machines =
+            self.exec(&format!("DELETE FROM machines WHERE last_seen_at < {{NOW}} - $1 {scope}"), values).await?;
+        Ok(pruned)
+    }
+
+    /// One batch of [`Queue::prune`]: how many jobs it deleted.
+    async fn prune_batch(&self, orchestrator_id: Option<&str>, r: &Retention, batch: u32) -> Result<u64> {
+        let (finished, dead) = (millis(r.finished), millis(r.dead));
+        let mut values: Vec<Value> =
+            vec![finished.into(), dead.into(), Ord::min(finished, dead).into(), i64::from(batch).into()];
+        let scope = match orchestrator_id {
+            Some(o) => {
+                values.push(o.into());
+                "AND orchestrator_id = $5"
+            }
+            None => "",
+        };
+        // `{FINISHED} AND finished_at < now - min` lets `dispatch_queue_finished` find them.
+        let pick = format!(
+            "SELECT id FROM dispatch_queue
+              WHERE {{FINISHED}} AND finished_at < {{NOW}} - $3 {scope}
+                AND ((state = 'dead' AND finished_at < {{NOW}} - $2)
+                     OR (state <> 'dead' AND finished_at < {{NOW}} - $1))
+              LIMIT $4"
+        );
+        if self.backend == DbBackend::Postgres {
+            let sql = format!(
+                "WITH gone AS (DELETE FROM dispatch_queue
+                                WHERE id IN ({pick} FOR UPDATE SKIP LOCKED) AND {{FINISHED}}
+                               RETURNING id),
+                      events AS (DELETE FROM job_events WHERE job_id IN (SELECT id FROM gone))
+                 SELECT COUNT(*) AS n FROM gone"
+            );
+            let rows = self.query(&sql, values).await?;
+            return Ok(u64::try_from(first_i64(&rows, "n")?).unwrap_or(0));
+        }
+        self.bounded(async {
+            let txn = self.db.begin().await?;
+            let ids = ids_of(&txn.query_all_raw(self.stmt(&pick, values)).await?)?;
+            if !ids.is_empty() {
+                let list: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+                let list = list.join(", ");
+                let vals: Vec<Value> = ids.iter().map(|i| Value::from(*i)).collect();
+                txn.execute_raw(self.stmt(&format!("DELETE FROM job_events WHERE job_id IN ({list})"), vals.clone()))
+                    .await?;
+                txn.execute_raw(self.stmt(&format!("DELETE FROM dispatch_queue WHERE id IN ({list})"), vals)).await?;
+            }
+            txn.commit().await?;
+            Ok(ids.len() as u64)
+        })
+        .await
+    }
+
     // ---------------------------------------------------------------- user actions
 
-    /// Puts a dead (or failed, or cancelled) job back in the queue with a fresh attempt budget.
+    /// Puts a dead, failed or cancelled job back in the queue with a fresh attempt budget,
+    /// claimable now. `Ok(false)`: the job is in no state to be requeued. A job whose key is
+    /// live again (a newer job with the same key) is refused with a clear error.
     pub async fn requeue(&self, id: i64, by: &str) -> Result<bool> {
-        let rows = self
+        let result = self
             .change(
                 "UPDATE dispatch_queue
-                    SET state = 'queued', attempts = 0, claimed_at = NULL, dead_at = NULL
+                    SET state = 'queued', attempts = 0, claimed_at = NULL, dead_at = NULL, finished_at = NULL,
+                        run_at = {NOW}, cancel_requested_at = NULL, cancel_requested_by = NULL
                   WHERE id = $1 AND {REQUEUEABLE}
                  RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                 vec![id.into()],
                 &History { kind: "'requeued'", machine: Some(by), detail: Detail::Text("requeued by the user".into()) },
             )
-            .await?;
-        Ok(!rows.is_empty())
+            .await;
+        match result {
+            Ok(rows) => Ok(!rows.is_empty()),
+            Err(e) if e.is_unique_violation() => Err(Error::Invalid(format!(
+                "job #{id} cannot be requeued: another job with the same key is live; cancel that one first"
+            ))),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Cancels a job that nobody has claimed yet.
-    pub async fn cancel(&self, id: i64, by: &str) -> Result<bool> {
+    /// Cancels a job, from any machine. A waiting job is cancelled at once. For a running
+    /// job the cancel is *asked for*, in the same statement: its holder sees it at its next
+    /// renewal (or at once, through NOTIFY), stops the agent, and ends the claim cancelled;
+    /// from now on no completion, retry or hand-off of it can end it otherwise. `Ok(None)`:
+    /// the job is finished, or its cancel was asked for already.
+    pub async fn cancel(&self, id: i64, by: &str) -> Result<Option<CancelOutcome>> {
         let rows = self
             .change(
-                "UPDATE dispatch_queue SET state = 'cancelled'
-                  WHERE id = $1 AND claimed_at IS NULL AND {CLAIMABLE}
-                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
-                vec![id.into()],
+                "UPDATE dispatch_queue
+                    SET state = CASE WHEN {RUNNING} THEN state ELSE 'cancelled' END,
+                        finished_at = CASE WHEN {RUNNING} THEN finished_at ELSE {NOW} END,
+                        cancel_requested_at = {NOW}, cancel_requested_by = $2
+                  WHERE id = $1
+                    AND (({CLAIMABLE} AND claimed_at IS NULL) OR ({RUNNING} AND cancel_requested_at IS NULL))
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state, cancel_requested_by",
+                vec![id.into(), by.into()],
                 &History {
-                    kind: "'cancelled'",
+                    kind: "CASE WHEN state = 'running' THEN 'cancel_requested' ELSE 'cancelled' END",
                     machine: Some(by),
-                    detail: Detail::Text("cancelled by the user".into()),
+                    detail: Detail::Expr(
+                        "CASE WHEN state = 'running' THEN 'cancel asked by ' || cancel_requested_by || \
+                         '; ' || COALESCE(claimed_by, '?') || ' stops the agent' \
+                         ELSE 'cancelled by ' || cancel_requested_by END"
+                            .into(),
+                    ),
                 },
             )
             .await?;
-        Ok(!rows.is_empty())
+        let Some(r) = rows.first() else { return Ok(None) };
+        Ok(Some(if r.try_get::<String>("", "state")? == JobState::Running.as_str() {
+            CancelOutcome::Requested { holder: r.try_get("", "claimed_by")? }
+        } else {
+            CancelOutcome::Cancelled
+        }))
     }
 
     // ---------------------------------------------------------------- history
@@ -989,6 +1574,21 @@ impl Queue {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// The claimable jobs that wait for a time (backoff, schedule, park), soonest first.
+    pub async fn waiting(&self, orchestrator_id: &str, limit: u32) -> Result<Vec<JobRow>> {
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
+                      WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {{CLAIMABLE}} AND run_at > {{NOW}}
+                      ORDER BY run_at, id LIMIT $2"
+                ),
+                vec![orchestrator_id.into(), i64::from(limit).into()],
+            )
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
     /// One job with its payload.
     pub async fn job(&self, id: i64) -> Result<Option<(JobRow, serde_json::Value)>> {
         let rows = self
@@ -1040,7 +1640,8 @@ impl Queue {
 }
 
 const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
-     created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts";
+     created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
+     summary, result_url, cancel_requested_by, finished_at";
 
 fn job_from_row(r: &QueryResult) -> Result<JobRow> {
     Ok(JobRow {
@@ -1057,6 +1658,13 @@ fn job_from_row(r: &QueryResult) -> Result<JobRow> {
         completed_at: r.try_get("", "completed_at")?,
         last_error: r.try_get("", "last_error")?,
         max_attempts: r.try_get("", "max_attempts")?,
+        unique_key: r.try_get("", "unique_key")?,
+        priority: r.try_get("", "priority")?,
+        run_at: r.try_get("", "run_at")?,
+        summary: r.try_get("", "summary")?,
+        url: r.try_get("", "result_url")?,
+        cancel_requested_by: r.try_get("", "cancel_requested_by")?,
+        finished_at: r.try_get("", "finished_at")?,
         now: r.try_get("", "now")?,
     })
 }
@@ -1098,6 +1706,64 @@ fn pair_list(pairs: &[(i64, i64)], offset: usize) -> (String, Vec<Value>) {
         values.push((*token).into());
     }
     (sql, values)
+}
+
+/// Every payload must be a JSON object or array.
+fn check_payloads(payloads: &[serde_json::Value]) -> Result<()> {
+    match payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
+        Some(bad) => Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1))),
+        None => Ok(()),
+    }
+}
+
+/// One INSERT of `payloads` with `opts`: claimable from `COALESCE(at, {NOW} + delay)`, and a
+/// no-op for a key that is live already (`ON CONFLICT DO NOTHING` over the partial unique
+/// index). The producer's SQL in the README is this statement.
+fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &JobOptions) -> (String, Vec<Value>) {
+    const PER_ROW: usize = 10;
+    let mut sql = String::from(
+        "INSERT INTO dispatch_queue (orchestrator_id, payload, title, max_attempts, unique_key, priority, run_at, \
+         retry_backoff_ms, retry_backoff_max_ms) VALUES ",
+    );
+    let mut values: Vec<Value> = Vec::with_capacity(payloads.len() * PER_ROW);
+    let (at, delay) = opts.start_values();
+    let (base, max) = match opts.backoff {
+        Some(b) => (Some(b.ms().0), Some(b.ms().1)),
+        None => (None, None),
+    };
+    for (i, p) in payloads.iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        let n = values.len();
+        let ph: Vec<String> = (1..=PER_ROW).map(|k| format!("${}", n + k)).collect();
+        sql.push_str(&format!(
+            "({}, {}, {}, {}, {}, {}, COALESCE({}, {{NOW}} + {}), {}, {})",
+            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], ph[8], ph[9]
+        ));
+        values.push(orchestrator_id.into());
+        values.push(Value::from(p.clone()));
+        values.push(title_of(p).into());
+        values.push(opts.max_attempts.into());
+        values.push(opts.key.clone().into());
+        values.push(opts.priority.into());
+        values.push(at.into());
+        values.push(delay.into());
+        values.push(base.into());
+        values.push(max.into());
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+    (sql, values)
+}
+
+/// The (id, token) pairs of ended claims, with the state each ended in.
+fn ended_of(rows: &[QueryResult]) -> Result<Vec<((i64, i64), JobState)>> {
+    rows.iter()
+        .map(|r| {
+            let state = JobState::parse(&r.try_get::<String>("", "state")?).unwrap_or(JobState::Completed);
+            Ok(((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?), state))
+        })
+        .collect()
 }
 
 fn pairs_of(rows: &[QueryResult]) -> Result<Vec<(i64, i64)>> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use devpilot::app::{DbForm, Fleet, JobDetail, Status};
 use devpilot::config::Settings;
 use devpilot::orchestrator::StopMode;
-use devpilot::queue::{Counts, JobRow};
+use devpilot::queue::{CancelOutcome, Counts, Enqueued, JobRow};
 use devpilot::{Error, Result};
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, Runtime, State};
@@ -68,9 +68,10 @@ pub async fn hand_off(state: State<'_, AppState>, pause: Option<bool>) -> Result
     state.engine.hand_off(pause.unwrap_or(true)).await
 }
 
+/// Enqueues a demo job, with an optional dedupe key (see [`Enqueued`] for a key that is live).
 #[tauri::command]
-pub async fn enqueue_demo(state: State<'_, AppState>) -> Result<i64> {
-    state.engine.enqueue_demo().await
+pub async fn enqueue_demo(state: State<'_, AppState>, key: Option<String>) -> Result<Enqueued> {
+    state.engine.enqueue_demo_keyed(key.as_deref()).await
 }
 
 #[derive(Serialize)]
@@ -108,9 +109,10 @@ pub async fn requeue(state: State<'_, AppState>, id: i64) -> Result<bool> {
     state.engine.requeue(id).await
 }
 
-/// Cancels a queued job.
+/// Cancels a job wherever it is: a waiting one at once, a running one through its holder.
+/// `null`: it was finished already.
 #[tauri::command]
-pub async fn cancel(state: State<'_, AppState>, id: i64) -> Result<bool> {
+pub async fn cancel(state: State<'_, AppState>, id: i64) -> Result<Option<CancelOutcome>> {
     state.engine.cancel(id).await
 }
 
@@ -284,7 +286,7 @@ mod tests {
         let (_app, w) = app(dir.path(), Overrides::default());
         let st = wait_status(&w, "idle");
         assert_eq!(st["agent"], "demo");
-        let id = call(&w, "enqueue_demo", json!({})).unwrap().as_i64().unwrap();
+        let id = call(&w, "enqueue_demo", json!({})).unwrap()["id"].as_i64().unwrap();
         let mut done = false;
         for _ in 0..100 {
             let list = call(&w, "list_jobs", json!({"jobState": "completed"})).unwrap();
@@ -307,7 +309,8 @@ mod tests {
         assert_eq!(e["kind"], "invalid");
     }
 
-    /// Dispatch off, then cancel a queued job; requeue refuses a job that is not dead.
+    /// Dispatch off, then cancel a queued job; requeue refuses a job that is not dead; a
+    /// demo job's key dedupes while its job is live.
     #[test]
     fn dispatch_cancel_requeue() {
         let dir = tempfile::tempdir().unwrap();
@@ -316,12 +319,21 @@ mod tests {
         let st = call(&w, "set_dispatch", json!({"enabled": false})).unwrap();
         assert_eq!(st["dispatch_enabled"], false);
         wait_status(&w, "off");
-        let id = call(&w, "enqueue_demo", json!({})).unwrap().as_i64().unwrap();
+        let id = call(&w, "enqueue_demo", json!({})).unwrap()["id"].as_i64().unwrap();
         std::thread::sleep(Duration::from_millis(800));
         assert_eq!(call(&w, "job_detail", json!({"id": id})).unwrap()["job"]["state"], "queued");
         assert_eq!(call(&w, "requeue", json!({"id": id})).unwrap(), false);
-        assert_eq!(call(&w, "cancel", json!({"id": id})).unwrap(), true);
+        assert_eq!(call(&w, "cancel", json!({"id": id})).unwrap(), json!({"outcome": "cancelled"}));
         assert_eq!(call(&w, "job_detail", json!({"id": id})).unwrap()["job"]["state"], "cancelled");
+        assert_eq!(call(&w, "cancel", json!({"id": id})).unwrap(), json!(null), "finished: nothing to cancel");
+        // A key dedupes while its job is live, and is free again once that job is finished.
+        let first = call(&w, "enqueue_demo", json!({"key": "ENG-7"})).unwrap();
+        assert_eq!(first["existing"], json!(null));
+        let again = call(&w, "enqueue_demo", json!({"key": "ENG-7"})).unwrap();
+        assert_eq!((again["id"].clone(), again["existing"].clone()), (first["id"].clone(), json!("queued")));
+        call(&w, "cancel", json!({"id": first["id"]})).unwrap();
+        let after = call(&w, "enqueue_demo", json!({"key": "ENG-7"})).unwrap();
+        assert_ne!(after["id"], first["id"]);
         let s = call(&w, "get_settings", json!({})).unwrap();
         assert_eq!(s["settings"]["dispatch_enabled"], false);
     }

@@ -61,7 +61,21 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
     let n = |kind, text: String| Some(Notice { kind, text });
     match ev {
         Event::Claimed { job } if on.claimed => n(Kind::Claimed, format!("Started {}", job.label())),
-        Event::Completed { job } if on.completed => n(Kind::Completed, format!("Finished {}", job.label())),
+        Event::Completed { job, summary, url } if on.completed => {
+            let said = summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
+            let link = url.as_deref().map(|u| format!(" ({u})")).unwrap_or_default();
+            n(Kind::Completed, format!("Finished {}{said}{link}", job.label()))
+        }
+        Event::Cancelled { job } if on.completed => {
+            n(Kind::Completed, format!("Cancelled {}: the agent was stopped", job.label()))
+        }
+        Event::Parked { job, .. } if on.failed => n(
+            Kind::Failed,
+            format!(
+                "{} is parked: the agent asked to be tried later (a usage limit?); the attempt did not count",
+                job.label()
+            ),
+        ),
         Event::Failed { job, error, dead: true } if on.dead => {
             n(Kind::Dead, format!("{} is dead after its last attempt: {error}", job.label()))
         }
@@ -321,13 +335,26 @@ mod tests {
     #[test]
     fn bursts_coalesce() {
         let on = NotifySettings { claimed: true, ..NotifySettings::default() };
-        let mut batch: Vec<Notice> =
-            (1..=7).filter_map(|i| notice_for(&Event::Completed { job: job(i) }, &on)).collect();
+        let mut batch: Vec<Notice> = (1..=7)
+            .filter_map(|i| notice_for(&Event::Completed { job: job(i), summary: None, url: None }, &on))
+            .collect();
         batch.push(notice_for(&Event::LeaseLost { job: job(9), reason: LossReason::CompletionRejected }, &on).unwrap());
         let (s, b) = render(&batch);
         assert_eq!(s, "DevPilot: 1 claim lost, 7 jobs finished");
         assert!(b.contains("… and 3 more"), "{b}");
         let (s, b) = render(&batch[..1]);
         assert_eq!((s.as_str(), b.as_str()), ("DevPilot: job finished", "Finished T1 (#1)"));
+    }
+
+    /// A completion's notice carries what the agent said it did, and its link.
+    #[test]
+    fn completion_notice_carries_the_summary() {
+        let ev = Event::Completed {
+            job: job(3),
+            summary: Some("fixed the redirect".into()),
+            url: Some("https://x.test/pr/9".into()),
+        };
+        let n = notice_for(&ev, &NotifySettings::default()).unwrap();
+        assert!(n.text.contains("fixed the redirect") && n.text.contains("https://x.test/pr/9"), "{}", n.text);
     }
 }

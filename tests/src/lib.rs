@@ -307,6 +307,39 @@ impl TestDb {
         self.queue.connection().execute_unprepared(&sql).await.expect("age the job");
     }
 
+    /// Moves a waiting job's `run_at` `by` into the past, as if that much time had passed.
+    pub async fn age_wait(&self, id: i64, by: Duration) {
+        self.exec(&format!("UPDATE dispatch_queue SET run_at = run_at - {} WHERE id = {id}", by.as_millis())).await;
+    }
+
+    /// Moves a finished job's `finished_at`, and every history entry of it, `by` into the past.
+    pub async fn age_finished(&self, id: i64, by: Duration) {
+        let ms = by.as_millis();
+        self.exec(&format!("UPDATE dispatch_queue SET finished_at = finished_at - {ms} WHERE id = {id}")).await;
+        self.exec(&format!("UPDATE job_events SET at = at - {ms} WHERE job_id = {id}")).await;
+    }
+
+    /// Moves a machine's `last_seen_at` `by` into the past.
+    pub async fn age_machine(&self, orch: &str, machine: &str, by: Duration) {
+        let sql = format!(
+            "UPDATE machines SET last_seen_at = last_seen_at - {} WHERE orchestrator_id = '{orch}' AND machine = '{machine}'",
+            by.as_millis()
+        );
+        self.exec(&sql).await;
+    }
+
+    /// Runs a statement of the test's own (aging rows, reading columns no API returns).
+    pub async fn exec(&self, sql: &str) {
+        self.queue.connection().execute_unprepared(sql).await.expect("test statement");
+    }
+
+    /// One integer (or NULL) that `sql` selects.
+    pub async fn scalar(&self, sql: &str) -> Option<i64> {
+        let stmt = sea_orm::Statement::from_string(self.queue.backend(), sql);
+        let row = self.queue.connection().query_one_raw(stmt).await.expect("test query")?;
+        row.try_get_by_index::<Option<i64>>(0).expect("an integer")
+    }
+
     /// A unique orchestrator id.
     pub fn orch(&self, name: &str) -> String {
         format!("{name}-{}", DB_SEQ.fetch_add(1, Ordering::SeqCst))
@@ -335,6 +368,24 @@ pub fn devpilot(home: &Path, db_url: &str) -> Command {
         .env_remove("DEVPILOT_ORCHESTRATOR")
         .stdin(Stdio::null());
     c
+}
+
+/// Runs the `devpilot` CLI to its end: (exit code, stdout, stderr). A panic is a failure.
+pub fn run_cli(home: &Path, url: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    let mut c = devpilot(home, url);
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        c.stdin(Stdio::piped());
+    }
+    let mut child = c.spawn().expect("spawn devpilot");
+    if let Some(s) = stdin {
+        child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("devpilot output");
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!e.contains("panicked") && !e.contains("RUST_BACKTRACE"), "no panic: {e}");
+    (out.status.code().unwrap_or(-1), o, e)
 }
 
 /// An agent script that records every execution: a `start` line when it begins and an

@@ -107,7 +107,7 @@ async fn fleet_under_faults() {
         let n = jobs / orchestrators + usize::from(i < jobs % orchestrators);
         let payloads: Vec<_> = (0..n).map(|k| json!({"title": format!("{o}/{k}")})).collect();
         // Faults burn attempts (a kill -9, a freeze past the claim timeout): a generous budget.
-        let opts = devpilot::queue::JobOptions { max_attempts: 20 };
+        let opts = devpilot::queue::JobOptions { max_attempts: 20, ..Default::default() };
         all_ids.extend(queue.enqueue_many_with(o, &payloads, opts).await.unwrap());
     }
     assert_eq!(all_ids.len(), jobs);

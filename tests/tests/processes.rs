@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use devpilot_tests::{devpilot, spawn_runner, wait_for, Backend, RecordingAgent, TestDb};
+use devpilot_tests::{devpilot, run_cli, spawn_runner, wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
 
 devpilot_tests::on_both_backends!(
@@ -277,23 +277,6 @@ async fn a_missing_agent_stops_claiming_until_it_is_back(backend: Backend) {
     assert!(wait_for(Duration::from_secs(20), || async { state(second).await.state == "completed" }).await);
     assert_eq!(kinds(second).await, ["claimed", "handed_off", "claimed", "completed"]);
     drop(r);
-}
-
-fn run_cli(home: &std::path::Path, url: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    use std::io::Write;
-    let mut c = devpilot(home, url);
-    c.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    if stdin.is_some() {
-        c.stdin(std::process::Stdio::piped());
-    }
-    let mut child = c.spawn().unwrap();
-    if let Some(s) = stdin {
-        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(!e.contains("panicked") && !e.contains("RUST_BACKTRACE"), "no panic: {e}");
-    (out.status.code().unwrap_or(-1), o, e)
 }
 
 /// Malformed JSON, an unknown flag, bad and unreachable URLs, a wrong password and a missing

@@ -180,8 +180,10 @@ async fn sweep_releases_stale_and_spares_fresh_and_finished(backend: Backend) {
 async fn sweep_kills_a_job_over_max_attempts(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("dead");
-    let id = db.queue.enqueue_with(&orch, &json!({}), JobOptions { max_attempts: 2 }).await.unwrap();
-    let other = db.queue.enqueue_with(&orch, &json!({}), JobOptions { max_attempts: 5 }).await.unwrap();
+    let id =
+        db.queue.enqueue_with(&orch, &json!({}), JobOptions { max_attempts: 2, ..Default::default() }).await.unwrap();
+    let other =
+        db.queue.enqueue_with(&orch, &json!({}), JobOptions { max_attempts: 5, ..Default::default() }).await.unwrap();
     for attempt in 1..=2 {
         let c = db.queue.claim_next(&orch, "flaky", 2).await.unwrap();
         assert_eq!(c.len(), 2, "attempt {attempt} claims both");
@@ -202,13 +204,15 @@ async fn sweep_kills_a_job_over_max_attempts(backend: Backend) {
     assert_eq!(db.queue.claim_next(&orch, "ok", 1).await.unwrap()[0].attempt, 1);
 }
 
-/// A failed attempt goes back for a retry until max_attempts, then the job is dead.
+/// A failed attempt goes back for a retry (after its backoff) until max_attempts, then the
+/// job is dead.
 async fn failure_retries_then_dies(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("fail");
     let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
     let mut outcomes = vec![];
     for _ in 0..3 {
+        db.age_wait(id, Duration::from_secs(7200)).await;
         let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
         outcomes.push(db.queue.fail(c.id, c.token, "m", "exit 1").await.unwrap().unwrap());
     }

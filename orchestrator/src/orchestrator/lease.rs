@@ -16,6 +16,9 @@
 //! ever moves a deadline forward, and a pair missing from an answer is a loss only if this
 //! machine still holds exactly that (id, token): a late answer about an old claim of a job
 //! never cancels a newer claim of the same job.
+//!
+//! A renewal also brings back which held jobs a user asked to cancel ([`News::CancelAsked`]),
+//! so a cancel from any machine costs the holder no extra statement.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,20 +30,21 @@ use tokio::task::JoinSet;
 
 use super::clock::SharedClock;
 use crate::error::{Error, Result};
-use crate::queue::Queue;
+use crate::queue::{Queue, Renewed};
 
 /// A claim: job id and fencing token.
 pub type Pair = (i64, i64);
 
-/// Sends one renewal for the pairs held; answers with the pairs still held.
+/// Sends one renewal for the pairs held; answers with the pairs still held (and which of
+/// them a user asked to cancel).
 pub trait Renewer: Send + Sync + 'static {
-    fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Vec<Pair>>> + Send + 'static>>;
+    fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>>;
 }
 
 impl Renewer for Queue {
-    fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Vec<Pair>>> + Send + 'static>> {
+    fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>> {
         let q = self.clone();
-        Box::pin(async move { q.renew(&held).await })
+        Box::pin(async move { q.renew_leases(&held).await })
     }
 }
 
@@ -74,6 +78,8 @@ pub enum News {
     Expired(Pair),
     /// A renewal was answered.
     Reached,
+    /// A user asked to cancel this held job.
+    CancelAsked(Pair),
     /// A renewal failed or did not answer in time.
     Unreachable(Error),
 }
@@ -81,7 +87,9 @@ pub enum News {
 impl PartialEq for News {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (News::Lost(a), News::Lost(b)) | (News::Expired(a), News::Expired(b)) => a == b,
+            (News::Lost(a), News::Lost(b))
+            | (News::Expired(a), News::Expired(b))
+            | (News::CancelAsked(a), News::CancelAsked(b)) => a == b,
             (News::Reached, News::Reached) => true,
             (News::Unreachable(a), News::Unreachable(b)) => a.to_string() == b.to_string(),
             _ => false,
@@ -107,6 +115,8 @@ pub enum Order {
         reply: oneshot::Sender<Standing>,
     },
     Retime(Timing),
+    /// Renew now (a NOTIFY said a cancel was asked for somewhere).
+    RenewNow,
 }
 
 /// Where a lease stands, for its holder about to write an outcome.
@@ -127,7 +137,7 @@ struct Lease {
 struct Renewal {
     sent: Duration,
     asked: Vec<Pair>,
-    answer: Result<Vec<Pair>>,
+    answer: Result<Renewed>,
     reply: Option<oneshot::Sender<Vec<Pair>>>,
 }
 
@@ -212,11 +222,14 @@ impl<R: Renewer + Clone> Keeper<R> {
     fn answered(&mut self, r: Renewal) {
         let mut lost = vec![];
         match r.answer {
-            Ok(kept) => {
+            Ok(Renewed { kept, cancel }) => {
                 let _ = self.news.send(News::Reached);
                 for pair in r.asked {
                     let Some(lease) = self.leases.get_mut(&pair) else { continue };
                     if kept.contains(&pair) {
+                        if cancel.contains(&pair) {
+                            let _ = self.news.send(News::CancelAsked(pair));
+                        }
                         lease.confirmed = lease.confirmed.max(r.sent);
                     } else {
                         self.leases.remove(&pair);
@@ -262,6 +275,10 @@ impl<R: Renewer + Clone> Keeper<R> {
                 self.rechecks += 1;
                 self.expire();
                 self.renew(renewals, Some(reply));
+            }
+            Order::RenewNow => {
+                self.expire();
+                self.renew(renewals, None);
             }
             Order::Retime(t) => {
                 self.timing = t;
@@ -317,7 +334,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     /// A renewal the test has not answered yet: what it asked, and where the answer goes.
-    type Call = (Vec<Pair>, oneshot::Sender<Result<Vec<Pair>>>);
+    type Call = (Vec<Pair>, oneshot::Sender<Result<Renewed>>);
 
     /// A renewer whose answers the test hands out one by one, in any order.
     #[derive(Clone, Default)]
@@ -326,7 +343,7 @@ mod tests {
     }
 
     impl Renewer for Scripted {
-        fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Vec<Pair>>> + Send + 'static>> {
+        fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>> {
             let (tx, rx) = oneshot::channel();
             self.calls.lock().unwrap().push((held, tx));
             // An unanswered call hangs, as a silent network does.
@@ -341,8 +358,12 @@ mod tests {
 
         /// Answers call `i` with `kept`.
         fn answer(&self, i: usize, kept: Vec<Pair>) {
+            self.reply(i, kept.into());
+        }
+
+        fn reply(&self, i: usize, renewed: Renewed) {
             let (_, tx) = std::mem::replace(&mut self.calls.lock().unwrap()[i], (vec![], oneshot::channel().0));
-            let _ = tx.send(Ok(kept));
+            let _ = tx.send(Ok(renewed));
         }
 
         fn asked(&self, i: usize) -> Vec<Pair> {
@@ -523,5 +544,24 @@ mod tests {
         let i = r.count() - 1;
         r.answer(i, vec![(2, 1)]);
         assert_eq!(rx.await.unwrap(), vec![(1, 1)]);
+    }
+
+    /// A renewal that names a cancel tells the machine, and the lease stays held; a NOTIFY's
+    /// RenewNow sends that renewal at once instead of at the next heartbeat.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_asked_for_arrives_with_the_renewal() {
+        let clock = TestClock::new();
+        let (r, orders, mut news) = start(&clock);
+        orders.send(Order::Hold { pair: (4, 2), sent: clock.now() }).unwrap();
+        advance(Duration::from_millis(50)).await;
+        orders.send(Order::RenewNow).unwrap();
+        advance(Duration::from_millis(10)).await;
+        assert_eq!(r.count(), 1, "RenewNow renews before the heartbeat is due");
+        assert_eq!(r.asked(0), vec![(4, 2)]);
+        r.reply(0, Renewed { kept: vec![(4, 2)], cancel: vec![(4, 2)] });
+        advance(Duration::from_millis(10)).await;
+        let got = drain(&mut news);
+        assert!(got.contains(&News::CancelAsked((4, 2))), "{got:?}");
+        assert!(!got.iter().any(|n| matches!(n, News::Lost(_) | News::Expired(_))), "{got:?}");
     }
 }

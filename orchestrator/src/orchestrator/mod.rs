@@ -5,7 +5,8 @@
 //! - the **lease keeper** ([`lease`]) renews with (id, token), keeps a local deadline per
 //!   job on a clock that counts suspended time, and declares losses;
 //! - the **runner** ([`runner`]) starts and stops agents and reports their outcomes;
-//! - **maintenance** ([`maintenance`]) runs the throttled sweep off the poll path.
+//! - **maintenance** ([`maintenance`]) runs the throttled sweep and retention off the poll
+//!   path.
 //!
 //! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself) and
 //! [`clock`] (the suspend-aware clock of the deadlines).
@@ -44,13 +45,15 @@ use self::handle::Command;
 pub use self::handle::{Handle, Stats};
 pub use self::lease::Timing;
 use self::lease::{Keeper, News, Order, Pair};
+pub use self::maintenance::prune_files;
 use self::maintenance::{Maintenance, SweepCfg};
 use self::poller::{ClaimRequest, Poller, FAR};
 use self::runner::{run_job, Cancel, CancelReason, Completer, JobCtx, JobDone};
 pub use self::status::{AgentKind, Event, JobRef, LossReason, MachineState, RunningJob, Status};
 use crate::agent::{AgentEnv, AgentSpec};
 use crate::error::{Error, Result};
-use crate::queue::{Claim, Polled, Presence, Queue};
+use crate::listen::Hint;
+use crate::queue::{Backoff, Claim, Polled, Presence, Queue, Retention};
 
 /// How the orchestrator picks work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -76,6 +79,11 @@ pub struct RunConfig {
     pub max_poll_interval: Duration,
     /// The opportunistic sweep runs at most this often per process.
     pub sweep_every: Duration,
+    /// Retention runs at most this often per process.
+    pub prune_every: Duration,
+    pub retention: Retention,
+    /// The retry backoff of jobs that carry none of their own.
+    pub backoff: Backoff,
     pub presence_every: Duration,
     /// SIGTERM to SIGKILL on a hand-off.
     pub cancel_grace: Duration,
@@ -98,6 +106,9 @@ impl RunConfig {
             poll_interval: Duration::from_secs(2),
             max_poll_interval: Duration::from_secs(300),
             sweep_every: Duration::from_secs(60),
+            prune_every: Duration::from_secs(3600),
+            retention: Retention::default(),
+            backoff: Backoff::DEFAULT,
             presence_every: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
             until_empty: false,
@@ -157,7 +168,11 @@ pub enum StopMode {
 
 /// Starts the orchestrator with a status channel of its own. `hints` carries LISTEN/NOTIFY
 /// wake-ups (see [`crate::listen`]).
-pub fn spawn(queue: Queue, cfg: RunConfig, hints: Option<mpsc::Receiver<()>>) -> (Handle, tokio::task::JoinHandle<()>) {
+pub fn spawn(
+    queue: Queue,
+    cfg: RunConfig,
+    hints: Option<mpsc::Receiver<Hint>>,
+) -> (Handle, tokio::task::JoinHandle<()>) {
     let status = watch::Sender::new(Status {
         orchestrator_id: cfg.orchestrator_id.clone(),
         machine: cfg.machine.clone(),
@@ -172,7 +187,7 @@ pub fn spawn(queue: Queue, cfg: RunConfig, hints: Option<mpsc::Receiver<()>>) ->
 pub fn spawn_into(
     queue: Queue,
     cfg: RunConfig,
-    hints: Option<mpsc::Receiver<()>>,
+    hints: Option<mpsc::Receiver<Hint>>,
     status: watch::Sender<Status>,
     events: broadcast::Sender<Event>,
     clock: Arc<dyn Clock>,
@@ -187,12 +202,9 @@ pub fn spawn_into(
         Keeper::new(queue.clone(), clock.clone(), cfg.timing(), news_tx).counting(stats.clone()).run(orders_rx),
     );
     let (swept_tx, swept_rx) = mpsc::unbounded_channel();
-    let sweep = SweepCfg {
-        queue: queue.clone(),
-        orchestrator_id: cfg.orchestrator_id.clone(),
-        claim_timeout: cfg.claim_timeout,
-    };
-    let (maintenance, sweep_cfg) = Maintenance::spawn(sweep, cfg.sweep_every, events.clone(), stats.clone(), swept_tx);
+    let every = (cfg.sweep_every, cfg.prune_every);
+    let (maintenance, sweep_cfg) =
+        Maintenance::spawn(sweep_cfg(&queue, &cfg), every, events.clone(), stats.clone(), swept_tx);
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let (net_tx, net_rx) = mpsc::unbounded_channel();
     let problem = cfg.agent.check().err().map(|e| Problem::new(&e, cfg.problem_recheck()));
@@ -224,6 +236,16 @@ pub fn spawn_into(
     (handle, join)
 }
 
+fn sweep_cfg(queue: &Queue, cfg: &RunConfig) -> SweepCfg {
+    SweepCfg {
+        queue: queue.clone(),
+        orchestrator_id: cfg.orchestrator_id.clone(),
+        claim_timeout: cfg.claim_timeout,
+        retention: cfg.retention,
+        file_dirs: vec![cfg.log_dir.clone(), cfg.payload_dir.clone()],
+    }
+}
+
 fn job_ctx(
     queue: &Queue,
     cfg: &RunConfig,
@@ -246,6 +268,7 @@ fn job_ctx(
         completer: Completer::spawn(queue.clone(), cfg.machine.clone()),
         done,
         keeper,
+        backoff: cfg.backoff,
     }
 }
 
@@ -375,7 +398,7 @@ struct Machine {
 }
 
 impl Machine {
-    async fn run(mut self, mut inbox: Inbox, hints: Option<mpsc::Receiver<()>>) {
+    async fn run(mut self, mut inbox: Inbox, hints: Option<mpsc::Receiver<Hint>>) {
         let (_keep, none) = mpsc::channel(1);
         let mut hints = hints.unwrap_or(none);
         let mut hints_open = true;
@@ -414,7 +437,7 @@ impl Machine {
                 }
                 _ = tokio::time::sleep_until(recheck.unwrap_or(never)), if recheck.is_some() => self.recheck_problem(),
                 hint = hints.recv(), if hints_open => match hint {
-                    Some(()) => self.poller.now(),
+                    Some(h) => self.hint(h),
                     None => hints_open = false,
                 },
                 _ = tokio::time::sleep_until(poll_due.unwrap_or(never)), if poll_due.is_some() && self.stop.is_none() => self.poll(),
@@ -440,6 +463,17 @@ impl Machine {
         let _ = self.events.send(Event::Stopped);
         for w in self.stop.take().map(|s| s.waiters).unwrap_or_default() {
             let _ = w.send(());
+        }
+    }
+
+    fn hint(&mut self, h: Hint) {
+        match h {
+            Hint::Work => self.poller.now(),
+            Hint::DueIn(d) => self.poller.cap(d),
+            Hint::Cancel if !self.slots.is_empty() => {
+                let _ = self.keeper.send(Order::RenewNow);
+            }
+            Hint::Cancel => {}
         }
     }
 
@@ -604,12 +638,8 @@ impl Machine {
         self.cfg = RunConfig { orchestrator_id: keep.0, machine: keep.1, start_enabled: keep.2, ..new };
         self.queue = self.queue.clone().with_call_timeout(call_bound(self.cfg.heartbeat));
         let _ = self.keeper.send(Order::Retime(self.cfg.timing()));
-        let _ = self.sweep_cfg.send(SweepCfg {
-            queue: self.queue.clone(),
-            orchestrator_id: self.cfg.orchestrator_id.clone(),
-            claim_timeout: self.cfg.claim_timeout,
-        });
-        self.maintenance.set_every(self.cfg.sweep_every);
+        let _ = self.sweep_cfg.send(sweep_cfg(&self.queue, &self.cfg));
+        self.maintenance.set_every(self.cfg.sweep_every, self.cfg.prune_every);
         self.ctx = Arc::new(job_ctx(&self.queue, &self.cfg, &self.events, self.done_tx.clone(), self.keeper.clone()));
         self.poller.retime(self.cfg.poll_interval, self.cfg.max_poll_interval);
         if self.problem.is_some() {
@@ -670,6 +700,12 @@ impl Machine {
         match news {
             News::Lost(pair) => cancel(self, pair, CancelReason::LeaseLost),
             News::Expired(pair) => cancel(self, pair, CancelReason::LeaseExpired),
+            News::CancelAsked(pair) => {
+                if self.slots.get(&pair.0).is_some_and(|s| s.job.token == pair.1) {
+                    tracing::info!(job = pair.0, "a cancel was asked for; stopping the agent");
+                }
+                cancel(self, pair, CancelReason::Cancelled)
+            }
             News::Reached => self.set_online(true, None),
             News::Unreachable(e) => {
                 tracing::warn!(error = %e, "heartbeat failed");
@@ -697,6 +733,7 @@ impl Machine {
     fn poll(&mut self) {
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let free = self.cfg.concurrency.saturating_sub(self.slots.len() as u32);
+        self.maintenance.prune_tick();
         if !self.accepting() || free == 0 {
             self.maintenance.tick();
             self.maybe_presence();
@@ -776,6 +813,11 @@ impl Machine {
         }
         let busy = self.slots.len() as u32 >= self.cfg.concurrency;
         self.poller.answered(got, asked, busy, self.cfg.until_empty);
+        if let Some(d) = polled.next_due {
+            // A job waits for a time (scheduled, or backing off): poll when it is due, not
+            // at the idle ceiling.
+            self.poller.cap(d);
+        }
         if got == 0 && self.cfg.until_empty && self.slots.is_empty() {
             self.check_open_work();
         }

@@ -97,6 +97,18 @@ impl Poller {
         self.state = PollState::Waiting(Instant::now() + jitter(self.backoff));
     }
 
+    /// Poll no later than `within` from now (a job becomes due then). A little after, so the
+    /// poll does not land a hair before the database's clock says it is due.
+    pub fn cap(&mut self, within: Duration) {
+        let at = Instant::now() + within + Duration::from_millis(5);
+        if let PollState::Waiting(t) = self.state {
+            if at < t {
+                self.state = PollState::Waiting(at);
+            }
+        }
+        // In flight: its answer carries the next due time itself.
+    }
+
     pub fn retime(&mut self, base: Duration, ceiling: Duration) {
         self.base = base;
         self.ceiling = ceiling.max(base);
@@ -122,7 +134,7 @@ impl ClaimRequest {
         self.stats.claim_queries.fetch_add(1, Ordering::Relaxed);
         if self.mode == ClaimMode::ById {
             let claims = claim_by_ids(&self).await?;
-            return Ok(Polled { claims, stale: false });
+            return Ok(Polled { claims, stale: false, next_due: None });
         }
         let presence: Option<Presence<'_>> =
             self.presence.as_ref().map(|f| f.presence(&self.orchestrator_id, &self.machine));

@@ -1,6 +1,6 @@
 //! The runner: starts one agent per claim, stops it when told (and why), and reports the
 //! outcome with fenced writes. A job's task never decides *whether* to stop; the machine does
-//! (a hand-off, a lost or expired lease) through the job's [`Cancel`].
+//! (a hand-off, a lost or expired lease, a user's cancel) through the job's [`Cancel`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{Order, Standing};
 use super::{Event, JobRef, LossReason};
-use crate::agent::{AgentEnv, AgentExit, AgentSpec};
+use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, RunningAgent};
 use crate::error::{Error, Result};
-use crate::job::event;
-use crate::queue::{Claim, FailOutcome, Queue};
+use crate::job::{event, JobState};
+use crate::queue::{Backoff, Claim, FailOutcome, Queue, RetryAfter};
 use crate::retry::{self, Budget};
 
 /// Why a job's agent is being stopped.
@@ -25,6 +25,8 @@ pub enum CancelReason {
     LeaseLost,
     /// The local deadline passed with no confirmed renewal.
     LeaseExpired,
+    /// A user cancelled the job (seen at a renewal): stop the agent, end the claim cancelled.
+    Cancelled,
 }
 
 /// A job's stop switch: the first reason given wins.
@@ -76,10 +78,12 @@ pub struct JobCtx {
     pub done: mpsc::UnboundedSender<JobDone>,
     /// The lease keeper, asked before an outcome is written.
     pub keeper: mpsc::UnboundedSender<Order>,
+    /// The retry backoff of jobs that carry none of their own.
+    pub backoff: Backoff,
 }
 
 enum Outcome {
-    Exited(AgentExit),
+    Exited(AgentExit, Option<AgentResult>),
     Cancelled(CancelReason),
 }
 
@@ -104,13 +108,13 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     let outcome = tokio::select! {
         biased;
-        exit = agent.wait() => Outcome::Exited(exit),
+        exit = agent.wait() => Outcome::Exited(exit, result_of(&agent, id)),
         _ = cancel.token.cancelled() => {
             let why = cancel.reason();
             match agent.try_exit() {
                 // It finished just as we were told to stop by a hand-off: report the outcome
                 // (fenced). After a lost or expired lease the outcome is not ours to write.
-                Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit),
+                Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit, result_of(&agent, id)),
                 _ => {
                     let grace = if why == CancelReason::HandOff { ctx.grace } else { ctx.kill_grace };
                     agent.terminate(grace).await;
@@ -121,8 +125,8 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     drop(agent);
     let outcome = match outcome {
-        Outcome::Exited(exit) => match standing(&ctx, (id, token)).await {
-            Standing::Held => Outcome::Exited(exit),
+        Outcome::Exited(exit, result) => match standing(&ctx, (id, token)).await {
+            Standing::Held => Outcome::Exited(exit, result),
             // Past the deadline (say the runner was frozen while its agent finished) the
             // outcome is not ours to write, even if the agent did the work.
             Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
@@ -146,22 +150,43 @@ async fn standing(ctx: &JobCtx, pair: (i64, i64)) -> Standing {
     rx.await.unwrap_or(Standing::Held)
 }
 
+/// What the agent wrote to its result file; a malformed file is logged and ignored.
+fn result_of(agent: &RunningAgent, id: i64) -> Option<AgentResult> {
+    match agent.result() {
+        Ok(r) => r,
+        Err(why) => {
+            tracing::warn!(job = id, "ignoring the agent's result file: {why}");
+            None
+        }
+    }
+}
+
+/// Keeps the agent's summary and link on the job (fenced). Failing to is logged: the
+/// outcome matters more than its description.
+async fn keep_result(ctx: &JobCtx, (id, token): (i64, i64), r: &AgentResult) {
+    if r.summary.is_none() && r.url.is_none() {
+        return;
+    }
+    let write = || ctx.queue.record_result(id, token, r.summary.as_deref(), r.url.as_deref());
+    if let Err(e) = retry::transient("recording the result", Budget::NOTE, write).await {
+        tracing::warn!(job = id, error = %e, "could not record the agent's result");
+    }
+}
+
 /// Writes the outcome (fenced) and says what happened.
 async fn report(ctx: &JobCtx, job: JobRef, outcome: Outcome) -> Option<Event> {
     let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
     match outcome {
-        Outcome::Exited(AgentExit::Success) => {
-            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(id, token)).await {
-                Ok(true) => Some(Event::Completed { job }),
-                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
-                Err(e) => gave_up(id, "the completion", e),
-            }
+        Outcome::Exited(exit, result) => {
+            let result = result.unwrap_or_default();
+            keep_result(ctx, (id, token), &result).await;
+            report_exit(ctx, job, exit, result).await
         }
-        Outcome::Exited(AgentExit::Failed(msg)) => {
-            match retry::transient("failing", Budget::WRITE, || ctx.queue.fail(id, token, m, &msg)).await {
-                Ok(Some(o)) => Some(Event::Failed { job, error: msg, dead: o == FailOutcome::Dead }),
-                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
-                Err(e) => gave_up(id, "the failure", e),
+        Outcome::Cancelled(CancelReason::Cancelled) => {
+            match retry::transient("cancelling", Budget::WRITE, || ctx.queue.finish_cancel(id, token, m)).await {
+                Ok(true) => Some(Event::Cancelled { job }),
+                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the cancel", e),
             }
         }
         Outcome::Cancelled(CancelReason::HandOff) => {
@@ -188,6 +213,40 @@ async fn report(ctx: &JobCtx, job: JobRef, outcome: Outcome) -> Option<Event> {
     }
 }
 
+/// Writes the outcome of an agent that exited.
+async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentResult) -> Option<Event> {
+    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    match exit {
+        AgentExit::Success => {
+            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(id, token)).await {
+                Ok(Some(JobState::Cancelled)) => Some(Event::Cancelled { job }),
+                Ok(Some(_)) => Some(Event::Completed { job, summary: result.summary, url: result.url }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
+                Err(e) => gave_up(id, "the completion", e),
+            }
+        }
+        AgentExit::Failed(msg) => {
+            let fail = || ctx.queue.fail_with(id, token, m, &msg, ctx.backoff);
+            match retry::transient("failing", Budget::WRITE, fail).await {
+                Ok(Some(FailOutcome::Cancelled)) => Some(Event::Cancelled { job }),
+                Ok(Some(o)) => Some(Event::Failed { job, error: msg, dead: o == FailOutcome::Dead }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the failure", e),
+            }
+        }
+        AgentExit::TryLater => {
+            let after = result.retry_after.unwrap_or(RetryAfter::Backoff);
+            let park = || ctx.queue.park(id, token, m, after, ctx.backoff);
+            match retry::transient("parking", Budget::WRITE, park).await {
+                Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
+                Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the park", e),
+            }
+        }
+    }
+}
+
 /// Records a loss once the database answers again, on a task of its own: the job's task ends
 /// as soon as its agent is dead, so no stop or hand-off waits on a database that is gone.
 fn note_later(ctx: &JobCtx, (id, token): (i64, i64), kind: &'static str, detail: &'static str) {
@@ -201,17 +260,20 @@ fn gave_up(id: i64, what: &str, e: Error) -> Option<Event> {
     None
 }
 
+/// One completion waiting for its batch: the claim, and where its ending goes.
+type Completion = (i64, i64, oneshot::Sender<Result<Option<JobState>>>);
+
 /// Batches completions from one process into one fenced statement per flush. Under load
 /// each flush carries whatever queued up during the previous one; idle, it adds no delay.
 #[derive(Clone)]
 pub struct Completer {
-    tx: mpsc::UnboundedSender<(i64, i64, oneshot::Sender<Result<bool>>)>,
+    tx: mpsc::UnboundedSender<Completion>,
 }
 
 impl Completer {
     /// Runs until every clone of the returned completer is dropped.
     pub fn spawn(queue: Queue, machine: String) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(i64, i64, oneshot::Sender<Result<bool>>)>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Completion>();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
@@ -225,7 +287,8 @@ impl Completer {
                 match queue.complete_many(&pairs, &machine).await {
                     Ok(accepted) => {
                         for (id, token, reply) in batch {
-                            let _ = reply.send(Ok(accepted.contains(&(id, token))));
+                            let ended = accepted.iter().find(|(p, _)| *p == (id, token)).map(|(_, s)| *s);
+                            let _ = reply.send(Ok(ended));
                         }
                     }
                     Err(e) => {
@@ -239,7 +302,9 @@ impl Completer {
         Self { tx }
     }
 
-    pub async fn complete(&self, id: i64, token: i64) -> Result<bool> {
+    /// The state the claim ended in (`completed`, or `cancelled` after a cancel), or `None`
+    /// when the completion was fenced off.
+    pub async fn complete(&self, id: i64, token: i64) -> Result<Option<JobState>> {
         let (tx, rx) = oneshot::channel();
         self.tx.send((id, token, tx)).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
         rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?

@@ -60,6 +60,19 @@ pub enum Event {
     },
     Completed {
         job: JobRef,
+        /// What the agent said it did, and a link (its result file).
+        summary: Option<String>,
+        url: Option<String>,
+    },
+    /// A user cancelled the job while it ran here; the agent was stopped.
+    Cancelled {
+        job: JobRef,
+    },
+    /// The agent asked to be tried later (exit 75); the attempt did not count.
+    Parked {
+        job: JobRef,
+        /// Claimable again from this database time.
+        until_unix_ms: i64,
     },
     Failed {
         job: JobRef,
