@@ -11,7 +11,7 @@ use devpilot::db::{self, DbUrl, PoolSettings};
 use devpilot::orchestrator::{self, Event, RunConfig, StopMode};
 use devpilot::Queue;
 use rand::Rng;
-use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -217,7 +217,11 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     });
 
     log("(a) pgbench: the SKIP LOCKED claim statement alone");
-    out["a"] = pgbench_all(&env, &plan).await;
+    out["a"] = pgbench_all(&env, &plan, &pgbench_script(), &[]).await;
+    log("(a') pgbench: the previous pick (FIFO by created_at, on its own index), for an A/B in this run");
+    out["a_previous"] = pgbench_all(&env, &plan, &previous_pick_script(), PREVIOUS_PICK_INDEX).await;
+    log("the pick's plan: EXPLAIN (ANALYZE, BUFFERS) after some claims");
+    out["pick_plan"] = pick_plans(&env, &plan).await;
     log("(b) the article's naive path");
     out["b"] = claim_matrix(&env, Backend::Pg, Mode::Naive, &plan).await;
     log("(c) claim_next single and batched");
@@ -274,9 +278,68 @@ fn pgbench_script() -> String {
     format!("{sql};\n")
 }
 
-async fn pgbench_all(env: &Env, plan: &Plan) -> Value {
-    let script = env.tmp.join("claim.sql");
-    std::fs::write(&script, pgbench_script()).unwrap();
+/// The pick as it was before the job model (FIFO by `(created_at, id)`, no priority, no
+/// `run_at`), so this run can say what the new order costs.
+fn previous_pick_script() -> String {
+    let sql = pgbench_script()
+        .replace(" AND run_at <= ((extract(epoch from now()) * 1000)::bigint)", "")
+        .replace("ORDER BY priority DESC, run_at, id", "ORDER BY created_at, id");
+    assert!(sql.contains("ORDER BY created_at, id") && !sql.contains("run_at"), "the previous pick: {sql}");
+    sql
+}
+
+/// The previous pick's own index, in place of the current one.
+const PREVIOUS_PICK_INDEX: &[&str] = &[
+    "CREATE INDEX dispatch_queue_pick_previous ON dispatch_queue (orchestrator_id, created_at, id)
+         WHERE claimed_at IS NULL AND state IN ('queued','failed')",
+    "DROP INDEX dispatch_queue_pick",
+];
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the current and the previous pick (k = 16) on a prefilled
+/// queue after 5,000 claims, each inside a transaction that is rolled back.
+async fn pick_plans(env: &Env, plan: &Plan) -> Value {
+    let mut out = json!({});
+    for (name, sql, setup) in
+        [("current", pgbench_script(), &[][..]), ("previous", previous_pick_script(), PREVIOUS_PICK_INDEX)]
+    {
+        let url = env.fresh(Backend::Pg).await;
+        let c = connect(&url, 1).await;
+        for s in setup {
+            exec(&c, s).await;
+        }
+        prefill(&c, plan.pgbench_prefill).await;
+        let claim = |k: u32| {
+            sql.trim()
+                .trim_end_matches(';')
+                .replace(":orch", &format!("'{ORCH}'"))
+                .replace("LIMIT 1", &format!("LIMIT {k}"))
+        };
+        exec(&c, &claim(5_000)).await;
+        let txn = c.begin().await.unwrap();
+        let rows = txn
+            .query_all_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                format!("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) {}", claim(16)),
+            ))
+            .await
+            .unwrap();
+        txn.rollback().await.unwrap();
+        let lines: Vec<String> = rows.iter().map(|r| r.try_get::<String>("", "QUERY PLAN").unwrap()).collect();
+        out[name] = json!({ "statement": claim(16), "plan": lines });
+        c.close().await.ok();
+    }
+    out["index"] = json!(
+        "CREATE INDEX dispatch_queue_pick ON dispatch_queue (orchestrator_id, priority DESC, run_at, id) \
+         WHERE claimed_at IS NULL AND state IN ('queued','failed')"
+    );
+    out
+}
+
+/// Runs `sql` under pgbench at 1, 8 and 32 clients on fresh prefilled databases, after the
+/// `setup` statements.
+async fn pgbench_all(env: &Env, plan: &Plan, sql: &str, setup: &[&str]) -> Value {
+    let script = env.tmp.join(format!("claim-{}.sql", env.seq.fetch_add(1, Ordering::SeqCst)));
+    std::fs::write(&script, sql).unwrap();
     let mut rows = vec![];
     for clients in [1usize, 8, 32] {
         let mut rates = vec![];
@@ -285,6 +348,9 @@ async fn pgbench_all(env: &Env, plan: &Plan) -> Value {
         for _ in 0..plan.repeats {
             let url = env.fresh(Backend::Pg).await;
             let c = connect(&url, 1).await;
+            for s in setup {
+                exec(&c, s).await;
+            }
             prefill(&c, plan.pgbench_prefill).await;
             let out = tokio::process::Command::new(env.pg.bin.join("pgbench"))
                 .env("PGPASSWORD", &env.pg.password)

@@ -170,6 +170,8 @@ fn markdown(j: &Value, out: &Path) -> String {
          A wasted attempt is a claim statement that claimed nothing while claimable jobs remained (for b: a conditional UPDATE that lost the race)."
     );
 
+    pick_section(&mut m, j);
+
     // ---------------------------------------------------------------- d, e
     let _ = writeln!(m, "\n## Full job cycle through the orchestrator loop (d, e) on PostgreSQL\n");
     let _ = writeln!(
@@ -315,6 +317,45 @@ fn markdown(j: &Value, out: &Path) -> String {
         let _ = writeln!(m, "{notes}");
     }
     m
+}
+
+/// The job model's pick against the previous one (FIFO by `created_at`), both under pgbench
+/// in this run, with the index and both plans.
+fn pick_section(m: &mut String, j: &Value) {
+    let previous = rows(&j["a_previous"]);
+    if previous.is_empty() {
+        return;
+    }
+    let _ = writeln!(m, "\n## The pick: priority, then due time, then id (a against a')\n");
+    let _ = writeln!(
+        m,
+        "(a') is the previous pick (FIFO by `(created_at, id)`, no priority, no `run_at`) on its own index, measured under pgbench in this run like (a), so the ratio is free of the machine's drift between runs.\n"
+    );
+    let _ = writeln!(
+        m,
+        "| clients | (a) current pick, claims/s | (a') previous pick, claims/s | (a) / (a') |\n|---|---|---|---|"
+    );
+    for r in rows(&j["a"]) {
+        let c = r["claimers"].as_u64().unwrap_or(0);
+        let prev = previous.iter().find(|p| p["claimers"].as_u64() == Some(c)).map(|p| f(&p["claims_per_s"]));
+        let (now, prev) = (f(&r["claims_per_s"]), prev.unwrap_or(f64::NAN));
+        let _ = writeln!(m, "| {c} | {} | {} | {:.2} |", n0(now), n0(prev), now / prev);
+    }
+    let plans = &j["pick_plan"];
+    let _ = writeln!(m, "\nThe index that serves it (the order is exactly its key, so nothing is sorted):\n");
+    let _ = writeln!(m, "```sql\n{}\n```\n", plans["index"].as_str().unwrap_or("?"));
+    for (name, label) in [("current", "The current pick"), ("previous", "The previous pick")] {
+        let lines: Vec<String> =
+            rows(&plans[name]["plan"]).iter().filter_map(|l| l.as_str().map(str::to_string)).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            m,
+            "{label}, k = 16, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)` on a pre-filled queue after 5,000 claims:\n\n```\n{}\n```\n",
+            lines.join("\n")
+        );
+    }
 }
 
 fn chart(j: &Value, path: &Path) -> Result<(), Box<dyn std::error::Error>> {

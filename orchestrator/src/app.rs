@@ -681,9 +681,19 @@ impl Engine {
     }
 
     /// Cancels a job from this machine, wherever it runs. `None`: it was finished already.
+    /// When this machine holds it, its leases are renewed at once, so the agent stops now
+    /// rather than at the next heartbeat (SQLite has no NOTIFY to say so).
     pub async fn cancel(&self, id: i64) -> Result<Option<crate::queue::CancelOutcome>> {
         let by = self.settings().machine_name();
-        self.queue()?.cancel(id, &by).await
+        let outcome = self.queue()?.cancel(id, &by).await?;
+        if let Some(crate::queue::CancelOutcome::Requested { holder: Some(h) }) = &outcome {
+            if *h == by {
+                if let Some(o) = self.orchestrator() {
+                    tokio::spawn(async move { o.recheck_leases().await });
+                }
+            }
+        }
+        Ok(outcome)
     }
 
     // ------------------------------------------------------------ settings

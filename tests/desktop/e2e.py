@@ -60,8 +60,8 @@ def status():
     return json.loads(cli("status", "--orchestrator", ORCH, "--json"))
 
 
-def enqueue(payload):
-    return int(cli("enqueue", "--orchestrator", ORCH, "--payload", json.dumps(payload)).strip())
+def enqueue(payload, *flags):
+    return int(cli("enqueue", "--orchestrator", ORCH, "--payload", json.dumps(payload), *flags).strip())
 
 
 def job_state(jid):
@@ -305,9 +305,10 @@ def main():
     wait("a 'job finished' notification on D-Bus", lambda: "DevPilot: job finished" in notify_log(), timeout=15)
     wait("the app recorded the notification as accepted by the daemon",
          lambda: any(s["error"] is None for s in wd_invoke("recent_notifications")), timeout=10)
-    # A burst of three failures coalesces into one notification.
+    # A burst of three failures coalesces into one notification. (One attempt each: a retry
+    # would wait out its backoff and keep work open for the `--until-empty` runner below.)
     for i in range(3):
-        enqueue({"title": f"burst {i}", "sleep": 0, "exit": 3})
+        enqueue({"title": f"burst {i}", "sleep": 0, "exit": 3}, "--max-attempts", "1")
     wait("a coalesced notification for the burst",
          lambda: any(len(s["kinds"]) >= 2 for s in wd_invoke("recent_notifications")), timeout=30)
 
@@ -382,8 +383,31 @@ def main():
     check("the second machine finished the handed-off job", d["job"]["state"] == "completed" and d["job"]["claimed_by"] == "e2e-runner", d["job"])
     shot("08-after-handoff")
 
-    # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
+    # 8b. The window cancels a running job, and shows a failed attempt's backoff.
     wd_invoke("resume")
+    wd_exec("location.hash = '#queue';")
+    cancel_id = enqueue({"title": "cancel me", "sleep": 120})
+    wait("the tray app runs the job to cancel",
+         lambda: any(r["job"]["id"] == cancel_id for r in wd_invoke("get_status")["running"]), timeout=20)
+    wd_exec("refreshJobs();")
+    wait("the running job's row has a Cancel button",
+         lambda: wd_exec("return !!document.querySelector(`#jobs tr[data-id='%d'] button.cancel`)" % cancel_id), timeout=10)
+    wd_exec("document.querySelector(`#jobs tr[data-id='%d'] button.cancel`).click();" % cancel_id)
+    wait("the running job ends cancelled", lambda: wd_invoke("job_detail", {"id": cancel_id})["job"]["state"] == "cancelled", timeout=15)
+    hist = [(h["kind"], h["machine"]) for h in wd_invoke("job_detail", {"id": cancel_id})["history"]]
+    check("history says who asked and who stopped the agent",
+          ("cancel_requested", MACHINE) in hist and ("cancelled", MACHINE) in hist and not any(k == "completed" for k, _ in hist), hist)
+    retry_id = enqueue({"title": "retry later", "sleep": 0, "exit": 3}, "--retry-backoff", "1h")
+    wait("the failing job waits out its backoff", lambda: wd_invoke("job_detail", {"id": retry_id})["job"]["state"] == "failed", timeout=20)
+    wd_exec("refreshJobs();")
+    text = wait("the window says when the retry is",
+                lambda: (t := wd_exec("return document.querySelector(`#jobs tr[data-id='%d'] td.state`)?.textContent" % retry_id) or "") .startswith("failed · retry in") and t,
+                timeout=10)
+    log(f"retry text: {text!r}")
+    shot("08b-cancel-and-retry")
+    cli("cancel", str(retry_id))
+
+    # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
     try:
         wd_invoke("quit", {"mode": "check"})
     except Exception:  # noqa: BLE001 (the app exits under the call)

@@ -7,11 +7,13 @@
 
 use std::time::Duration;
 
+use devpilot::agent::AgentSpec;
 use devpilot::job::JobState;
+use devpilot::orchestrator::{self, RunConfig, StopMode};
 use devpilot::queue::{
     Backoff, CancelOutcome, FailOutcome, JobOptions, PollExtras, Pruned, Retention, RetryAfter, Start, MAX_KEY_LEN,
 };
-use devpilot_tests::{Backend, TestDb};
+use devpilot_tests::{wait_for, Backend, TestDb};
 use serde_json::json;
 
 devpilot_tests::on_both_backends!(
@@ -24,6 +26,7 @@ devpilot_tests::on_both_backends!(
     cancel_ends_waiting_jobs_and_asks_running_ones,
     retention_deletes_only_old_finished_work,
     bad_job_options_are_refused_and_write_nothing,
+    retention_runs_on_the_poll_path,
 );
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -372,4 +375,35 @@ async fn bad_job_options_are_refused_and_write_nothing(backend: Backend) {
     let err = db.queue.enqueue_many_with(&orch, &[json!({}), json!({})], keyed("k")).await.unwrap_err();
     assert!(err.to_string().contains("one job"), "{err}");
     assert_eq!(db.queue.counts(&orch).await.unwrap(), Default::default(), "no row");
+}
+
+/// A running machine prunes on its own: throttled on the poll path, not awaited. An aged
+/// completed job and an old agent log go; a recent job and the machine's own work stay.
+async fn retention_runs_on_the_poll_path(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("autoprune");
+    let ids = db.queue.enqueue_many(&orch, &[json!({}), json!({})]).await.unwrap();
+    for c in db.queue.claim_next(&orch, "earlier", 2).await.unwrap() {
+        db.queue.complete(c.id, c.token, "earlier").await.unwrap();
+    }
+    db.age_finished(ids[0], 15 * DAY).await;
+    let mut cfg = RunConfig::new(&orch, "m", AgentSpec::NoOp, db.dir.path().to_path_buf());
+    cfg.poll_interval = Duration::from_millis(20);
+    cfg.max_poll_interval = Duration::from_millis(100);
+    cfg.prune_every = Duration::from_millis(200);
+    std::fs::create_dir_all(&cfg.log_dir).unwrap();
+    let old_log = cfg.log_dir.join("job-1.log");
+    std::fs::write(&old_log, "old").unwrap();
+    let month_ago = std::time::SystemTime::now() - 30 * DAY;
+    std::fs::File::options().write(true).open(&old_log).unwrap().set_modified(month_ago).unwrap();
+    let new_log = cfg.log_dir.join("job-2.log");
+    std::fs::write(&new_log, "new").unwrap();
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), cfg, None);
+    let pruned = wait_for(Duration::from_secs(15), || async {
+        db.queue.job(ids[0]).await.unwrap().is_none() && !old_log.exists()
+    })
+    .await;
+    assert!(pruned, "the machine pruned the aged job and the old log by itself");
+    assert!(db.queue.job(ids[1]).await.unwrap().is_some() && new_log.exists(), "recent work is kept");
+    h.stop(StopMode::HandOff).await;
 }
