@@ -15,6 +15,7 @@ use crate::db::{self, DbUrl, PoolSettings};
 use crate::error::{Error, Result};
 use crate::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode};
 use crate::queue::{Backoff, CancelOutcome, JobOptions, Queue, Start};
+use crate::retry::{self, Budget};
 use crate::secrets;
 
 #[derive(Parser, Debug)]
@@ -488,7 +489,11 @@ async fn run(a: RunArgs) -> Result<()> {
         call_timeout: orchestrator::call_bound(cfg.heartbeat),
         ..PoolSettings::default()
     };
-    let (queue, url) = open_queue_named(pool, Some(&format!("devpilot:{machine}"))).await?;
+    // A machine started before its database answers (or while it restarts) waits for it,
+    // as the tray does; a wrong password or a missing database is still reported at once.
+    let name = format!("devpilot:{machine}");
+    let (queue, url) =
+        retry::transient("connecting", Budget::CONNECT, || open_queue_named(pool.clone(), Some(&name))).await?;
     let hints = if a.poll_only { None } else { crate::listen::spawn(&url, &a.orchestrator) };
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();

@@ -170,10 +170,14 @@ fn sqlite_path_of(url: &url::Url) -> String {
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
     pub max_connections: u32,
+    /// How long establishing a connection may take, handshake included; also the pool's
+    /// acquire timeout. It is not the per-call bound: on a loaded machine a password handshake
+    /// alone can take longer than a short heartbeat, and a connect cut short at every call
+    /// never completes (see [`crate::Queue`]'s reconnect in the background).
     pub connect_timeout: Duration,
-    /// The bound on waiting for a connection from the pool (and, on SQLite, for the file's
-    /// write lock). A machine sets it below its heartbeat, so a silent network is noticed
-    /// within one heartbeat instead of after the driver's own half-minute.
+    /// The bound a machine puts on each call (below its heartbeat, so a silent network is
+    /// noticed within one); on SQLite, also the wait for the file's write lock. The calls
+    /// themselves are bounded by [`crate::Queue::with_call_timeout`].
     pub call_timeout: Duration,
 }
 
@@ -198,7 +202,7 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
     opts.max_connections(pool.max_connections.max(1))
         .min_connections(0)
         .connect_timeout(pool.connect_timeout)
-        .acquire_timeout(pool.call_timeout)
+        .acquire_timeout(pool.connect_timeout.max(pool.call_timeout))
         .sqlx_logging(false);
     if url.is_sqlite() {
         let busy = pool.call_timeout;

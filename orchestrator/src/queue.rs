@@ -18,6 +18,8 @@
 //! - Every call is bounded ([`Queue::with_call_timeout`]): no answer in time is
 //!   [`Error::Timeout`], never a hang.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
@@ -364,6 +366,8 @@ pub struct Queue {
     backend: DbBackend,
     /// The bound on every call (see [`Queue::with_call_timeout`]).
     bound: Duration,
+    /// A reconnect is under way in the background (see [`Queue::reconnect_in_background`]).
+    reconnecting: Arc<AtomicBool>,
 }
 
 /// The longest dedupe key, in bytes.
@@ -563,7 +567,7 @@ pub struct Pruned {
 impl Queue {
     pub fn new(db: DatabaseConnection) -> Self {
         let backend = db.get_database_backend();
-        Self { db, backend, bound: Duration::from_secs(30) }
+        Self { db, backend, bound: Duration::from_secs(30), reconnecting: Arc::default() }
     }
 
     /// The same queue with every call bounded by `bound`: a statement (or a transaction on
@@ -608,7 +612,32 @@ impl Queue {
 
     /// Runs `call` within this queue's bound.
     async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        tokio::time::timeout(self.bound, call).await.map_err(|_| Error::Timeout(self.bound))?
+        match tokio::time::timeout(self.bound, call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.reconnect_in_background();
+                Err(Error::Timeout(self.bound))
+            }
+        }
+    }
+
+    /// A call cut at its bound may have been waiting for a connection to be established (after
+    /// a database restart, or on a loaded machine where the password handshake alone takes
+    /// longer than the bound): cutting it also cut the connect. So the connect goes on here, in
+    /// a task of its own bounded only by the pool's connect timeout, and the next call finds
+    /// the connection ready. Without it, forty machines reconnecting at once after a restart
+    /// each cut their own handshake short, forever.
+    fn reconnect_in_background(&self) {
+        if self.reconnecting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (db, flag) = (self.db.clone(), self.reconnecting.clone());
+        tokio::spawn(async move {
+            if let Err(e) = db.ping().await {
+                tracing::debug!(error = %e, "reconnecting in the background failed; the next call tries again");
+            }
+            flag.store(false, Ordering::SeqCst);
+        });
     }
 
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
