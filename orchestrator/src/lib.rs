@@ -4,14 +4,18 @@
 //! headless `devpilot` CLI both embed this crate.
 //!
 //! # Layout
-//! - [`queue`]: every statement that touches the queue tables. The claim is there.
+//! - [`queue`]: every statement that touches the queue tables. The claim is there, and
+//!   the job model's decisions: dedupe by key, the pick's order, backoff, park, cancel,
+//!   retention.
 //! - [`job`]: the job lifecycle ([`job::JobState`]: which states are claimable, live,
 //!   finished) and the names of history events.
-//! - [`orchestrator`]: the loop that polls, claims, heartbeats, sweeps and obeys the user
-//!   (on/off, pause, hand-off, soft then hard stop), and publishes [`orchestrator::Event`]s.
-//! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file) and
-//!   stops it (SIGTERM, then SIGKILL).
-//! - [`listen`]: LISTEN/NOTIFY wake-ups on PostgreSQL; polling stays the fallback.
+//! - [`orchestrator`]: the loop that polls, claims, heartbeats, sweeps, prunes and obeys the
+//!   user (on/off, pause, hand-off, cancel, soft then hard stop), and publishes
+//!   [`orchestrator::Event`]s.
+//! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file),
+//!   reads what it says back (exit status, result file) and stops it (SIGTERM, then SIGKILL).
+//! - [`listen`]: LISTEN/NOTIFY hints on PostgreSQL (work now, work due in N ms, a cancel);
+//!   polling stays the fallback.
 //! - [`db`]: URLs (with redaction), pools, migrations, and driver errors in plain words.
 //! - [`config`]: settings file, paths, durations.
 //! - [`secrets`]: the database password in the OS keychain.

@@ -87,7 +87,10 @@ impl Maintenance {
         let (sweeps, mut sweep_rx) = mpsc::channel::<Task>(1);
         let (prunes, mut prune_rx) = mpsc::channel::<Task>(1);
         let (cfg_tx, mut cfgs) = mpsc::unbounded_channel::<SweepCfg>();
-        let throttles = Throttles { sweep: Throttle::new(sweep_every), prune: Throttle::new(prune_every) };
+        // The first prune waits one interval: a machine that starts (or restarts) often
+        // should not prune at every start, and a short `run --until-empty` never needs to.
+        let first_prune = Throttle { every: prune_every, last: Some(Instant::now()) };
+        let throttles = Throttles { sweep: Throttle::new(sweep_every), prune: first_prune };
         let me = Self { throttles: Arc::new(Mutex::new(throttles)), sweeps, prunes, stats: stats.clone() };
         tokio::spawn(async move {
             let mut cfg = cfg;

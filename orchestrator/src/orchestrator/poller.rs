@@ -34,11 +34,14 @@ pub struct Poller {
     backoff: Duration,
     /// Woken while a poll was in flight: the answer must not put the next poll off.
     rewake: bool,
+    /// A due time learnt while a poll was in flight (a NOTIFY about a job the poll's snapshot
+    /// may not see): the answer's wait is capped by it.
+    due_by: Option<Instant>,
 }
 
 impl Poller {
     pub fn new(base: Duration, ceiling: Duration) -> Self {
-        Self { state: PollState::Waiting(Instant::now()), base, ceiling, backoff: base, rewake: false }
+        Self { state: PollState::Waiting(Instant::now()), base, ceiling, backoff: base, rewake: false, due_by: None }
     }
 
     /// When the next poll is due, or `None` while one is in flight.
@@ -87,7 +90,8 @@ impl Poller {
             wait
         };
         let next = if std::mem::take(&mut self.rewake) { Duration::ZERO } else { next };
-        self.state = PollState::Waiting(Instant::now() + next);
+        let at = Instant::now() + next;
+        self.state = PollState::Waiting(self.due_by.take().map_or(at, |d| d.min(at)));
     }
 
     /// The poll failed (the database is unreachable, or slow): retry soon, backing off to 10 s.
@@ -101,12 +105,11 @@ impl Poller {
     /// poll does not land a hair before the database's clock says it is due.
     pub fn cap(&mut self, within: Duration) {
         let at = Instant::now() + within + Duration::from_millis(5);
-        if let PollState::Waiting(t) = self.state {
-            if at < t {
-                self.state = PollState::Waiting(at);
-            }
+        match self.state {
+            PollState::Waiting(t) if at < t => self.state = PollState::Waiting(at),
+            PollState::Waiting(_) => {}
+            PollState::InFlight => self.due_by = Some(self.due_by.map_or(at, |d| d.min(at))),
         }
-        // In flight: its answer carries the next due time itself.
     }
 
     pub fn retime(&mut self, base: Duration, ceiling: Duration) {
@@ -167,4 +170,34 @@ async fn claim_by_ids(r: &ClaimRequest) -> Result<Vec<Claim>> {
 pub fn jitter(d: Duration) -> Duration {
     let f: f64 = rand::rng().random_range(0.8..1.2);
     d.mul_f64(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A due time caps the wait, whether it arrives while the poller waits or while a poll is
+    /// in flight; a later due time changes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_due_time_caps_the_next_poll() {
+        let five_min = Duration::from_secs(300);
+        let mut p = Poller::new(five_min, five_min);
+        p.started();
+        p.answered(0, 1, false, false);
+        assert!(p.due().unwrap() >= Instant::now() + Duration::from_secs(200), "idle: minutes away");
+        p.cap(Duration::from_secs(40));
+        let capped = p.due().unwrap();
+        assert!(
+            capped >= Instant::now() + Duration::from_secs(40) && capped <= Instant::now() + Duration::from_secs(41)
+        );
+        p.cap(Duration::from_secs(100));
+        assert_eq!(p.due(), Some(capped));
+        p.started();
+        p.cap(Duration::from_secs(10));
+        p.answered(0, 1, false, false);
+        assert!(p.due().unwrap() <= Instant::now() + Duration::from_secs(11), "learnt in flight, kept for the answer");
+        p.started();
+        p.answered(0, 1, false, false);
+        assert!(p.due().unwrap() >= Instant::now() + Duration::from_secs(200), "and used once");
+    }
 }
