@@ -29,6 +29,10 @@ pub const WAKE_QUIET: Duration = Duration::from_secs(90);
 pub enum Kind {
     Claimed,
     Completed,
+    /// A user cancelled a job this machine was running; its agent was stopped.
+    Cancelled,
+    /// The agent asked to be tried later (exit 75): not a failure.
+    Parked,
     Failed,
     Dead,
     LeaseLost,
@@ -67,10 +71,10 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             n(Kind::Completed, format!("Finished {}{said}{link}", job.label()))
         }
         Event::Cancelled { job } if on.completed => {
-            n(Kind::Completed, format!("Cancelled {}: the agent was stopped", job.label()))
+            n(Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
         }
         Event::Parked { job, .. } if on.failed => n(
-            Kind::Failed,
+            Kind::Parked,
             format!(
                 "{} is parked: the agent asked to be tried later (a usage limit?); the attempt did not count",
                 job.label()
@@ -116,6 +120,8 @@ pub fn render(batch: &[Notice]) -> (String, String) {
         let summary = match one.kind {
             Kind::Claimed => "DevPilot: job started",
             Kind::Completed => "DevPilot: job finished",
+            Kind::Cancelled => "DevPilot: job cancelled",
+            Kind::Parked => "DevPilot: job parked",
             Kind::Failed => "DevPilot: job failed",
             Kind::Dead => "DevPilot: job is dead",
             Kind::LeaseLost => "DevPilot: claim lost",
@@ -132,6 +138,8 @@ pub fn render(batch: &[Notice]) -> (String, String) {
         (Kind::Dead, "job dead", "jobs dead"),
         (Kind::Failed, "job failed", "jobs failed"),
         (Kind::Completed, "job finished", "jobs finished"),
+        (Kind::Cancelled, "job cancelled", "jobs cancelled"),
+        (Kind::Parked, "job parked", "jobs parked"),
         (Kind::Claimed, "job started", "jobs started"),
     ] {
         match count(k) {
