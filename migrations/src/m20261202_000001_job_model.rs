@@ -16,6 +16,9 @@
 //! - `finished_at`: when the job became completed, dead or cancelled; retention deletes by
 //!   it, through the partial index `dispatch_queue_finished`.
 //!
+//! An old cancelled job has no timestamp of its cancel: its `finished_at` is its last
+//! history entry, so retention does not take a job cancelled yesterday for an old one.
+//!
 //! SQLite cannot add a column whose default is an expression, so `run_at` defaults to 0 there
 //! and a trigger stamps a plain INSERT's `run_at` with its `created_at`; PostgreSQL takes the
 //! database clock as the column default. Either way a producer's plain INSERT is claimable at
@@ -50,7 +53,8 @@ ALTER TABLE dispatch_queue ADD COLUMN cancel_requested_at BIGINT;
 ALTER TABLE dispatch_queue ADD COLUMN cancel_requested_by TEXT;
 ALTER TABLE dispatch_queue ADD COLUMN finished_at BIGINT;
 UPDATE dispatch_queue SET run_at = created_at;
-UPDATE dispatch_queue SET finished_at = COALESCE(completed_at, dead_at, created_at)
+UPDATE dispatch_queue SET finished_at = COALESCE(completed_at, dead_at,
+        (SELECT MAX(e.at) FROM job_events e WHERE e.job_id = dispatch_queue.id), created_at)
  WHERE state IN ('completed','dead','cancelled');
 DROP INDEX dispatch_queue_pick;
 CREATE INDEX dispatch_queue_pick ON dispatch_queue (orchestrator_id, priority DESC, run_at, id)

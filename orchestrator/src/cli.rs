@@ -420,10 +420,13 @@ async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orchestr
     if let Some(t) = dead_older_than {
         r.dead = parse_duration(t)?;
     }
+    if r.finished < Duration::from_secs(60) || r.dead < Duration::from_secs(60) {
+        return Err(Error::Invalid("--older-than and --dead-older-than must be at least a minute".into()));
+    }
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let pruned = queue.prune(orchestrator, &r, 500).await?;
     let dirs = vec![paths.job_log_dir(), paths.data_dir.join("payloads")];
-    let files = tokio::task::spawn_blocking(move || orchestrator::prune_files(&dirs, r.finished))
+    let files = tokio::task::spawn_blocking(move || orchestrator::prune_files(&dirs, orchestrator::file_retention(&r)))
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
     println!(

@@ -894,7 +894,10 @@ impl Queue {
             }
             let claims =
                 if limit == 0 { vec![] } else { self.claim_next_sqlite(orchestrator_id, machine, limit).await? };
-            let next_due = if (claims.len() as u32) < limit { self.next_due(orchestrator_id).await? } else { None };
+            // Its own statement here, so a job that fell due after the claim is due now (a
+            // wait of zero), not skipped: on SQLite no NOTIFY would tell.
+            let next_due =
+                if (claims.len() as u32) < limit { self.next_waiting(orchestrator_id, true).await? } else { None };
             return Ok(Polled { claims, stale: extras.stale_after.is_some(), next_due });
         }
         // $1 orchestrator, $2 machine, then the presence values ($3..$8, as in
@@ -946,7 +949,13 @@ impl Queue {
 
     /// How long until the next waiting job of the orchestrator is due, if one is waiting.
     pub async fn next_due(&self, orchestrator_id: &str) -> Result<Option<Duration>> {
-        let rows = self.query(NEXT_DUE, vec![orchestrator_id.into()]).await?;
+        self.next_waiting(orchestrator_id, false).await
+    }
+
+    /// [`Queue::next_due`]; `due_too` also counts jobs that are due already (a wait of zero).
+    async fn next_waiting(&self, orchestrator_id: &str, due_too: bool) -> Result<Option<Duration>> {
+        let sql = if due_too { NEXT_DUE.replace("AND run_at > {NOW}", "") } else { NEXT_DUE.to_string() };
+        let rows = self.query(&sql, vec![orchestrator_id.into()]).await?;
         let ms = match rows.first() {
             Some(r) => r.try_get::<Option<i64>>("", "next_due")?,
             None => None,
@@ -1009,7 +1018,8 @@ impl Queue {
         let (pairs, values) = pair_list(done, 0);
         let update = format!(
             "UPDATE dispatch_queue
-                SET state = {ends}, completed_at = {{NOW}}, finished_at = {{NOW}}, claimed_at = NULL,
+                SET state = {ends}, finished_at = {{NOW}}, claimed_at = NULL,
+                    completed_at = CASE WHEN cancel_requested_at IS NULL THEN {{NOW}} ELSE NULL END,
                     last_error = CASE WHEN cancel_requested_at IS NULL THEN NULL
                                       ELSE 'cancelled by ' || COALESCE(cancel_requested_by, '?') END
               WHERE (id, claim_token) IN ({pairs}) AND {{RUNNING}}
@@ -1075,12 +1085,13 @@ impl Queue {
         let (base, max) = defaults.ms();
         let ends = unless_cancelled("CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'failed' END");
         let finished = "(cancel_requested_at IS NOT NULL OR attempts >= max_attempts)";
+        let dead = "(cancel_requested_at IS NULL AND attempts >= max_attempts)";
         let rows = self
             .change(
                 &format!(
                     "UPDATE dispatch_queue
                         SET state = {ends},
-                            dead_at = CASE WHEN {finished} THEN {{NOW}} ELSE NULL END,
+                            dead_at = CASE WHEN {dead} THEN {{NOW}} ELSE NULL END,
                             finished_at = CASE WHEN {finished} THEN {{NOW}} ELSE NULL END,
                             run_at = CASE WHEN {finished} THEN run_at ELSE {{NOW}} + {backoff} END,
                             failed_at = {{NOW}}, claimed_at = NULL, last_error = $3
@@ -1137,6 +1148,7 @@ impl Queue {
                         SET state = {ends},
                             finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
                             run_at = CASE WHEN cancel_requested_at IS NOT NULL THEN run_at
+                                          WHEN COALESCE($3, {{NOW}} + COALESCE($4, {backoff})) < {{NOW}} THEN {{NOW}}
                                           ELSE COALESCE($3, {{NOW}} + COALESCE($4, {backoff})) END,
                             claimed_at = NULL, attempts = attempts - 1, last_error = $8
                       WHERE id = $1 AND claim_token = $2 AND {{RUNNING}}
@@ -1157,7 +1169,10 @@ impl Queue {
                 &History {
                     kind: &kind_of_end(event::PARKED),
                     machine: Some(machine),
-                    detail: Detail::Expr(format!("'{why}; claimable again at ' || {{RUN_AT_ISO}}")),
+                    detail: Detail::Expr(format!(
+                        "CASE WHEN state = 'cancelled' THEN 'cancelled: a cancel was asked for' \
+                         ELSE '{why}; claimable again at ' || {{RUN_AT_ISO}} END"
+                    )),
                 },
             )
             .await?;
@@ -1311,12 +1326,13 @@ impl Queue {
         let detail = format!("no heartbeat for {}", humantime::format_duration(claim_timeout));
         let ends = unless_cancelled("CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END");
         let finished = "(cancel_requested_at IS NOT NULL OR attempts >= max_attempts)";
+        let dead = "(cancel_requested_at IS NULL AND attempts >= max_attempts)";
         let rows = self
             .change(
                 &format!(
                     "UPDATE dispatch_queue
                         SET state = {ends},
-                            dead_at = CASE WHEN attempts >= max_attempts THEN {{NOW}} ELSE NULL END,
+                            dead_at = CASE WHEN {dead} THEN {{NOW}} ELSE NULL END,
                             finished_at = CASE WHEN {finished} THEN {{NOW}} ELSE NULL END,
                             claimed_at = NULL,
                             last_error = 'lease expired: no heartbeat from ' || COALESCE(claimed_by, '?')
@@ -1392,7 +1408,7 @@ impl Queue {
               WHERE {{FINISHED}} AND finished_at < {{NOW}} - $3 {scope}
                 AND ((state = 'dead' AND finished_at < {{NOW}} - $2)
                      OR (state <> 'dead' AND finished_at < {{NOW}} - $1))
-              LIMIT $4"
+              ORDER BY finished_at, id LIMIT $4"
         );
         if self.backend == DbBackend::Postgres {
             let sql = format!(
@@ -1405,19 +1421,21 @@ impl Queue {
             let rows = self.query(&sql, values).await?;
             return Ok(u64::try_from(first_i64(&rows, "n")?).unwrap_or(0));
         }
+        // SQLite: two DELETEs over the same pick in one transaction. Writing first (rather
+        // than reading the ids, then deleting) takes the write lock at once, so a writer
+        // committing in between cannot make the transaction's upgrade fail.
         self.bounded(async {
             let txn = self.db.begin().await?;
-            let ids = ids_of(&txn.query_all_raw(self.stmt(&pick, values)).await?)?;
-            if !ids.is_empty() {
-                let list: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
-                let list = list.join(", ");
-                let vals: Vec<Value> = ids.iter().map(|i| Value::from(*i)).collect();
-                txn.execute_raw(self.stmt(&format!("DELETE FROM job_events WHERE job_id IN ({list})"), vals.clone()))
-                    .await?;
-                txn.execute_raw(self.stmt(&format!("DELETE FROM dispatch_queue WHERE id IN ({list})"), vals)).await?;
-            }
+            txn.execute_raw(self.stmt(&format!("DELETE FROM job_events WHERE job_id IN ({pick})"), values.clone()))
+                .await?;
+            let n = txn
+                .execute_raw(
+                    self.stmt(&format!("DELETE FROM dispatch_queue WHERE id IN ({pick}) AND {{FINISHED}}"), values),
+                )
+                .await?
+                .rows_affected();
             txn.commit().await?;
-            Ok(ids.len() as u64)
+            Ok(n)
         })
         .await
     }

@@ -27,6 +27,7 @@ devpilot_tests::on_both_backends!(
     retention_deletes_only_old_finished_work,
     bad_job_options_are_refused_and_write_nothing,
     retention_runs_on_the_poll_path,
+    the_migration_upgrades_a_queue_that_holds_jobs,
 );
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -237,7 +238,13 @@ async fn a_park_hands_back_without_counting(backend: Backend) {
     let wait = due_in_ms(&db, id).await;
     assert!((26_000..=33_000).contains(&wait), "no retry_after: the 30 s backoff: {wait}");
 
+    // A retry_after in the past is "now", never a place ahead of the line.
     db.age_wait(id, HOUR).await;
+    let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
+    db.queue.park(c.id, c.token, "m", RetryAfter::At(0), d).await.unwrap();
+    let wait = due_in_ms(&db, id).await;
+    assert!((-1_000..=0).contains(&wait), "claimable from now, not from 1970: {wait}");
+
     let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
     db.queue.cancel(id, "desktop").await.unwrap();
     let (state, _) = db.queue.park(c.id, c.token, "m", RetryAfter::In(HOUR), d).await.unwrap().unwrap();
@@ -284,6 +291,8 @@ async fn cancel_ends_waiting_jobs_and_asks_running_ones(backend: Backend) {
     assert_eq!(h[2].machine.as_deref(), Some("laptop"), "who stopped the agent");
     assert_eq!(h[2].detail.as_deref(), Some("agent stopped on laptop; cancel asked by desktop"));
     assert_eq!(db.queue.counts(&orch).await.unwrap().completed, 0, "never completed after the cancel");
+    let (raced, _) = db.queue.job(pairs[1].0).await.unwrap().unwrap();
+    assert_eq!((raced.completed_at, raced.finished_at.is_some()), (None, true), "and not stamped completed");
     assert!(db.queue.events_of_kind(&orch, "completed").await.unwrap().is_empty());
 
     // Requeue puts a cancelled job back, with the cancel forgotten.
@@ -406,4 +415,42 @@ async fn retention_runs_on_the_poll_path(backend: Backend) {
     assert!(pruned, "the machine pruned the aged job and the old log by itself");
     assert!(db.queue.job(ids[1]).await.unwrap().is_some() && new_log.exists(), "recent work is kept");
     h.stop(StopMode::HandOff).await;
+}
+
+/// The job-model migration on a queue that already holds jobs (and back down, and up
+/// again): a waiting job is claimable at once and keeps its place in line, finished jobs get
+/// a `finished_at` (an old cancel its last history entry), and a key dedupes from then on.
+async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
+    use devpilot_migrations::{Migrator, MigratorTrait};
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("upgrade");
+    Migrator::down(db.queue.connection(), Some(1)).await.unwrap();
+    for (state, created) in [("queued", 3_000), ("queued", 2_000), ("completed", 9_000), ("cancelled", 9_000)] {
+        db.exec(&format!(
+            "INSERT INTO dispatch_queue (orchestrator_id, payload, state, created_at, completed_at)
+             VALUES ('{orch}', '{{}}', '{state}', {created}, {})",
+            if state == "completed" { "9500" } else { "NULL" }
+        ))
+        .await;
+    }
+    let cancelled = db.scalar("SELECT MAX(id) FROM dispatch_queue").await.unwrap();
+    db.exec(&format!(
+        "INSERT INTO job_events (job_id, orchestrator_id, kind, at) VALUES ({cancelled}, '{orch}', 'cancelled', 9900)"
+    ))
+    .await;
+    Migrator::up(db.queue.connection(), None).await.unwrap();
+
+    let col = |c: &str, id: i64| format!("SELECT {c} FROM dispatch_queue WHERE id = {id}");
+    let first = db.scalar("SELECT MIN(id) FROM dispatch_queue").await.unwrap();
+    assert_eq!(db.scalar(&col("run_at", first)).await, Some(3_000), "run_at is the old created_at");
+    assert_eq!(db.scalar(&col("finished_at", first + 2)).await, Some(9_500), "completed: completed_at");
+    assert_eq!(db.scalar(&col("finished_at", cancelled)).await, Some(9_900), "cancelled: its last event");
+    let mut order = vec![];
+    while let Some(c) = db.queue.claim_next(&orch, "m", 1).await.unwrap().pop() {
+        order.push(c.id);
+    }
+    assert_eq!(order, [first + 1, first], "both claimable at once, the older enqueue first");
+    let a = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("k")).await.unwrap();
+    let b = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("k")).await.unwrap();
+    assert_eq!((b.id, b.existing), (a.id, Some(JobState::Queued)));
 }

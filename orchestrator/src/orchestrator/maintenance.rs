@@ -177,12 +177,19 @@ async fn prune(cfg: &SweepCfg) {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "retention failed"),
     }
-    let (dirs, older_than) = (cfg.file_dirs.clone(), cfg.retention.finished);
+    let (dirs, older_than) = (cfg.file_dirs.clone(), file_retention(&cfg.retention));
     match tokio::task::spawn_blocking(move || prune_files(&dirs, older_than)).await {
         Ok(n) if n > 0 => tracing::info!(files = n, "retention: deleted old agent logs and payload files"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "retention of files failed"),
     }
+}
+
+/// How old an agent log or payload file must be to go: the jobs' retention, but never less
+/// than a day, so that a short `--older-than` cannot take the payload file or the log of an
+/// agent that is still running.
+pub fn file_retention(r: &Retention) -> Duration {
+    r.finished.max(Duration::from_secs(86_400))
 }
 
 /// Deletes the regular files directly in `dirs` last modified longer than `older_than` ago;

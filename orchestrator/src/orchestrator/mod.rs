@@ -45,7 +45,7 @@ use self::handle::Command;
 pub use self::handle::{Handle, Stats};
 pub use self::lease::Timing;
 use self::lease::{Keeper, News, Order, Pair};
-pub use self::maintenance::prune_files;
+pub use self::maintenance::{file_retention, prune_files};
 use self::maintenance::{Maintenance, SweepCfg};
 use self::poller::{ClaimRequest, Poller, FAR};
 use self::runner::{run_job, Cancel, CancelReason, Completer, JobCtx, JobDone};
