@@ -78,9 +78,8 @@ impl AgentResult {
                 Some(RetryAfter::In(Duration::from_secs_f64(secs.min(366.0 * 86_400.0))))
             }
             Some(serde_json::Value::String(s)) => {
-                let t = humantime::parse_rfc3339_weak(s.trim())
+                let ms = crate::config::parse_time_ms(s)
                     .map_err(|e| format!("\"retry_after\" is not an RFC 3339 time ({e})"))?;
-                let ms = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
                 Some(RetryAfter::At(ms))
             }
             Some(other) => return Err(format!("\"retry_after\" must be a time or a number of seconds, not {other}")),

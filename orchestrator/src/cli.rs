@@ -316,27 +316,31 @@ fn read_payload(payload: Option<String>, payload_file: Option<PathBuf>) -> Resul
     serde_json::from_str(&text).map_err(|e| Error::Payload(format!("not valid JSON ({e})")))
 }
 
+/// A backoff from `--retry-backoff` and `--retry-backoff-max`, each falling back to
+/// `defaults`; a cap that is not given is raised to the base if need be.
+fn backoff_flags(base: Option<&str>, max: Option<&str>, defaults: Backoff) -> Result<Backoff> {
+    let base = base.map(parse_duration).transpose()?.unwrap_or(defaults.base);
+    let max = max.map(parse_duration).transpose()?.unwrap_or(defaults.max.max(base));
+    let b = Backoff { base, max };
+    b.validate()?;
+    Ok(b)
+}
+
 /// The job options the flags ask for, checked before anything is sent.
 fn job_options(a: &EnqueueArgs, settings: &crate::config::Settings) -> Result<JobOptions> {
     let start = match (&a.run_at, &a.delay) {
         (Some(t), _) => {
-            let at = humantime::parse_rfc3339_weak(t.trim()).map_err(|e| {
+            let ms = crate::config::parse_time_ms(t).map_err(|e| {
                 Error::Invalid(format!("--run-at '{t}' is not an RFC 3339 time ({e}); e.g. 2026-12-01T10:00:00Z"))
             })?;
-            let ms = at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
             Start::At(ms)
         }
         (None, Some(d)) => Start::After(parse_duration(d)?),
         (None, None) => Start::Now,
     };
-    let backoff = match (&a.retry_backoff, &a.retry_backoff_max) {
+    let backoff = match (a.retry_backoff.as_deref(), a.retry_backoff_max.as_deref()) {
         (None, None) => None,
-        (base, max) => {
-            let defaults = settings.backoff().unwrap_or(Backoff::DEFAULT);
-            let base = base.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.base);
-            let max = max.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.max.max(base));
-            Some(Backoff { base, max })
-        }
+        (base, max) => Some(backoff_flags(base, max, settings.backoff().unwrap_or(Backoff::DEFAULT))?),
     };
     if let Some(k) = &a.key {
         crate::queue::validate_key(k)?;
@@ -472,12 +476,7 @@ async fn run(a: RunArgs) -> Result<()> {
     cfg.max_poll_interval = parse_duration(&a.max_poll_interval)?.max(cfg.poll_interval);
     cfg.sweep_every = parse_duration(&a.sweep_interval)?;
     cfg.cancel_grace = parse_duration(&a.cancel_grace)?;
-    let defaults = settings.backoff()?;
-    cfg.backoff = Backoff {
-        base: a.retry_backoff.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.base),
-        max: a.retry_backoff_max.as_deref().map(parse_duration).transpose()?.unwrap_or(defaults.max),
-    };
-    cfg.backoff.validate()?;
+    cfg.backoff = backoff_flags(a.retry_backoff.as_deref(), a.retry_backoff_max.as_deref(), settings.backoff()?)?;
     cfg.retention = settings.retention()?;
     cfg.claim_mode = match a.claim_mode {
         ClaimModeArg::Pick => ClaimMode::Pick,

@@ -119,6 +119,12 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
         .map_err(|e| Error::Invalid(format!("'{t}' is not a duration ({e}); try 30s, 5m or 1h")))
 }
 
+/// Parses an RFC 3339 time ("2026-12-01T10:00:00Z") into milliseconds since the epoch.
+pub fn parse_time_ms(s: &str) -> std::result::Result<i64, humantime::TimestampError> {
+    let t = humantime::parse_rfc3339_weak(s.trim())?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0))
+}
+
 impl Settings {
     /// Checks every field, so a bad value is refused before anything is saved.
     pub fn validate(&self) -> Result<()> {

@@ -51,12 +51,11 @@ const PICK: &str = "SELECT id FROM dispatch_queue
                      LIMIT {LIMIT}
                      {SKIP_LOCKED}";
 
-/// Milliseconds from now until the next claimable job of orchestrator $1 is due, for a poll
-/// that found nothing due (its timer is capped by it). Scans only the claimable rows that are
-/// not yet due.
-const NEXT_DUE: &str = "SELECT MIN(run_at) - {NOW} AS next_due FROM dispatch_queue
-                         WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE}
-                           AND run_at > {NOW}";
+/// Milliseconds from now until the earliest claimable job of orchestrator $1 is due (negative
+/// when it is due already), for a poll that claimed less than it asked for: its timer is
+/// capped by it. `AND run_at > {NOW}` narrows it to the jobs not yet due.
+const NEXT_WAITING: &str = "SELECT MIN(run_at) - {NOW} AS next_due FROM dispatch_queue
+                             WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE}";
 
 /// The claim of what `picked` chose ($2 is the machine). The precondition is repeated in
 /// the WHERE so that a row claimed by someone else in between is simply not ours.
@@ -66,6 +65,21 @@ const CLAIM_PICKED: &str = "UPDATE dispatch_queue
                   WHERE id IN (SELECT id FROM picked)
                     AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
                  RETURNING id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state";
+
+impl Detail {
+    /// The detail as SQL over the changed row; a text becomes the next parameter of `values`.
+    fn sql(&self, values: &mut Vec<Value>) -> String {
+        match self {
+            Detail::None => "NULL".to_string(),
+            Detail::Attempt => ATTEMPT.to_string(),
+            Detail::Expr(e) => e.clone(),
+            Detail::Text(t) => {
+                values.push(t.clone().into());
+                format!("${}", values.len())
+            }
+        }
+    }
+}
 
 /// A claim's history detail, over the claimed row.
 const ATTEMPT: &str = "'attempt ' || attempts";
@@ -634,7 +648,9 @@ impl Queue {
         let (db, flag) = (self.db.clone(), self.reconnecting.clone());
         tokio::spawn(async move {
             if let Err(e) = db.ping().await {
-                tracing::debug!(error = %e, "reconnecting in the background failed; the next call tries again");
+                // Only the kind: a raw driver error is not run through the URL's redaction.
+                let kind = Error::from(e).kind();
+                tracing::debug!(kind, "reconnecting in the background failed; the next call tries again");
             }
             flag.store(false, Ordering::SeqCst);
         });
@@ -658,15 +674,7 @@ impl Queue {
         if self.backend == DbBackend::Postgres {
             values.push(h.machine.map(str::to_string).into());
             let machine = format!("COALESCE(${}, claimed_by)", values.len());
-            let detail = match &h.detail {
-                Detail::None => "NULL".to_string(),
-                Detail::Attempt => ATTEMPT.to_string(),
-                Detail::Expr(e) => e.to_string(),
-                Detail::Text(t) => {
-                    values.push(t.clone().into());
-                    format!("${}", values.len())
-                }
-            };
+            let detail = h.detail.sql(&mut values);
             let sql = format!(
                 "WITH changed AS ({update}), history AS (
                     INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
@@ -691,15 +699,7 @@ impl Queue {
     /// SQLite's half of [`Queue::change`]: the history of rows `ids` as they are now.
     fn history_of(&self, ids: &[i64], h: &History<'_>) -> Statement {
         let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
-        let detail = match &h.detail {
-            Detail::None => "NULL".to_string(),
-            Detail::Attempt => ATTEMPT.to_string(),
-            Detail::Expr(e) => e.to_string(),
-            Detail::Text(t) => {
-                values.push(t.clone().into());
-                "$2".to_string()
-            }
-        };
+        let detail = h.detail.sql(&mut values);
         let first = values.len();
         let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", first + i + 1)).collect();
         values.extend(ids.iter().map(|id| Value::from(*id)));
@@ -912,7 +912,7 @@ impl Queue {
         let limit_at = format!("${}", values.len());
         let stale = match extras.stale_after {
             Some(after) => {
-                values.push(i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 4).into());
+                values.push(millis(after).into());
                 format!(
                     "EXISTS (SELECT 1 FROM dispatch_queue WHERE orchestrator_id = $1 AND {{RUNNING}}
                                AND COALESCE(heartbeat_at, claimed_at) < {{NOW}} - ${})",
@@ -926,7 +926,7 @@ impl Queue {
                  INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
                  SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {{NOW}} FROM claimed)
              SELECT c.*, s.stale, s.next_due FROM (SELECT {stale} AS stale,
-                    CASE WHEN (SELECT COUNT(*) FROM claimed) < {{LIMIT}} THEN ({NEXT_DUE}) END AS next_due) s
+                    CASE WHEN (SELECT COUNT(*) FROM claimed) < {{LIMIT}} THEN ({NEXT_WAITING} AND run_at > {{NOW}}) END AS next_due) s
                LEFT JOIN claimed c ON true",
             kind = CLAIMED.kind,
             detail = ATTEMPT,
@@ -954,7 +954,7 @@ impl Queue {
 
     /// [`Queue::next_due`]; `due_too` also counts jobs that are due already (a wait of zero).
     async fn next_waiting(&self, orchestrator_id: &str, due_too: bool) -> Result<Option<Duration>> {
-        let sql = if due_too { NEXT_DUE.replace("AND run_at > {NOW}", "") } else { NEXT_DUE.to_string() };
+        let sql = if due_too { NEXT_WAITING.to_string() } else { format!("{NEXT_WAITING} AND run_at > {{NOW}}") };
         let rows = self.query(&sql, vec![orchestrator_id.into()]).await?;
         let ms = match rows.first() {
             Some(r) => r.try_get::<Option<i64>>("", "next_due")?,
