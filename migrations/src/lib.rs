@@ -13,6 +13,9 @@
 //! - `m20261202_000001_job_model`: unique keys, priority, `run_at`, retry backoff, results,
 //!   cancel requests and `finished_at` for retention; the pick's index on
 //!   `(orchestrator_id, priority DESC, run_at, id)`; NOTIFY that says when a job is due.
+//! - `m20261203_000001_agents`: routing columns (`repo`, `requires`, and each machine's
+//!   `repos` and `labels`), hand-off columns (`resume_branch`, `resumed_from`, release
+//!   requests, a kept `worktree`) and `job_logs`, the tail of each running agent's output.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -25,6 +28,7 @@ mod m20261129_000001_dispatch;
 mod m20261130_000001_claim_order;
 mod m20261201_000001_job_attempts;
 mod m20261202_000001_job_model;
+mod m20261203_000001_agents;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -37,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_claim_order::Migration),
             Box::new(m20261201_000001_job_attempts::Migration),
             Box::new(m20261202_000001_job_model::Migration),
+            Box::new(m20261203_000001_agents::Migration),
         ]
     }
 }

@@ -9,7 +9,13 @@
 //! What the agent says back: its exit status (0 done, 75 = EX_TEMPFAIL "try later", anything
 //! else failed) and, optionally, a JSON result file at `DEVPILOT_RESULT_FILE`:
 //! `{"summary": "...", "url": "https://...", "retry_after": "2026-12-01T10:00:00Z" | 3600}`.
-//! A malformed result file is logged and ignored; it never fails a job.
+//! A malformed result file is logged and ignored; it never fails a job. With no summary in
+//! it, the summary is the last non-empty line the agent printed.
+//!
+//! A preset ([`crate::preset`]) is an argv built per job from the payload's title, prompt
+//! and URL; a job with a `repo` runs in its git worktree ([`crate::worktree`]), with
+//! `DEVPILOT_WORKTREE` and `DEVPILOT_BRANCH` (and, after a hand-off, `DEVPILOT_RESUME_BRANCH`
+//! and `DEVPILOT_RESUMED_FROM`) in its environment.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,13 +25,17 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
 use crate::error::{Error, Result};
+use crate::preset::{Preset, PresetSettings};
 use crate::queue::{Claim, RetryAfter};
+use crate::spec::JobSpec;
 
 /// What runs a job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AgentSpec {
     /// A real agent process.
     Command(Vec<String>),
+    /// A built-in preset (claude, codex, aider, gemini), with this machine's additions.
+    Preset { preset: Preset, settings: PresetSettings },
     /// The built-in demo: logs the payload and succeeds after `duration`.
     Demo { duration: Duration },
     /// Succeeds at once, in process (benchmarks of the queue itself).
@@ -38,6 +48,17 @@ pub struct AgentEnv {
     pub log_dir: PathBuf,
     pub payload_dir: PathBuf,
     pub machine: String,
+}
+
+/// Extra environment variables for an agent.
+type EnvVars = Vec<(String, String)>;
+
+/// Where and for what one job's agent runs, besides its claim.
+#[derive(Clone, Debug, Default)]
+pub struct Launch {
+    pub spec: JobSpec,
+    /// The job's worktree and branch, when it has a repo.
+    pub worktree: Option<(PathBuf, String)>,
 }
 
 /// How an agent ended.
@@ -97,31 +118,58 @@ impl AgentSpec {
                 let prog = argv.first().ok_or_else(|| Error::Invalid("the agent command is empty".into()))?;
                 resolve_program(prog).map(|_| ())
             }
+            AgentSpec::Preset { preset, .. } => resolve_preset(*preset).map(|_| ()),
             _ => Ok(()),
         }
     }
 
-    /// Starts the agent for `claim`.
-    pub async fn start(&self, claim: &Claim, env: &AgentEnv) -> Result<RunningAgent> {
-        if let AgentSpec::NoOp = self {
+    /// What a person would call this agent: the preset's name, or the program.
+    pub fn describe(&self) -> String {
+        match self {
+            AgentSpec::Command(argv) => argv.first().cloned().unwrap_or_default(),
+            AgentSpec::Preset { preset, .. } => format!("the {preset} preset"),
+            AgentSpec::Demo { .. } => "the demo agent".into(),
+            AgentSpec::NoOp => "no agent".into(),
+        }
+    }
+
+    /// The argv and extra environment for one job.
+    fn command_line(&self, claim: &Claim, spec: &JobSpec) -> Option<(Vec<String>, EnvVars)> {
+        match self {
+            AgentSpec::Command(argv) => Some((argv.clone(), vec![])),
+            AgentSpec::Preset { preset, settings } => {
+                let prompt = spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload);
+                let env = settings.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                Some((preset.argv(&prompt, &settings.args), env))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether starting this agent writes anything (the in-process no-op does not).
+    pub fn writes_log(&self) -> bool {
+        !matches!(self, AgentSpec::NoOp)
+    }
+
+    /// Starts the agent for `claim`, its output appended to `log` (see [`AgentEnv::open_log`]).
+    pub async fn start(
+        &self,
+        claim: &Claim,
+        env: &AgentEnv,
+        launch: &Launch,
+        log: Option<std::fs::File>,
+    ) -> Result<RunningAgent> {
+        let (log, log_path) = match log {
+            Some(l) => (l, env.log_path(claim.id)),
             // Nothing runs, so there is no output to keep. (Creating a file per job was most
             // of the client's CPU in the benchmark's no-op drain: ext4 inode allocation.)
-            return Ok(RunningAgent::InProcess(None));
-        }
-        std::fs::create_dir_all(&env.log_dir)?;
-        let log_path = env.log_dir.join(format!("job-{}.log", claim.id));
-        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
-        {
-            use std::io::Write;
-            let _ = writeln!(
-                log,
-                "=== job {} attempt {} (claim {}) on {} ===",
-                claim.id, claim.attempt, claim.token, env.machine
-            );
-        }
+            None => return Ok(RunningAgent::InProcess(None)),
+        };
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
         match self {
             AgentSpec::NoOp => Ok(RunningAgent::InProcess(None)),
             AgentSpec::Demo { duration } => {
+                let mut log = log;
                 let payload = serde_json::to_string_pretty(&claim.payload).unwrap_or_default();
                 let duration = *duration;
                 let task = tokio::spawn(async move {
@@ -133,8 +181,12 @@ impl AgentSpec {
                 });
                 Ok(RunningAgent::InProcess(Some(task)))
             }
-            AgentSpec::Command(argv) => {
-                let prog = resolve_program(&argv[0])?;
+            AgentSpec::Command(_) | AgentSpec::Preset { .. } => {
+                let (argv, extra_env) = self.command_line(claim, &launch.spec).unwrap_or_default();
+                let prog = match self {
+                    AgentSpec::Preset { preset, .. } => resolve_preset(*preset)?,
+                    _ => resolve_program(&argv[0])?,
+                };
                 std::fs::create_dir_all(&env.payload_dir)?;
                 let payload_file = env.payload_dir.join(format!("job-{}-{}.json", claim.id, claim.token));
                 let result_file = env.payload_dir.join(format!("job-{}-{}.result.json", claim.id, claim.token));
@@ -160,8 +212,18 @@ impl AgentSpec {
                     // A secret in the runner's environment is not the agent's business.
                     .env_remove("DEVPILOT_DATABASE_URL")
                     .env_remove("PGPASSWORD")
+                    .envs(extra_env)
                     .kill_on_drop(true)
                     .process_group(0);
+                if let Some((dir, branch)) = &launch.worktree {
+                    cmd.current_dir(dir).env("DEVPILOT_WORKTREE", dir).env("DEVPILOT_BRANCH", branch);
+                }
+                if let Some(b) = &claim.resume_branch {
+                    cmd.env("DEVPILOT_RESUME_BRANCH", b);
+                }
+                if let Some(m) = &claim.resumed_from {
+                    cmd.env("DEVPILOT_RESUMED_FROM", m);
+                }
                 #[cfg(target_os = "linux")]
                 // SAFETY: prctl is async-signal-safe and touches only the child being exec'd.
                 unsafe {
@@ -173,7 +235,10 @@ impl AgentSpec {
                 let mut child = cmd.spawn().map_err(|e| {
                     let _ = std::fs::remove_file(&payload_file);
                     if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied {
-                        Error::AgentMissing(argv[0].clone())
+                        match self {
+                            AgentSpec::Preset { preset, .. } => preset_missing(*preset),
+                            _ => Error::AgentMissing(argv[0].clone()),
+                        }
                     } else {
                         Error::Io(format!("cannot start the agent '{}': {e}", argv[0]))
                     }
@@ -185,15 +250,94 @@ impl AgentSpec {
                         let _ = stdin.shutdown().await;
                     });
                 }
-                Ok(RunningAgent::Process { child: Box::new(child), payload_file, result_file })
+                Ok(RunningAgent::Process {
+                    child: Box::new(child),
+                    payload_file,
+                    result_file,
+                    log: LogSpan { path: log_path, start: log_start },
+                })
             }
         }
     }
 }
 
+/// The part of a job's log that one attempt's agent wrote.
+#[derive(Clone, Debug)]
+pub struct LogSpan {
+    pub path: PathBuf,
+    pub start: u64,
+}
+
+impl LogSpan {
+    /// How many bytes the agent has written so far.
+    pub fn written(&self) -> u64 {
+        std::fs::metadata(&self.path).map(|m| m.len().saturating_sub(self.start)).unwrap_or(0)
+    }
+
+    /// The last non-empty line the agent printed (at most 300 characters).
+    pub fn last_line(&self) -> Option<String> {
+        let line = last_lines(&self.path, self.start, 1);
+        (!line.is_empty()).then(|| line.chars().take(300).collect())
+    }
+}
+
+/// The last `n` non-empty lines of the file at `path` after byte `from` (reading at most its
+/// last 64 KiB), joined by " / ".
+pub fn last_lines(path: &Path, from: u64, n: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = from.max(len.saturating_sub(64 * 1024));
+    let mut buf = vec![];
+    if f.seek(SeekFrom::Start(start)).is_err() || f.read_to_end(&mut buf).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).rev().take(n).collect();
+    lines.reverse();
+    lines.join(" / ")
+}
+
+/// The last `max` bytes of the file at `path` (empty if it cannot be read), cut at a line.
+pub fn tail_of(path: &Path, max: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = len.saturating_sub(max);
+    let mut buf = vec![];
+    if f.seek(SeekFrom::Start(from)).is_err() || f.read_to_end(&mut buf).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    match (from > 0, text.find('\n')) {
+        // Started mid-line: drop the partial first line.
+        (true, Some(nl)) => text[nl + 1..].to_string(),
+        _ => text,
+    }
+}
+
+impl AgentEnv {
+    pub fn log_path(&self, job: i64) -> PathBuf {
+        self.log_dir.join(format!("job-{job}.log"))
+    }
+
+    /// Opens the job's log for appending, with a header line for this attempt.
+    pub fn open_log(&self, claim: &Claim) -> Result<std::fs::File> {
+        use std::io::Write;
+        std::fs::create_dir_all(&self.log_dir)?;
+        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(claim.id))?;
+        let _ = writeln!(
+            log,
+            "=== job {} attempt {} (claim {}) on {} ===",
+            claim.id, claim.attempt, claim.token, self.machine
+        );
+        Ok(log)
+    }
+}
+
 /// A started agent.
 pub enum RunningAgent {
-    Process { child: Box<Child>, payload_file: PathBuf, result_file: PathBuf },
+    Process { child: Box<Child>, payload_file: PathBuf, result_file: PathBuf, log: LogSpan },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
 }
 
@@ -255,6 +399,14 @@ impl RunningAgent {
         }
     }
 
+    /// The agent's output so far, if it is a process.
+    pub fn log(&self) -> Option<&LogSpan> {
+        match self {
+            RunningAgent::Process { log, .. } => Some(log),
+            RunningAgent::InProcess(_) => None,
+        }
+    }
+
     /// The agent's process id, if it is a process.
     pub fn pid(&self) -> Option<u32> {
         match self {
@@ -287,6 +439,19 @@ fn describe_status(s: std::process::ExitStatus) -> String {
         (Some(c), _) => format!("agent exited with status {c}"),
         (None, Some(sig)) => format!("agent was killed by signal {sig}"),
         _ => "agent ended abnormally".into(),
+    }
+}
+
+/// The program of `preset` on PATH, or the error that names the preset and the PATH searched.
+fn resolve_preset(preset: Preset) -> Result<PathBuf> {
+    resolve_program(preset.program()).map_err(|_| preset_missing(preset))
+}
+
+fn preset_missing(preset: Preset) -> Error {
+    Error::PresetMissing {
+        preset: preset.name().into(),
+        program: preset.program().into(),
+        path: std::env::var("PATH").unwrap_or_default(),
     }
 }
 

@@ -80,7 +80,26 @@ pub struct JobDetail {
     pub job: JobRow,
     pub payload: serde_json::Value,
     pub history: Vec<JobEvent>,
+    /// The agent's output: this machine's full local log when it ran the job here, else
+    /// the tail its holder stores in the database (live while it runs).
     pub log_tail: String,
+    /// Where `log_tail` comes from: `"local"`, or the machine that stored it.
+    pub log_from: Option<String>,
+    /// Why no online machine can take this queued job, if none can.
+    pub unroutable: Option<String>,
+}
+
+/// A job as the window's New job form sends it.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct NewJob {
+    pub title: String,
+    pub prompt: String,
+    pub repo: Option<String>,
+    /// Comma-separated labels the running machine must have.
+    pub labels: String,
+    pub priority: i32,
+    pub key: Option<String>,
 }
 
 /// The fleet view.
@@ -411,6 +430,7 @@ impl Engine {
         self.status_tx.send_modify(|s| {
             s.agent = match &agent {
                 Some(AgentSpec::Command(_)) => AgentKind::Command,
+                Some(AgentSpec::Preset { .. }) => AgentKind::Preset,
                 Some(_) => AgentKind::Demo,
                 None => AgentKind::None,
             };
@@ -442,8 +462,8 @@ impl Engine {
     /// Which agent runs jobs: the configured command; else the demo on the embedded SQLite
     /// default; else none (a shared PostgreSQL never gets the demo).
     fn agent_for(&self, settings: &Settings, sqlite: bool) -> Result<Option<AgentSpec>> {
-        Ok(match settings.agent_argv()? {
-            Some(argv) => Some(AgentSpec::Command(argv)),
+        Ok(match settings.agent_spec()? {
+            Some(spec) => Some(spec),
             None if sqlite => Some(AgentSpec::Demo { duration: self.demo_duration }),
             None => None,
         })
@@ -641,6 +661,23 @@ impl Engine {
         Ok((jobs, counts))
     }
 
+    /// Of `jobs`, the queued ones no online machine can take, with why.
+    pub async fn unroutable(&self, jobs: &[JobRow]) -> Result<std::collections::BTreeMap<i64, String>> {
+        let waiting: Vec<&JobRow> = jobs
+            .iter()
+            .filter(|j| j.claimed_at.is_none() && matches!(j.state.as_str(), "queued" | "failed"))
+            .filter(|j| j.repo.is_some() || !j.requires.is_empty())
+            .collect();
+        if waiting.is_empty() {
+            return Ok(Default::default());
+        }
+        let machines = self.queue()?.machines(&self.settings().orchestrator_id).await?;
+        Ok(waiting
+            .into_iter()
+            .filter_map(|j| crate::queue::unroutable(j.repo.as_deref(), &j.requires, &machines).map(|w| (j.id, w)))
+            .collect())
+    }
+
     pub async fn fleet(&self) -> Result<Fleet> {
         let s = self.settings();
         let q = self.queue()?;
@@ -655,8 +692,77 @@ impl Engine {
         let q = self.queue()?;
         let (job, payload) = q.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
         let history = q.history(id).await?;
-        let log_tail = self.log_tail(id, 16 * 1024);
-        Ok(JobDetail { job, payload, history, log_tail })
+        let me = self.settings().machine_name();
+        let held_elsewhere = job.state == "running" && job.claimed_by.as_deref() != Some(me.as_str());
+        let local = self.log_tail(id, 256 * 1024);
+        let (log_tail, log_from) = if !held_elsewhere && !local.is_empty() {
+            (local, Some("local".to_string()))
+        } else {
+            match q.log_tail(id).await? {
+                Some(t) => (t.tail, Some(t.machine)),
+                None => (local, None),
+            }
+        };
+        let unroutable = if job.claimed_at.is_none() && matches!(job.state.as_str(), "queued" | "failed") {
+            crate::queue::unroutable(job.repo.as_deref(), &job.requires, &q.machines(&job.orchestrator_id).await?)
+        } else {
+            None
+        };
+        Ok(JobDetail { job, payload, history, log_tail, log_from, unroutable })
+    }
+
+    /// Enqueues a job from the New job form and wakes the loop.
+    pub async fn enqueue_job(&self, form: NewJob) -> Result<crate::queue::Enqueued> {
+        let title = form.title.trim();
+        if title.is_empty() {
+            return Err(Error::Invalid("a job needs a title".into()));
+        }
+        let spec = crate::spec::JobSpec {
+            title: Some(title.to_string()),
+            prompt: Some(form.prompt.trim().to_string()).filter(|p| !p.is_empty()),
+            repo: form.repo.map(|r| r.trim().to_string()).filter(|r| !r.is_empty()),
+            requires: crate::spec::parse_labels(&form.labels)?,
+            ..Default::default()
+        };
+        let s = self.settings();
+        let key = form.key.map(|k| k.trim().to_string()).filter(|k| !k.is_empty());
+        if let Some(k) = &key {
+            crate::queue::validate_key(k)?;
+        }
+        let opts = crate::queue::JobOptions {
+            max_attempts: s.max_attempts.max(1),
+            key,
+            priority: form.priority,
+            ..Default::default()
+        };
+        let added = self.queue()?.enqueue_keyed(&s.orchestrator_id, &spec.to_payload(), &opts).await?;
+        if let Some(h) = self.orchestrator() {
+            h.wake();
+        }
+        Ok(added)
+    }
+
+    /// The repos this machine has configured, by name.
+    pub fn repos(&self) -> Vec<(String, crate::worktree::RepoSettings)> {
+        self.settings().repos.into_iter().collect()
+    }
+
+    /// Adds (or replaces) a repo in the settings, after checking it is a git clone.
+    pub async fn add_repo(self: &Arc<Self>, name: &str, path: &str) -> Result<()> {
+        let name = name.trim();
+        let repo = crate::worktree::Repo::from_settings(
+            name,
+            &crate::worktree::RepoSettings { path: path.trim().into(), ..Default::default() },
+        )?;
+        if !repo.path.join(".git").exists() {
+            return Err(Error::Invalid(format!("{} is not a git clone (no .git in it)", repo.path.display())));
+        }
+        let old = self.file_settings()?;
+        let mut new = old.clone();
+        let entry = new.repos.entry(name.to_string()).or_default();
+        entry.path = path.trim().to_string();
+        self.paths.save(&new)?;
+        self.apply(&old, new, false).await
     }
 
     /// The last `max` bytes of this machine's agent log for job `id` (empty if none).
@@ -755,8 +861,8 @@ impl Engine {
         } else if password.is_some() {
             return Err(Error::Invalid("a password is only used with a PostgreSQL database".into()));
         }
-        if let Some(argv) = new.agent_argv()? {
-            AgentSpec::Command(argv).check()?;
+        if let Some(spec) = new.agent_spec()? {
+            spec.check()?;
         }
         self.paths.save(&new)?;
         self.apply(&old, new, new_login).await
@@ -779,7 +885,11 @@ impl Engine {
         };
         handle.reconfigure(run_config(&new, agent.clone(), &self.paths)?);
         self.status_tx.send_modify(|s| {
-            s.agent = if matches!(agent, AgentSpec::Command(_)) { AgentKind::Command } else { AgentKind::Demo };
+            s.agent = match agent {
+                AgentSpec::Command(_) => AgentKind::Command,
+                AgentSpec::Preset { .. } => AgentKind::Preset,
+                _ => AgentKind::Demo,
+            };
         });
         let dispatch_changed = self.settings().dispatch_enabled != new.dispatch_enabled;
         if let Ok(mut eff) = self.effective.write() {
@@ -885,6 +995,10 @@ fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig
     cfg.backoff = s.backoff()?;
     cfg.retention = s.retention()?;
     cfg.log_dir = paths.job_log_dir();
+    cfg.repos = s.repos()?;
+    cfg.labels = s.labels.clone();
+    cfg.watchdog = s.watchdog()?;
+    cfg.push_bound = parse_duration(&s.handoff_push_timeout)?;
     cfg.check()?;
     Ok(cfg)
 }

@@ -81,12 +81,28 @@ pub enum Cmd {
         #[arg(long)]
         orchestrator: Option<String>,
     },
-    /// Hand off everything a machine holds, so another machine takes it now.
+    /// Hand off everything a machine holds, so another machine takes it now. Run from any
+    /// machine, it asks the holder to hand off (it commits and pushes each job's work in
+    /// progress first) and waits for it; a holder that does not answer within --wait is
+    /// released directly, and its work in progress stays on it.
     Release {
         #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
         orchestrator: String,
+        /// The holder (default: this machine).
         #[arg(long)]
         machine: Option<String>,
+        /// How long to wait for the holder to hand off. A holder renews at least once a
+        /// heartbeat (30s by default), and at once through NOTIFY on PostgreSQL.
+        #[arg(long, default_value = "45s")]
+        wait: String,
+    },
+    /// List this machine's job worktrees (kept ones say why), or remove the finished ones.
+    Worktrees {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        /// Remove the worktrees of finished jobs that hold nothing unsaved.
+        #[arg(long)]
+        prune: bool,
     },
     /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config.
     Login {
@@ -126,6 +142,66 @@ pub struct EnqueueArgs {
     /// The cap of this job's retry backoff (default: the runner's, 1h).
     #[arg(long)]
     pub retry_backoff_max: Option<String>,
+    /// The payload's title (a job label, and the first line of a preset's prompt).
+    #[arg(long)]
+    pub title: Option<String>,
+    /// The payload's prompt: what the agent is asked to do.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// The repo the job runs in (a name machines configure with `run --repo NAME=PATH`).
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// The branch the job's worktree starts from (default: the remote's default branch).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Labels the running machine must all have, e.g. gpu,linux.
+    #[arg(long)]
+    pub requires: Option<String>,
+    /// Where the task comes from (an issue or ticket URL).
+    #[arg(long)]
+    pub url: Option<String>,
+}
+
+impl EnqueueArgs {
+    fn builds_payload(&self) -> bool {
+        self.title.is_some()
+            || self.prompt.is_some()
+            || self.repo.is_some()
+            || self.base.is_some()
+            || self.requires.is_some()
+            || self.url.is_some()
+    }
+
+    /// The payload: --payload (or the file, or stdin) with the schema flags laid over it,
+    /// or only the flags when no payload is given.
+    fn payload(&self) -> Result<serde_json::Value> {
+        let mut value = if self.builds_payload() && self.payload.is_none() && self.payload_file.is_none() {
+            serde_json::json!({})
+        } else {
+            read_payload(self.payload.clone(), self.payload_file.clone())?
+        };
+        if !self.builds_payload() {
+            return Ok(value);
+        }
+        let obj = value.as_object_mut().ok_or_else(|| {
+            Error::Payload("--title, --prompt, --repo, --base, --requires and --url need an object payload".into())
+        })?;
+        for (k, v) in [
+            ("title", &self.title),
+            ("prompt", &self.prompt),
+            ("repo", &self.repo),
+            ("base", &self.base),
+            ("url", &self.url),
+        ] {
+            if let Some(v) = v {
+                obj.insert(k.into(), v.clone().into());
+            }
+        }
+        if let Some(r) = &self.requires {
+            obj.insert("requires".into(), crate::spec::parse_labels(r)?.into());
+        }
+        Ok(value)
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -171,6 +247,25 @@ pub struct RunArgs {
     /// Its cap (default: the settings', 1h).
     #[arg(long)]
     pub retry_backoff_max: Option<String>,
+    /// A built-in agent preset: claude, codex, aider or gemini (the settings' [agents.NAME]
+    /// add args and env).
+    #[arg(long = "agent", value_name = "NAME")]
+    pub preset: Option<String>,
+    /// A repo this machine can work on, NAME=PATH (repeatable; adds to the settings' repos).
+    #[arg(long = "repo", value_name = "NAME=PATH")]
+    pub repos: Vec<String>,
+    /// This machine's labels, e.g. gpu,linux (default: the settings').
+    #[arg(long)]
+    pub labels: Option<String>,
+    /// Stop an agent that prints nothing for this long, e.g. 20m (default: the settings').
+    #[arg(long)]
+    pub idle_timeout: Option<String>,
+    /// Stop an agent that runs longer than this, e.g. 2h (default: the settings').
+    #[arg(long)]
+    pub max_runtime: Option<String>,
+    /// How long a hand-off may spend pushing the work in progress (default: the settings', 4s).
+    #[arg(long)]
+    pub handoff_push_timeout: Option<String>,
     /// The agent: a program and its arguments, after `--`.
     #[arg(last = true)]
     pub agent: Vec<String>,
@@ -280,13 +375,11 @@ async fn dispatch(cli: Cli) -> Result<()> {
             println!("released {} stale claim(s), {} job(s) now dead", swept.len() - dead, dead);
             Ok(())
         }
-        Cmd::Release { orchestrator, machine } => {
+        Cmd::Release { orchestrator, machine, wait } => {
             let machine = machine.unwrap_or_else(crate::config::default_machine_name);
-            let (queue, _) = open_queue(PoolSettings::default()).await?;
-            let ids = queue.release_machine(&orchestrator, &machine).await?;
-            println!("released {} job(s) held by {machine}{}", ids.len(), fmt_ids(&ids));
-            Ok(())
+            release(&orchestrator, &machine, parse_duration(&wait)?).await
         }
+        Cmd::Worktrees { orchestrator, prune } => worktrees(&orchestrator, prune).await,
         Cmd::Cancel { id } => cancel(id).await,
         Cmd::Requeue { id } => requeue(id).await,
         Cmd::Prune { older_than, dead_older_than, orchestrator } => {
@@ -358,7 +451,7 @@ async fn enqueue(a: EnqueueArgs) -> Result<()> {
     crate::queue::validate_orchestrator(&a.orchestrator)?;
     let settings = Paths::for_app("devpilot")?.load()?;
     let opts = job_options(&a, &settings)?;
-    let value = read_payload(a.payload, a.payload_file)?;
+    let value = a.payload()?;
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let added = queue.enqueue_keyed(&a.orchestrator, &value, &opts).await?;
     println!("{}", added.id);
@@ -455,16 +548,20 @@ async fn run(a: RunArgs) -> Result<()> {
     crate::queue::validate_orchestrator(&a.orchestrator)?;
     let paths = Paths::for_app("devpilot")?;
     let settings = paths.load()?;
-    let argv = if a.agent.is_empty() {
-        settings.agent_argv()?.ok_or_else(|| {
+    let agent = match (&a.preset, a.agent.is_empty()) {
+        (Some(_), false) => {
+            return Err(Error::Invalid("pass either --agent NAME or a command after `--`, not both".into()))
+        }
+        (Some(name), true) => settings.preset_spec(crate::preset::Preset::parse(name)?),
+        (None, false) => AgentSpec::Command(a.agent.clone()),
+        (None, true) => settings.agent_spec()?.ok_or_else(|| {
             Error::Invalid(
-                "no agent command: pass it after `--`, e.g. devpilot run --orchestrator ID -- my-agent --flag".into(),
+                "no agent: pass --agent claude|codex|aider|gemini, or a command after `--`, e.g. \
+                 devpilot run --orchestrator ID -- my-agent --flag"
+                    .into(),
             )
-        })?
-    } else {
-        a.agent.clone()
+        })?,
     };
-    let agent = AgentSpec::Command(argv);
     agent.check()?;
     let machine = a.machine.clone().unwrap_or_else(crate::config::default_machine_name);
     let mut cfg = RunConfig::new(&a.orchestrator, &machine, agent, paths.data_dir.clone());
@@ -478,6 +575,7 @@ async fn run(a: RunArgs) -> Result<()> {
     cfg.cancel_grace = parse_duration(&a.cancel_grace)?;
     cfg.backoff = backoff_flags(a.retry_backoff.as_deref(), a.retry_backoff_max.as_deref(), settings.backoff()?)?;
     cfg.retention = settings.retention()?;
+    machine_flags(&a, &settings, &mut cfg)?;
     cfg.claim_mode = match a.claim_mode {
         ClaimModeArg::Pick => ClaimMode::Pick,
         ClaimModeArg::ById => ClaimMode::ById,
@@ -509,6 +607,136 @@ async fn run(a: RunArgs) -> Result<()> {
         _ = &mut join => {}
         _ = tokio::signal::ctrl_c() => handle.stop(StopMode::HandOff).await,
         _ = term.recv() => handle.stop(StopMode::HandOff).await,
+    }
+    Ok(())
+}
+
+/// The repos, labels, watchdog and hand-off bound of `run`: flags over the settings.
+fn machine_flags(a: &RunArgs, settings: &crate::config::Settings, cfg: &mut RunConfig) -> Result<()> {
+    cfg.repos = settings.repos()?;
+    for flag in &a.repos {
+        let repo = crate::worktree::Repo::from_flag(flag)?;
+        if !repo.path.join(".git").exists() {
+            return Err(Error::Invalid(format!("--repo {flag}: {} is not a git clone", repo.path.display())));
+        }
+        cfg.repos.insert(repo.name.clone(), repo);
+    }
+    cfg.labels = match &a.labels {
+        Some(l) => crate::spec::parse_labels(l)?,
+        None => settings.labels.clone(),
+    };
+    let mut w = settings.watchdog()?;
+    if let Some(t) = &a.idle_timeout {
+        w.idle = Some(parse_duration(t)?);
+    }
+    if let Some(t) = &a.max_runtime {
+        w.max_runtime = Some(parse_duration(t)?);
+    }
+    cfg.watchdog = w;
+    cfg.push_bound = parse_duration(a.handoff_push_timeout.as_deref().unwrap_or(&settings.handoff_push_timeout))?;
+    Ok(())
+}
+
+/// `devpilot release`: ask the holder to hand off, wait for it, and say what moved; release
+/// directly what it does not hand off in time.
+async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let asked = queue.request_release(orchestrator, machine, &who()).await?;
+    if asked.is_empty() {
+        println!("{machine} holds no job");
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut left = asked.clone();
+    while !left.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut still = vec![];
+        for (id, token) in left {
+            match queue.job(id).await? {
+                Some((j, _)) if j.state == "running" && j.claim_token == token => still.push((id, token)),
+                Some(_) => println!("#{id} handed off by {machine}{}", moved(&queue, id, token).await?),
+                None => println!("#{id} is gone"),
+            }
+        }
+        left = still;
+    }
+    if left.is_empty() {
+        return Ok(());
+    }
+    let why = format!("{machine} did not answer within {}; released directly", human(wait));
+    let ids = queue.release_unanswered(&left, machine, &why).await?;
+    if !ids.is_empty() {
+        println!(
+            "{machine} did not answer within {}: released {} job(s) directly{}; their work in progress stayed on {machine}",
+            human(wait),
+            ids.len(),
+            fmt_ids(&ids)
+        );
+    }
+    let busy: Vec<i64> = left.iter().map(|(id, _)| *id).filter(|id| !ids.contains(id)).collect();
+    if !busy.is_empty() {
+        println!(
+            "{machine} answered and is still handing off{}; it releases them once their work in progress is pushed",
+            fmt_ids(&busy)
+        );
+    }
+    Ok(())
+}
+
+/// What this claim's hand-off carried, from its history, for `release`'s report.
+async fn moved(queue: &Queue, id: i64, token: i64) -> Result<String> {
+    let history = queue.history(id).await?;
+    let handed = history.iter().rev().find(|e| e.kind == "handed_off" && e.claim_token == Some(token));
+    let detail = handed.and_then(|e| e.detail.as_deref()).unwrap_or_default();
+    Ok(match (detail.find("pushed to "), queue.job(id).await?) {
+        (Some(_), Some((j, _))) if j.resume_branch.is_some() => {
+            format!("; its work in progress is on branch {}", j.resume_branch.unwrap_or_default())
+        }
+        _ if detail.contains("stayed on") => format!("; {}", detail.split("; ").last().unwrap_or(detail)),
+        _ => "; it carried no work in progress".into(),
+    })
+}
+
+/// `devpilot worktrees [--prune]`.
+async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let root = orchestrator::worktree_root(&paths.data_dir, orchestrator);
+    let ws = crate::worktree::Workspaces::new(
+        root.clone(),
+        settings.repos()?,
+        &settings.machine_name(),
+        Duration::from_secs(10),
+    );
+    let records = ws.records();
+    if records.is_empty() {
+        println!("no worktrees under {}", root.display());
+        return Ok(());
+    }
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let ids: Vec<i64> = records.iter().map(|r| r.job).collect();
+    let states: std::collections::HashMap<i64, crate::job::JobState> =
+        queue.job_states(&ids).await?.into_iter().collect();
+    let state_of = |id: i64| states.get(&id).map(|s| s.as_str()).unwrap_or("gone");
+    if prune {
+        let finished = |id: i64| states.get(&id).is_none_or(|s| s.is_finished());
+        let (removed, kept) = ws.prune(&finished).await;
+        for r in &removed {
+            println!("removed #{} {} ({})", r.job, r.path.display(), r.branch);
+        }
+        for r in &kept {
+            println!("kept    #{} {}: {}", r.job, r.path.display(), r.kept.clone().unwrap_or_default());
+        }
+        println!("{} removed, {} kept", removed.len(), kept.len());
+        return Ok(());
+    }
+    for r in &records {
+        let note = match (&r.kept, r.pending_push) {
+            (_, true) => " (work in progress waiting to be pushed)".to_string(),
+            (Some(k), _) => format!(" (kept: {k})"),
+            _ => String::new(),
+        };
+        println!("#{:<6} {:<10} {} {} [{}]{note}", r.job, state_of(r.job), r.path.display(), r.branch, r.repo);
     }
     Ok(())
 }
@@ -545,6 +773,13 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
     let running = queue.running(orchestrator).await?;
     let machines = queue.machines(orchestrator).await?;
     let waiting = queue.waiting(orchestrator, 20).await?;
+    // Queued jobs that no online machine can take, and why.
+    let stuck: Vec<(crate::queue::JobRow, String)> = queue
+        .unclaimed(orchestrator, 200)
+        .await?
+        .into_iter()
+        .filter_map(|j| crate::queue::unroutable(j.repo.as_deref(), &j.requires, &machines).map(|why| (j, why)))
+        .collect();
     if json {
         let with_wait = |rows: &[crate::queue::JobRow]| -> Vec<serde_json::Value> {
             rows.iter()
@@ -562,6 +797,7 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
             "running": running,
             "waiting": with_wait(&waiting),
             "recent": with_wait(&recent),
+            "unroutable": stuck.iter().map(|(j, why)| serde_json::json!({"id": j.id, "title": j.title, "why": why})).collect::<Vec<_>>(),
             "machines": machines,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -604,6 +840,12 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
             j.waiting_text().unwrap_or_default()
         );
     }
+    if !stuck.is_empty() {
+        println!("no machine can take:");
+    }
+    for (j, why) in &stuck {
+        println!("  #{:<6} {:<30} {why}", j.id, j.title.clone().unwrap_or_default());
+    }
     println!("machines:");
     if machines.is_empty() {
         println!("  (none)");
@@ -620,6 +862,9 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
         );
         if let Some(p) = &m.problem {
             println!("  {:<20} not claiming: {p}", "");
+        }
+        if !m.repos.is_empty() || !m.labels.is_empty() {
+            println!("  {:<20} repos: {}  labels: {}", "", m.repos.join(", "), m.labels.join(", "));
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! (see [`crate::secrets`]). A corrupt file is reported with its path and the parser's reason,
 //! and is never overwritten by a half-read copy.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,9 +73,27 @@ pub struct Settings {
     pub retention: String,
     /// Dead jobs are deleted after this long.
     pub dead_retention: String,
-    /// The agent command line, split like a shell splits words. The payload is never part
-    /// of it: the agent reads it from stdin or `$DEVPILOT_PAYLOAD_FILE`.
+    /// The agent: a preset's name (`claude`, `codex`, `aider`, `gemini`), or a command line,
+    /// split like a shell splits words. The payload is never part of a command line: the
+    /// agent reads it from stdin or `$DEVPILOT_PAYLOAD_FILE`.
     pub agent: Option<String>,
+    /// This machine's additions to each preset: `[agents.claude] args = [...]`, `env = {...}`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, crate::preset::PresetSettings>,
+    /// The repos this machine can work on: `[repos.webapp] path = "~/src/webapp"`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub repos: BTreeMap<String, crate::worktree::RepoSettings>,
+    /// This machine's labels: it takes only jobs whose `requires` are all among them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Stop an agent that prints nothing for this long (e.g. "20m"); empty: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
+    /// Stop an agent that runs longer than this (e.g. "2h"); empty: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_runtime: Option<String>,
+    /// How long a hand-off may spend pushing the work in progress.
+    pub handoff_push_timeout: String,
     /// Do not LISTEN (for transaction-mode poolers such as PgBouncer or Neon's pooled endpoint).
     pub poll_only: bool,
     pub dispatch_enabled: bool,
@@ -100,6 +119,12 @@ impl Default for Settings {
             retention: "14d".into(),
             dead_retention: "30d".into(),
             agent: None,
+            agents: BTreeMap::new(),
+            repos: BTreeMap::new(),
+            labels: vec![],
+            idle_timeout: None,
+            max_runtime: None,
+            handoff_push_timeout: "4s".into(),
             poll_only: false,
             dispatch_enabled: true,
             sleep_action: SleepAction::HandOff,
@@ -158,8 +183,15 @@ impl Settings {
                 ));
             }
         }
-        if let Some(agent) = self.agent.as_deref().filter(|a| !a.trim().is_empty()) {
-            split_command(agent)?;
+        self.agent_spec()?;
+        self.repos()?;
+        self.watchdog()?;
+        parse_duration(&self.handoff_push_timeout)?;
+        for name in self.agents.keys() {
+            crate::preset::Preset::parse(name)?;
+        }
+        for l in &self.labels {
+            crate::spec::validate_name("label", l)?;
         }
         if let Some(m) = &self.machine {
             if m.chars().any(|c| c.is_control()) || m.len() > 200 {
@@ -194,6 +226,43 @@ impl Settings {
 
     pub fn machine_name(&self) -> String {
         self.machine.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(default_machine_name)
+    }
+
+    /// The configured agent: a preset when `agent` names one, else the command line.
+    pub fn agent_spec(&self) -> Result<Option<crate::agent::AgentSpec>> {
+        let Some(line) = self.agent.as_deref().filter(|a| !a.trim().is_empty()) else { return Ok(None) };
+        if let Some(preset) = crate::preset::Preset::named(line) {
+            return Ok(Some(self.preset_spec(preset)));
+        }
+        Ok(Some(crate::agent::AgentSpec::Command(split_command(line)?)))
+    }
+
+    /// `preset` with this machine's additions.
+    pub fn preset_spec(&self, preset: crate::preset::Preset) -> crate::agent::AgentSpec {
+        let settings = self.agents.get(preset.name()).cloned().unwrap_or_default();
+        crate::agent::AgentSpec::Preset { preset, settings }
+    }
+
+    /// The configured repos, checked.
+    pub fn repos(&self) -> Result<BTreeMap<String, crate::worktree::Repo>> {
+        self.repos.iter().map(|(n, r)| Ok((n.clone(), crate::worktree::Repo::from_settings(n, r)?))).collect()
+    }
+
+    /// The watchdog's limits.
+    pub fn watchdog(&self) -> Result<crate::orchestrator::Watchdog> {
+        let limit = |v: &Option<String>| -> Result<Option<Duration>> {
+            match v.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+                None => Ok(None),
+                Some(t) => {
+                    let d = parse_duration(t)?;
+                    if d < Duration::from_secs(1) {
+                        return Err(Error::Invalid(format!("'{t}' is too short for a watchdog limit")));
+                    }
+                    Ok(Some(d))
+                }
+            }
+        };
+        Ok(crate::orchestrator::Watchdog { idle: limit(&self.idle_timeout)?, max_runtime: limit(&self.max_runtime)? })
     }
 
     pub fn agent_argv(&self) -> Result<Option<Vec<String>>> {
@@ -326,6 +395,16 @@ mod tests {
         assert!(bad(|s| s.retention = "1s".into()).contains("retention"));
         assert!(bad(|s| s.agent = Some("echo 'unclosed".into())).contains("agent command"));
         assert!(bad(|s| s.database_url = Some("postgres://u:pw@h/d".into())).contains("keychain"));
+        assert!(bad(|s| s.idle_timeout = Some("soon".into())).contains("not a duration"));
+        assert!(bad(|s| s.labels = vec!["a b".into()]).contains("label"));
+        assert!(bad(|s| {
+            s.repos.insert("web".into(), crate::worktree::RepoSettings::default());
+        })
+        .contains("no path"));
+        assert!(bad(|s| {
+            s.agents.insert("cursor".into(), Default::default());
+        })
+        .contains("no agent preset"));
     }
 
     /// A corrupt config file is an error naming the file, and is left untouched.
@@ -339,12 +418,47 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "orchestrator_id = [unterminated");
     }
 
+    /// `agent = "claude"` is the preset, with this machine's extra args; a command line is
+    /// a command.
+    #[test]
+    fn agent_names_a_preset_or_a_command() {
+        let mut s = Settings { agent: Some("claude".into()), ..Settings::default() };
+        s.agents.insert(
+            "claude".into(),
+            crate::preset::PresetSettings { args: vec!["--model".into()], ..Default::default() },
+        );
+        match s.agent_spec().unwrap() {
+            Some(crate::agent::AgentSpec::Preset { preset, settings }) => {
+                assert_eq!(preset, crate::preset::Preset::Claude);
+                assert_eq!(settings.args, vec!["--model"]);
+            }
+            other => panic!("not a preset: {other:?}"),
+        }
+        s.agent = Some("claude --print".into());
+        assert!(matches!(s.agent_spec().unwrap(), Some(crate::agent::AgentSpec::Command(_))));
+    }
+
     /// Settings survive a save and load unchanged.
     #[test]
     fn round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.toml");
-        let s = Settings { agent: Some("claude --print".into()), dispatch_enabled: false, ..Settings::default() };
+        let mut s = Settings { agent: Some("claude --print".into()), dispatch_enabled: false, ..Settings::default() };
+        s.repos.insert(
+            "webapp".into(),
+            crate::worktree::RepoSettings {
+                path: "~/src/webapp".into(),
+                copy: vec![".env".into()],
+                setup: vec!["npm".into(), "ci".into()],
+                push: true,
+                ..Default::default()
+            },
+        );
+        s.labels = vec!["gpu".into()];
+        s.agents.insert(
+            "claude".into(),
+            crate::preset::PresetSettings { args: vec!["--model".into(), "opus".into()], ..Default::default() },
+        );
         save_to(&p, &s).unwrap();
         assert_eq!(load_from(&p).unwrap(), s);
     }

@@ -33,6 +33,13 @@ pub mod dispatch_queue {
         pub cancel_requested_at: Option<i64>,
         pub cancel_requested_by: Option<String>,
         pub finished_at: Option<i64>,
+        pub repo: Option<String>,
+        pub requires: Option<String>,
+        pub resume_branch: Option<String>,
+        pub resumed_from: Option<String>,
+        pub release_requested_at: Option<i64>,
+        pub release_requested_by: Option<String>,
+        pub worktree: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -33,6 +33,8 @@ pub enum Error {
     Payload(String),
     #[error("agent program '{0}' was not found or is not executable")]
     AgentMissing(String),
+    #[error("agent preset '{preset}' runs `{program}`, which was not found on PATH ({path}); install it, or set the agent to a command")]
+    PresetMissing { preset: String, program: String, path: String },
     #[error("config file {path} is invalid: {reason}")]
     Config { path: String, reason: String },
     #[error("keychain: {0}")]
@@ -53,7 +55,7 @@ impl Error {
             Error::NoDatabase { .. } => "no_database",
             Error::Db(_) => "db",
             Error::Payload(_) => "payload",
-            Error::AgentMissing(_) => "agent_missing",
+            Error::AgentMissing(_) | Error::PresetMissing { .. } => "agent_missing",
             Error::Config { .. } => "config",
             Error::Keychain(_) => "keychain",
             Error::Invalid(_) => "invalid",

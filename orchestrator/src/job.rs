@@ -99,6 +99,10 @@ pub mod event {
     /// This machine's local deadline passed with no renewal confirmed: it stopped the agent.
     pub const LEASE_EXPIRED: &str = "lease_expired";
     pub const COMPLETION_REJECTED: &str = "completion_rejected";
+    /// Someone asked the holder to hand the job off (`devpilot release --machine`).
+    pub const RELEASE_REQUESTED: &str = "release_requested";
+    /// A hand-off's work in progress reached the remote after the hand-off itself.
+    pub const WORK_PUSHED: &str = "work_pushed";
 }
 
 #[cfg(test)]

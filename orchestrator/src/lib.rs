@@ -14,6 +14,9 @@
 //!   [`orchestrator::Event`]s.
 //! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file),
 //!   reads what it says back (exit status, result file) and stops it (SIGTERM, then SIGKILL).
+//! - [`spec`]: the payload schema (title, prompt, repo, base, requires, url).
+//! - [`preset`]: the built-in agents (claude, codex, aider, gemini) and their argv.
+//! - [`worktree`]: a git worktree per job, and the hand-off that commits and pushes its work.
 //! - [`listen`]: LISTEN/NOTIFY hints on PostgreSQL (work now, work due in N ms, a cancel);
 //!   polling stays the fallback.
 //! - [`db`]: URLs (with redaction), pools, migrations, and driver errors in plain words.
@@ -33,9 +36,12 @@ pub mod error;
 pub mod job;
 pub mod listen;
 pub mod orchestrator;
+pub mod preset;
 pub mod queue;
 pub mod retry;
 pub mod secrets;
+pub mod spec;
+pub mod worktree;
 
 pub use error::{Error, Result};
 pub use queue::Queue;

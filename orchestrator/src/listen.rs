@@ -6,7 +6,8 @@
 //! The schema's trigger says *when* a job is claimable (see [`Hint::parse`]): a job that is
 //! due now wakes the machine; a scheduled one (or one waiting out a retry backoff) sets its
 //! timer, so it wakes when the job is due and not before; a cancel asked for a running job
-//! makes its holder renew at once, which is where it learns of the cancel.
+//! makes its holder renew at once, which is where it learns of the cancel (a release asked
+//! of a machine works the same way).
 
 use std::time::Duration;
 
@@ -27,18 +28,22 @@ pub enum Hint {
     DueIn(Duration),
     /// A cancel was asked for a running job: holders renew now.
     Cancel,
+    /// A hand-off was asked of a machine: holders renew now, and the one asked learns it.
+    Release,
 }
 
 impl Hint {
-    /// Reads a payload of the trigger: `ORCH`, `ORCH due MS` or `ORCH cancel`. `None` for
+    /// Reads a payload of the trigger: `ORCH`, `ORCH due MS`, `ORCH cancel` or `ORCH release`. `None` for
     /// another orchestrator's hint (or one this version does not know).
     pub fn parse(payload: &str, orchestrator_id: &str) -> Option<Hint> {
         if payload == orchestrator_id {
             return Some(Hint::Work);
         }
         let rest = payload.strip_prefix(orchestrator_id)?.strip_prefix(' ')?;
-        if rest == "cancel" {
-            return Some(Hint::Cancel);
+        match rest {
+            "cancel" => return Some(Hint::Cancel),
+            "release" => return Some(Hint::Release),
+            _ => {}
         }
         let ms: u64 = rest.strip_prefix("due ")?.parse().ok()?;
         Some(Hint::DueIn(Duration::from_millis(ms)))

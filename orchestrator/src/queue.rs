@@ -33,6 +33,7 @@ use crate::entity::dispatch_queue as dq;
 use crate::error::{Error, Result};
 use crate::job::{event, state_in, JobState};
 use crate::retry::{self, Budget};
+use crate::spec::JobSpec;
 
 /// Milliseconds since the epoch, from the database's clock.
 const PG_NOW: &str = "((extract(epoch from now()) * 1000)::bigint)";
@@ -44,9 +45,10 @@ const SQLITE_NOW: &str = "(CAST((julianday('now') - 2440587.5) * 86400000 AS INT
 /// The order is exactly the key of the partial index `dispatch_queue_pick`, so the index
 /// serves it with no sort, and no other index can (ordering by `id` alone once let the
 /// planner walk the primary key past every claimed row; see the claim-order migration).
+/// `{ROUTE}` is the machine's routing predicate ([`Route`]): its repos and labels.
 const PICK: &str = "SELECT id FROM dispatch_queue
                      WHERE orchestrator_id = $1
-                       AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
+                       AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW} AND {ROUTE}
                      ORDER BY priority DESC, run_at, id
                      LIMIT {LIMIT}
                      {SKIP_LOCKED}";
@@ -55,16 +57,21 @@ const PICK: &str = "SELECT id FROM dispatch_queue
 /// when it is due already), for a poll that claimed less than it asked for: its timer is
 /// capped by it. `AND run_at > {NOW}` narrows it to the jobs not yet due.
 const NEXT_WAITING: &str = "SELECT MIN(run_at) - {NOW} AS next_due FROM dispatch_queue
-                             WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE}";
+                             WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE} AND {ROUTE}";
 
 /// The claim of what `picked` chose ($2 is the machine). The precondition is repeated in
 /// the WHERE so that a row claimed by someone else in between is simply not ours.
 const CLAIM_PICKED: &str = "UPDATE dispatch_queue
                     SET state = 'running', claimed_at = {NOW}, heartbeat_at = {NOW},
-                        claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1
+                        claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1,
+                        release_requested_at = NULL
                   WHERE id IN (SELECT id FROM picked)
                     AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
-                 RETURNING id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state";
+                 RETURNING {CLAIM_COLUMNS}";
+
+/// What a claim returns ([`claim_from_row`]).
+const CLAIM_COLUMNS: &str =
+    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from";
 
 impl Detail {
     /// The detail as SQL over the changed row; a text becomes the next parameter of `values`.
@@ -87,21 +94,31 @@ const ATTEMPT: &str = "'attempt ' || attempts";
 /// The history of a claim: kind and detail over the claimed row.
 const CLAIMED: History<'static> = History { kind: "'claimed'", machine: None, detail: Detail::Attempt };
 
-/// A machine's presence row, $1..$8 in the order of [`presence_values`].
+/// A machine's presence row, $1..$10 in the order of [`presence_values`].
 const PRESENCE_UPSERT: &str = "INSERT INTO machines
                  (orchestrator_id, machine, last_seen_at, status, dispatch_enabled, paused_until,
-                  running, concurrency, problem)
-             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7, $8)
+                  running, concurrency, problem, repos, labels)
+             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (orchestrator_id, machine) DO UPDATE SET
                  last_seen_at = excluded.last_seen_at, status = excluded.status,
                  dispatch_enabled = excluded.dispatch_enabled,
                  paused_until = excluded.paused_until, running = excluded.running,
-                 concurrency = excluded.concurrency, problem = excluded.problem";
+                 concurrency = excluded.concurrency, problem = excluded.problem,
+                 repos = excluded.repos, labels = excluded.labels";
 
 /// The text of [`Queue::claim_next`] before dialect substitution ($1 orchestrator, $2
 /// machine, $3 limit), so the benchmark can hand pgbench exactly this statement.
 pub fn claim_next_sql() -> String {
-    format!("WITH picked AS MATERIALIZED ({PICK}) {CLAIM_PICKED}").replace("{LIMIT}", "$3")
+    claim_next_routed(&Route::default(), &mut vec![])
+}
+
+/// [`claim_next_sql`] for a machine with `route`, whose names become parameters after
+/// `values` ($1 orchestrator, $2 machine, $3 limit).
+fn claim_next_routed(route: &Route, values: &mut Vec<Value>) -> String {
+    format!("WITH picked AS MATERIALIZED ({PICK}) {CLAIM_PICKED}")
+        .replace("{LIMIT}", "$3")
+        .replace("{ROUTE}", &route.sql(values))
+        .replace("{CLAIM_COLUMNS}", CLAIM_COLUMNS)
 }
 
 /// [`claim_next_sql`] as PostgreSQL receives it.
@@ -158,6 +175,65 @@ fn postgres_dialect(sql: &str) -> String {
         .replace("{NOW}", PG_NOW)
         .replace("{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED")
         .replace("{RUN_AT_ISO}", PG_RUN_AT_ISO)
+        .replace("{REQUIRES_EACH}", "jsonb_array_elements_text(dispatch_queue.requires::jsonb) AS r(value)")
+}
+
+/// What a machine may pick: jobs with no repo or one of `repos`, and jobs whose `requires`
+/// labels are all among `labels`. It is part of the pick's WHERE, so the pick stays one
+/// herd-free statement; the repo and label names are parameters, never SQL.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Route {
+    pub repos: Vec<String>,
+    pub labels: Vec<String>,
+}
+
+impl Route {
+    /// The routing predicate over `dispatch_queue`; the names become parameters after `values`.
+    fn sql(&self, values: &mut Vec<Value>) -> String {
+        let mut list = |names: &[String]| -> String {
+            let ph: Vec<String> = names
+                .iter()
+                .map(|n| {
+                    values.push(n.clone().into());
+                    format!("${}", values.len())
+                })
+                .collect();
+            ph.join(", ")
+        };
+        let repo = if self.repos.is_empty() {
+            "dispatch_queue.repo IS NULL".to_string()
+        } else {
+            format!("(dispatch_queue.repo IS NULL OR dispatch_queue.repo IN ({}))", list(&self.repos))
+        };
+        let requires = if self.labels.is_empty() {
+            "dispatch_queue.requires IS NULL".to_string()
+        } else {
+            format!(
+                "(dispatch_queue.requires IS NULL OR NOT EXISTS (SELECT 1 FROM {{REQUIRES_EACH}} WHERE r.value NOT IN ({})))",
+                list(&self.labels)
+            )
+        };
+        format!("{repo} AND {requires}")
+    }
+
+    /// Why a machine with this route cannot take a job of `repo` needing `requires`.
+    pub fn refuses(&self, repo: Option<&str>, requires: &[String]) -> Option<String> {
+        if let Some(r) = repo.filter(|r| !self.repos.iter().any(|x| x == r)) {
+            return Some(format!("repo {r}"));
+        }
+        let missing: Vec<&str> = requires.iter().filter(|l| !self.labels.contains(l)).map(String::as_str).collect();
+        (!missing.is_empty()).then(|| format!("label {}", missing.join(", ")))
+    }
+}
+
+/// A JSON array of names, or NULL for none.
+fn names_json(names: &[String]) -> Option<String> {
+    (!names.is_empty()).then(|| serde_json::Value::from(names.to_vec()).to_string())
+}
+
+/// A JSON array column as names (NULL or unreadable: none).
+fn names_of(col: Option<String>) -> Vec<String> {
+    col.and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default()
 }
 
 fn presence_values(p: &Presence<'_>) -> Vec<Value> {
@@ -170,6 +246,8 @@ fn presence_values(p: &Presence<'_>) -> Vec<Value> {
         p.running.into(),
         p.concurrency.into(),
         p.problem.map(str::to_string).into(),
+        p.route.and_then(|r| names_json(&r.repos)).into(),
+        p.route.and_then(|r| names_json(&r.labels)).into(),
     ]
 }
 
@@ -203,6 +281,10 @@ pub struct Claim {
     pub title: Option<String>,
     pub token: i64,
     pub attempt: i32,
+    /// The branch a hand-off pushed this job's work in progress to, if one did.
+    pub resume_branch: Option<String>,
+    /// The machine that handed it off.
+    pub resumed_from: Option<String>,
 }
 
 /// What a fenced failure did to the job.
@@ -272,6 +354,13 @@ pub struct JobRow {
     pub url: Option<String>,
     pub cancel_requested_by: Option<String>,
     pub finished_at: Option<i64>,
+    pub repo: Option<String>,
+    pub requires: Vec<String>,
+    pub resume_branch: Option<String>,
+    pub resumed_from: Option<String>,
+    /// Where a kept worktree is (`machine:path (why)`).
+    pub worktree: Option<String>,
+    pub release_requested_by: Option<String>,
     /// The database clock when the row was read, so ages need no local clock.
     pub now: i64,
 }
@@ -320,6 +409,44 @@ pub struct MachineRow {
     pub concurrency: i32,
     /// Why this machine is not claiming, if something keeps it from it.
     pub problem: Option<String>,
+    pub repos: Vec<String>,
+    pub labels: Vec<String>,
+    pub now: i64,
+}
+
+impl MachineRow {
+    /// What this machine said it can take.
+    pub fn route(&self) -> Route {
+        Route { repos: self.repos.clone(), labels: self.labels.clone() }
+    }
+
+    /// Whether it is there to take work: seen in the last 15 minutes and not stopped.
+    pub fn online(&self) -> bool {
+        self.status != "stopped" && self.now - self.last_seen_at < 15 * 60 * 1000
+    }
+}
+
+/// Why no online machine can take a job of `repo` needing `requires` (`None`: one can).
+pub fn unroutable(repo: Option<&str>, requires: &[String], machines: &[MachineRow]) -> Option<String> {
+    let online: Vec<&MachineRow> = machines.iter().filter(|m| m.online()).collect();
+    if online.is_empty() {
+        return (repo.is_some() || !requires.is_empty()).then(|| "no machine is online".to_string());
+    }
+    let reasons: Vec<String> = online.iter().filter_map(|m| m.route().refuses(repo, requires)).collect();
+    if reasons.len() < online.len() {
+        return None;
+    }
+    // Name the first reason: every online machine refuses it for one.
+    Some(format!("no online machine has {}", reasons[0]))
+}
+
+/// The stored tail of a job's agent log.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LogTail {
+    pub machine: String,
+    pub claim_token: i64,
+    pub tail: String,
+    pub updated_at: i64,
     pub now: i64,
 }
 
@@ -335,6 +462,8 @@ pub struct Presence<'a> {
     pub concurrency: i32,
     /// Why this machine is not claiming (e.g. its agent program is missing).
     pub problem: Option<&'a str>,
+    /// What it can take (for `status`: which queued jobs no online machine can run).
+    pub route: Option<&'a Route>,
 }
 
 /// What a poll does besides claiming; see [`Queue::claim_next_with`].
@@ -344,6 +473,8 @@ pub struct PollExtras<'a> {
     pub presence: Option<Presence<'a>>,
     /// Ask whether any of the orchestrator's leases is older than this.
     pub stale_after: Option<Duration>,
+    /// What this machine may pick (none: only jobs with no repo and no labels).
+    pub route: Option<&'a Route>,
 }
 
 /// A poll's answer: the claims, whether a sweep has something to do, and, when the poll
@@ -522,13 +653,15 @@ pub struct Enqueued {
 /// What a renewal found: the claims still held, and those of them whose cancel was asked for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Renewed {
+    /// The held jobs whose release a user asked for (`devpilot release --machine`).
+    pub release: Vec<(i64, i64)>,
     pub kept: Vec<(i64, i64)>,
     pub cancel: Vec<(i64, i64)>,
 }
 
 impl From<Vec<(i64, i64)>> for Renewed {
     fn from(kept: Vec<(i64, i64)>) -> Self {
-        Self { kept, cancel: vec![] }
+        Self { kept, cancel: vec![], release: vec![] }
     }
 }
 
@@ -619,6 +752,7 @@ impl Queue {
                 .replace("{NOW}", SQLITE_NOW)
                 .replace("{SKIP_LOCKED}", "")
                 .replace("{RUN_AT_ISO}", SQLITE_RUN_AT_ISO)
+                .replace("{REQUIRES_EACH}", "json_each(dispatch_queue.requires) AS r")
                 .replace('$', "?"),
         };
         Statement::from_sql_and_values(self.backend, sql, values)
@@ -824,6 +958,7 @@ impl Queue {
             .col_expr(dq::Column::ClaimedBy, Expr::value(machine))
             .col_expr(dq::Column::ClaimToken, Expr::col(dq::Column::ClaimToken).add(1))
             .col_expr(dq::Column::Attempts, Expr::col(dq::Column::Attempts).add(1))
+            .col_expr(dq::Column::ReleaseRequestedAt, Expr::cust("NULL"))
             .filter(dq::Column::Id.eq(id))
             .filter(dq::Column::OrchestratorId.eq(orchestrator_id))
             .filter(dq::Column::ClaimedAt.is_null())
@@ -832,25 +967,26 @@ impl Queue {
         // The builder's UPDATE with the RETURNING that `change` needs: then the claim and its
         // history are one statement on PostgreSQL too.
         let built = update.build(self.backend);
-        let sql = format!(
-            "{} RETURNING id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state",
-            built.sql
-        );
+        let sql = format!("{} RETURNING {CLAIM_COLUMNS}", built.sql);
         let rows = self.change(&sql, built.values.map(|v| v.0).unwrap_or_default(), &CLAIMED).await?;
         rows.first().map(claim_from_row).transpose()
     }
 
     /// Claimable job ids, oldest first: the read half of the article's naive path.
     pub async fn candidates(&self, orchestrator_id: &str, limit: u32) -> Result<Vec<i64>> {
-        let rows = self
-            .query(
-                "SELECT id FROM dispatch_queue
-                  WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {CLAIMABLE} AND run_at <= {NOW}
-                  ORDER BY priority DESC, run_at, id LIMIT $2",
-                vec![orchestrator_id.into(), i64::from(limit).into()],
-            )
-            .await?;
-        ids_of(&rows)
+        self.candidates_for(orchestrator_id, limit, &Route::default()).await
+    }
+
+    /// [`Queue::candidates`] a machine with `route` may take.
+    pub async fn candidates_for(&self, orchestrator_id: &str, limit: u32, route: &Route) -> Result<Vec<i64>> {
+        let mut values: Vec<Value> = vec![orchestrator_id.into(), i64::from(limit).into()];
+        let sql = format!(
+            "SELECT id FROM dispatch_queue
+              WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {{CLAIMABLE}} AND run_at <= {{NOW}} AND {}
+              ORDER BY priority DESC, run_at, id LIMIT $2",
+            route.sql(&mut values)
+        );
+        ids_of(&self.query(&sql, values).await?)
     }
 
     /// The herd-free pick-and-claim: up to `limit` of the oldest claimable jobs, in ONE
@@ -862,9 +998,16 @@ impl Queue {
     }
 
     /// The claim and its history on SQLite ([`Queue::change`]: one short transaction).
-    async fn claim_next_sqlite(&self, orchestrator_id: &str, machine: &str, limit: u32) -> Result<Vec<Claim>> {
-        let values = vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()];
-        let rows = self.change(&claim_next_sql(), values, &CLAIMED).await?;
+    async fn claim_next_sqlite(
+        &self,
+        orchestrator_id: &str,
+        machine: &str,
+        limit: u32,
+        route: &Route,
+    ) -> Result<Vec<Claim>> {
+        let mut values = vec![orchestrator_id.into(), machine.into(), i64::from(limit).into()];
+        let sql = claim_next_routed(route, &mut values);
+        let rows = self.change(&sql, values, &CLAIMED).await?;
         let mut claims = rows.iter().map(claim_from_row).collect::<Result<Vec<_>>>()?;
         claims.sort_by_key(|c| c.id);
         Ok(claims)
@@ -886,18 +1029,26 @@ impl Queue {
         limit: u32,
         extras: &PollExtras<'_>,
     ) -> Result<Polled> {
+        let default_route = Route::default();
+        let route = extras.route.unwrap_or(&default_route);
         if self.backend != DbBackend::Postgres {
             if let Some(p) = &extras.presence {
                 if let Err(e) = self.heartbeat_machine(p).await {
                     tracing::debug!(error = %e, "presence update failed");
                 }
             }
-            let claims =
-                if limit == 0 { vec![] } else { self.claim_next_sqlite(orchestrator_id, machine, limit).await? };
+            let claims = if limit == 0 {
+                vec![]
+            } else {
+                self.claim_next_sqlite(orchestrator_id, machine, limit, route).await?
+            };
             // Its own statement here, so a job that fell due after the claim is due now (a
             // wait of zero), not skipped: on SQLite no NOTIFY would tell.
-            let next_due =
-                if (claims.len() as u32) < limit { self.next_waiting(orchestrator_id, true).await? } else { None };
+            let next_due = if (claims.len() as u32) < limit {
+                self.next_waiting(orchestrator_id, true, route).await?
+            } else {
+                None
+            };
             return Ok(Polled { claims, stale: extras.stale_after.is_some(), next_due });
         }
         // $1 orchestrator, $2 machine, then the presence values ($3..$8, as in
@@ -921,6 +1072,7 @@ impl Queue {
             }
             None => "false".to_string(),
         };
+        let route_sql = route.sql(&mut values);
         let sql = format!(
             "WITH {ctes}picked AS MATERIALIZED ({PICK}), claimed AS ({CLAIM_PICKED}), history AS (
                  INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
@@ -931,7 +1083,9 @@ impl Queue {
             kind = CLAIMED.kind,
             detail = ATTEMPT,
         )
-        .replace("{LIMIT}", &limit_at);
+        .replace("{LIMIT}", &limit_at)
+        .replace("{ROUTE}", &route_sql)
+        .replace("{CLAIM_COLUMNS}", CLAIM_COLUMNS);
         let rows = self.query(&sql, values).await?;
         let (stale, next_due) = match rows.first() {
             Some(r) => (r.try_get("", "stale")?, r.try_get::<Option<i64>>("", "next_due")?),
@@ -949,13 +1103,16 @@ impl Queue {
 
     /// How long until the next waiting job of the orchestrator is due, if one is waiting.
     pub async fn next_due(&self, orchestrator_id: &str) -> Result<Option<Duration>> {
-        self.next_waiting(orchestrator_id, false).await
+        self.next_waiting(orchestrator_id, false, &Route::default()).await
     }
 
-    /// [`Queue::next_due`]; `due_too` also counts jobs that are due already (a wait of zero).
-    async fn next_waiting(&self, orchestrator_id: &str, due_too: bool) -> Result<Option<Duration>> {
-        let sql = if due_too { NEXT_WAITING.to_string() } else { format!("{NEXT_WAITING} AND run_at > {{NOW}}") };
-        let rows = self.query(&sql, vec![orchestrator_id.into()]).await?;
+    /// [`Queue::next_due`] of the jobs `route` may take; `due_too` also counts jobs that are
+    /// due already (a wait of zero).
+    async fn next_waiting(&self, orchestrator_id: &str, due_too: bool, route: &Route) -> Result<Option<Duration>> {
+        let mut values: Vec<Value> = vec![orchestrator_id.into()];
+        let sql = NEXT_WAITING.replace("{ROUTE}", &route.sql(&mut values));
+        let sql = if due_too { sql } else { format!("{sql} AND run_at > {{NOW}}") };
+        let rows = self.query(&sql, values).await?;
         let ms = match rows.first() {
             Some(r) => r.try_get::<Option<i64>>("", "next_due")?,
             None => None,
@@ -985,15 +1142,18 @@ impl Queue {
                 &format!(
                     "UPDATE dispatch_queue SET heartbeat_at = {{NOW}}
                       WHERE (id, claim_token) IN ({pairs}) AND {{RUNNING}}
-                     RETURNING id, claim_token, cancel_requested_at"
+                     RETURNING id, claim_token, cancel_requested_at, release_requested_at"
                 ),
                 values,
             )
             .await?;
-        let mut out = Renewed { kept: pairs_of(&rows)?, cancel: vec![] };
+        let mut out = Renewed { kept: pairs_of(&rows)?, ..Renewed::default() };
         for r in &rows {
+            let pair = (r.try_get("", "id")?, r.try_get("", "claim_token")?);
             if r.try_get::<Option<i64>>("", "cancel_requested_at")?.is_some() {
-                out.cancel.push((r.try_get("", "id")?, r.try_get("", "claim_token")?));
+                out.cancel.push(pair);
+            } else if r.try_get::<Option<i64>>("", "release_requested_at")?.is_some() {
+                out.release.push(pair);
             }
         }
         Ok(out)
@@ -1201,6 +1361,92 @@ impl Queue {
         Ok(n > 0)
     }
 
+    /// Says where the job's kept worktree is (`machine:path (why)`), if we still hold it.
+    pub async fn record_worktree(&self, id: i64, token: i64, worktree: &str) -> Result<bool> {
+        let n = self
+            .exec(
+                "UPDATE dispatch_queue SET worktree = $3 WHERE id = $1 AND claim_token = $2 AND {RUNNING}",
+                vec![id.into(), token.into(), truncate(worktree, 1000).into()],
+            )
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// A branch pushed after its hand-off could not push: the job resumes from it, if it is
+    /// still waiting for a machine and names no newer branch. History says so either way.
+    pub async fn resume_later(&self, id: i64, branch: &str, machine: &str) -> Result<bool> {
+        let rows = self
+            .change(
+                "UPDATE dispatch_queue SET resume_branch = $2, resumed_from = $3
+                  WHERE id = $1 AND claimed_at IS NULL AND {CLAIMABLE} AND resume_branch IS NULL
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                vec![id.into(), branch.into(), machine.into()],
+                &History {
+                    kind: &format!("'{}'", event::WORK_PUSHED),
+                    machine: Some(machine),
+                    detail: Detail::Text(format!(
+                        "work in progress pushed later to {branch}; the next claim resumes it"
+                    )),
+                },
+            )
+            .await?;
+        if rows.is_empty() {
+            let detail = format!("work in progress pushed later to {branch}");
+            self.note(id, event::WORK_PUSHED, machine, None, &detail).await;
+        }
+        Ok(!rows.is_empty())
+    }
+
+    /// Stores the tail of a running job's agent log, fenced by claim token: a machine that
+    /// lost the claim cannot overwrite the new holder's log.
+    pub async fn store_log_tail(&self, id: i64, token: i64, machine: &str, tail: &str) -> Result<bool> {
+        let n = self
+            .exec(
+                "INSERT INTO job_logs (job_id, orchestrator_id, claim_token, machine, tail, updated_at)
+                 SELECT id, orchestrator_id, claim_token, $3, $4, {NOW} FROM dispatch_queue
+                  WHERE id = $1 AND claim_token = $2 AND {RUNNING}
+                 ON CONFLICT (job_id) DO UPDATE SET
+                     claim_token = excluded.claim_token, machine = excluded.machine,
+                     tail = excluded.tail, updated_at = excluded.updated_at",
+                vec![id.into(), token.into(), machine.into(), tail.into()],
+            )
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// The stored tail of a job's agent log, if its holder stored one.
+    pub async fn log_tail(&self, id: i64) -> Result<Option<LogTail>> {
+        let rows = self
+            .query(
+                "SELECT machine, claim_token, tail, updated_at, {NOW} AS now FROM job_logs WHERE job_id = $1",
+                vec![id.into()],
+            )
+            .await?;
+        let Some(r) = rows.first() else { return Ok(None) };
+        Ok(Some(LogTail {
+            machine: r.try_get("", "machine")?,
+            claim_token: r.try_get("", "claim_token")?,
+            tail: r.try_get("", "tail")?,
+            updated_at: r.try_get("", "updated_at")?,
+            now: r.try_get("", "now")?,
+        }))
+    }
+
+    /// The states of jobs `ids` (a job that is gone is missing from the answer).
+    pub async fn job_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState)>> {
+        let mut out = vec![];
+        for chunk in ids.chunks(500) {
+            let list: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let values = chunk.iter().map(|i| Value::from(*i)).collect();
+            let sql = format!("SELECT id, state FROM dispatch_queue WHERE id IN ({})", list.join(", "));
+            for r in self.query(&sql, values).await? {
+                let state = JobState::parse(&r.try_get::<String>("", "state")?).unwrap_or(JobState::Queued);
+                out.push((r.try_get("", "id")?, state));
+            }
+        }
+        Ok(out)
+    }
+
     /// Ends a claim whose cancel was asked for, after its holder stopped the agent. History
     /// names the holder (who stopped it) and, in the detail, who asked.
     pub async fn finish_cancel(&self, id: i64, token: i64, machine: &str) -> Result<bool> {
@@ -1233,17 +1479,34 @@ impl Queue {
     /// against the job: handing off is a choice, not a failure. A job whose cancel was asked
     /// for ends cancelled instead.
     pub async fn release(&self, id: i64, token: i64, machine: &str, reason: &str) -> Result<bool> {
+        self.release_with(id, token, machine, reason, None).await
+    }
+
+    /// [`Queue::release`] that also names the branch the work in progress was pushed to
+    /// (`resume`), in the same fenced statement: the job is claimable only once its work is
+    /// on the remote, and the next claimer resumes from it.
+    pub async fn release_with(
+        &self,
+        id: i64,
+        token: i64,
+        machine: &str,
+        reason: &str,
+        resume: Option<&str>,
+    ) -> Result<bool> {
         let rows = self
             .change(
                 &format!(
                     "UPDATE dispatch_queue
                         SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
-                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END
+                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
+                            resume_branch = COALESCE($3, resume_branch),
+                            resumed_from = CASE WHEN $3 IS NULL THEN resumed_from ELSE claimed_by END,
+                            release_requested_at = NULL
                       WHERE id = $1 AND claim_token = $2 AND {{RUNNING}}
                      RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                     ends = unless_cancelled("'queued'")
                 ),
-                vec![id.into(), token.into()],
+                vec![id.into(), token.into(), resume.map(str::to_string).into()],
                 &History {
                     kind: &kind_of_end(event::HANDED_OFF),
                     machine: Some(machine),
@@ -1284,12 +1547,74 @@ impl Queue {
     /// Administrative hand-off of everything `machine` holds (for `devpilot release` when
     /// the machine itself cannot do it). The holder's later writes fail its fencing check.
     pub async fn release_machine(&self, orchestrator_id: &str, machine: &str) -> Result<Vec<i64>> {
+        self.release_machine_because(orchestrator_id, machine, "released by `devpilot release`").await
+    }
+
+    /// Asks `machine` to hand off what it holds (`devpilot release --machine`, from anywhere):
+    /// the holder learns it at its next renewal (at once through NOTIFY), pushes the work in
+    /// progress and releases. Returns the (id, token) of the claims asked about.
+    pub async fn request_release(&self, orchestrator_id: &str, machine: &str, by: &str) -> Result<Vec<(i64, i64)>> {
+        let rows = self
+            .change(
+                "UPDATE dispatch_queue SET release_requested_at = {NOW}, release_requested_by = $3
+                  WHERE orchestrator_id = $1 AND claimed_by = $2 AND {RUNNING}
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state, release_requested_by",
+                vec![orchestrator_id.into(), machine.into(), by.into()],
+                &History {
+                    kind: &format!("'{}'", event::RELEASE_REQUESTED),
+                    machine: Some(by),
+                    detail: Detail::Expr("'hand-off asked of ' || claimed_by || ' by ' || release_requested_by".into()),
+                },
+            )
+            .await?;
+        let mut pairs = pairs_of(&rows)?;
+        pairs.sort_unstable();
+        Ok(pairs)
+    }
+
+    /// Releases the claims `pairs` (fenced by token) whose holder has not renewed since a
+    /// release was asked of it: a holder that renewed is handing off (pushing its work in
+    /// progress), and releasing under it would make the job claimable before the push. The
+    /// ids released.
+    pub async fn release_unanswered(&self, pairs: &[(i64, i64)], machine: &str, why: &str) -> Result<Vec<i64>> {
+        if pairs.is_empty() {
+            return Ok(vec![]);
+        }
+        let (list, values) = pair_list(pairs, 0);
         let rows = self
             .change(
                 &format!(
                     "UPDATE dispatch_queue
                         SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
-                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END
+                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
+                            release_requested_at = NULL
+                      WHERE (id, claim_token) IN ({list}) AND {{RUNNING}}
+                        AND release_requested_at IS NOT NULL AND COALESCE(heartbeat_at, claimed_at) <= release_requested_at
+                     RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+                    ends = unless_cancelled("'queued'")
+                ),
+                values,
+                &History {
+                    kind: &kind_of_end(event::HANDED_OFF),
+                    machine: Some(machine),
+                    detail: Detail::Text(why.into()),
+                },
+            )
+            .await?;
+        let mut ids = ids_of(&rows)?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// [`Queue::release_machine`] with the history's reason.
+    async fn release_machine_because(&self, orchestrator_id: &str, machine: &str, why: &str) -> Result<Vec<i64>> {
+        let rows = self
+            .change(
+                &format!(
+                    "UPDATE dispatch_queue
+                        SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
+                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
+                            release_requested_at = NULL
                       WHERE orchestrator_id = $1 AND claimed_by = $2 AND {{RUNNING}}
                      RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                     ends = unless_cancelled("'queued'")
@@ -1298,7 +1623,7 @@ impl Queue {
                 &History {
                     kind: &kind_of_end(event::HANDED_OFF),
                     machine: Some(machine),
-                    detail: Detail::Text("released by `devpilot release`".into()),
+                    detail: Detail::Text(why.into()),
                 },
             )
             .await?;
@@ -1415,7 +1740,8 @@ impl Queue {
                 "WITH gone AS (DELETE FROM dispatch_queue
                                 WHERE id IN ({pick} FOR UPDATE SKIP LOCKED) AND {{FINISHED}}
                                RETURNING id),
-                      events AS (DELETE FROM job_events WHERE job_id IN (SELECT id FROM gone))
+                      events AS (DELETE FROM job_events WHERE job_id IN (SELECT id FROM gone)),
+                      logs AS (DELETE FROM job_logs WHERE job_id IN (SELECT id FROM gone))
                  SELECT COUNT(*) AS n FROM gone"
             );
             let rows = self.query(&sql, values).await?;
@@ -1427,6 +1753,8 @@ impl Queue {
         self.bounded(async {
             let txn = self.db.begin().await?;
             txn.execute_raw(self.stmt(&format!("DELETE FROM job_events WHERE job_id IN ({pick})"), values.clone()))
+                .await?;
+            txn.execute_raw(self.stmt(&format!("DELETE FROM job_logs WHERE job_id IN ({pick})"), values.clone()))
                 .await?;
             let n = txn
                 .execute_raw(
@@ -1636,6 +1964,21 @@ impl Queue {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// The claimable jobs no machine holds, in the order the pick takes them.
+    pub async fn unclaimed(&self, orchestrator_id: &str, limit: u32) -> Result<Vec<JobRow>> {
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
+                      WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {{CLAIMABLE}}
+                      ORDER BY priority DESC, run_at, id LIMIT $2"
+                ),
+                vec![orchestrator_id.into(), i64::from(limit).into()],
+            )
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
     /// One job with its payload.
     pub async fn job(&self, id: i64) -> Result<Option<(JobRow, serde_json::Value)>> {
         let rows = self
@@ -1663,7 +2006,7 @@ impl Queue {
         let rows = self
             .query(
                 "SELECT machine, status, last_seen_at, dispatch_enabled, paused_until, running,
-                        concurrency, problem, {NOW} AS now
+                        concurrency, problem, repos, labels, {NOW} AS now
                    FROM machines WHERE orchestrator_id = $1 ORDER BY machine",
                 vec![orchestrator_id.into()],
             )
@@ -1679,6 +2022,8 @@ impl Queue {
                     running: r.try_get("", "running")?,
                     concurrency: r.try_get("", "concurrency")?,
                     problem: r.try_get("", "problem")?,
+                    repos: names_of(r.try_get("", "repos")?),
+                    labels: names_of(r.try_get("", "labels")?),
                     now: r.try_get("", "now")?,
                 })
             })
@@ -1688,7 +2033,8 @@ impl Queue {
 
 const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
      created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
-     summary, result_url, cancel_requested_by, finished_at";
+     summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
+     release_requested_by";
 
 fn job_from_row(r: &QueryResult) -> Result<JobRow> {
     Ok(JobRow {
@@ -1712,6 +2058,12 @@ fn job_from_row(r: &QueryResult) -> Result<JobRow> {
         url: r.try_get("", "result_url")?,
         cancel_requested_by: r.try_get("", "cancel_requested_by")?,
         finished_at: r.try_get("", "finished_at")?,
+        repo: r.try_get("", "repo")?,
+        requires: names_of(r.try_get("", "requires")?),
+        resume_branch: r.try_get("", "resume_branch")?,
+        resumed_from: r.try_get("", "resumed_from")?,
+        worktree: r.try_get("", "worktree")?,
+        release_requested_by: r.try_get("", "release_requested_by")?,
         now: r.try_get("", "now")?,
     })
 }
@@ -1736,6 +2088,8 @@ fn claim_from_row(r: &QueryResult) -> Result<Claim> {
         title: r.try_get("", "title")?,
         token: r.try_get("", "claim_token")?,
         attempt: r.try_get("", "attempts")?,
+        resume_branch: r.try_get("", "resume_branch")?,
+        resumed_from: r.try_get("", "resumed_from")?,
     })
 }
 
@@ -1757,20 +2111,23 @@ fn pair_list(pairs: &[(i64, i64)], offset: usize) -> (String, Vec<Value>) {
 
 /// Every payload must be a JSON object or array.
 fn check_payloads(payloads: &[serde_json::Value]) -> Result<()> {
-    match payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
-        Some(bad) => Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1))),
-        None => Ok(()),
+    if let Some(bad) = payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
+        return Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1)));
     }
+    for p in payloads {
+        JobSpec::parse(p)?;
+    }
+    Ok(())
 }
 
 /// One INSERT of `payloads` with `opts`: claimable from `COALESCE(at, {NOW} + delay)`, and a
 /// no-op for a key that is live already (`ON CONFLICT DO NOTHING` over the partial unique
 /// index). The producer's SQL in the README is this statement.
 fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &JobOptions) -> (String, Vec<Value>) {
-    const PER_ROW: usize = 10;
+    const PER_ROW: usize = 12;
     let mut sql = String::from(
         "INSERT INTO dispatch_queue (orchestrator_id, payload, title, max_attempts, unique_key, priority, run_at, \
-         retry_backoff_ms, retry_backoff_max_ms) VALUES ",
+         retry_backoff_ms, retry_backoff_max_ms, repo, requires) VALUES ",
     );
     let mut values: Vec<Value> = Vec::with_capacity(payloads.len() * PER_ROW);
     let (at, delay) = opts.start_values();
@@ -1785,9 +2142,10 @@ fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &Job
         let n = values.len();
         let ph: Vec<String> = (1..=PER_ROW).map(|k| format!("${}", n + k)).collect();
         sql.push_str(&format!(
-            "({}, {}, {}, {}, {}, {}, COALESCE({}, {{NOW}} + {}), {}, {})",
-            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], ph[8], ph[9]
+            "({}, {}, {}, {}, {}, {}, COALESCE({}, {{NOW}} + {}), {}, {}, {}, {})",
+            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], ph[8], ph[9], ph[10], ph[11]
         ));
+        let (repo, requires) = JobSpec::lenient(p).route_columns();
         values.push(orchestrator_id.into());
         values.push(Value::from(p.clone()));
         values.push(title_of(p).into());
@@ -1798,6 +2156,8 @@ fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &Job
         values.push(delay.into());
         values.push(base.into());
         values.push(max.into());
+        values.push(repo.into());
+        values.push(requires.into());
     }
     sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
     (sql, values)

@@ -558,3 +558,72 @@ pub fn spawn_runner(
     let child = c.spawn().expect("spawn devpilot run");
     Runner { child, machine: machine.to_string(), log: log_path }
 }
+
+/// Runs git in `dir` with a fixed identity; panics with git's stderr if it fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.invalid", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare repository at `<dir>/remote.git` whose `main` holds a README and a .gitignore
+/// (ignoring `.env` and `setup.txt`), and clones of it for each machine.
+pub struct GitRemote {
+    pub bare: PathBuf,
+}
+
+impl GitRemote {
+    pub fn new(dir: &Path) -> GitRemote {
+        let bare = dir.join("remote.git");
+        std::fs::create_dir_all(&bare).expect("remote dir");
+        git(&bare, &["init", "--quiet", "--bare", "--initial-branch=main"]);
+        let seed = dir.join("seed");
+        std::fs::create_dir_all(&seed).expect("seed dir");
+        git(&seed, &["init", "--quiet", "--initial-branch=main"]);
+        std::fs::write(seed.join("README.md"), "webapp\n").expect("readme");
+        std::fs::write(seed.join(".gitignore"), ".env\nsetup.txt\n").expect("gitignore");
+        git(&seed, &["add", "-A"]);
+        git(&seed, &["commit", "--quiet", "-m", "seed"]);
+        git(&seed, &["remote", "add", "origin", &bare.to_string_lossy()]);
+        git(&seed, &["push", "--quiet", "origin", "main"]);
+        GitRemote { bare }
+    }
+
+    /// A clone at `dest` (its `origin` is this remote).
+    pub fn clone_to(&self, dest: &Path) -> PathBuf {
+        let parent = dest.parent().expect("parent");
+        std::fs::create_dir_all(parent).expect("clone parent");
+        git(parent, &["clone", "--quiet", &self.bare.to_string_lossy(), &dest.to_string_lossy()]);
+        dest.to_path_buf()
+    }
+
+    /// The content of `file` on `branch` of the remote, if it is there.
+    pub fn show(&self, branch: &str, file: &str) -> Option<String> {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&self.bare)
+            .args(["show", &format!("{branch}:{file}")])
+            .output()
+            .ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// Writes the config file of the `devpilot` home `home` (see [`devpilot`]).
+pub fn write_config(home: &Path, toml: &str) {
+    let dir = home.join("config").join("devpilot");
+    std::fs::create_dir_all(&dir).expect("config dir");
+    std::fs::write(dir.join("config.toml"), toml).expect("config");
+}
+
+/// Where the `devpilot` home `home` keeps the worktree of job `id` of `orch`.
+pub fn worktree_of(home: &Path, orch: &str, id: i64) -> PathBuf {
+    home.join("data").join("devpilot").join("worktrees").join(orch).join(id.to_string())
+}

@@ -154,8 +154,9 @@ async fn hung_runner_writes_no_outcome_after_its_deadline(backend: Backend) {
 }
 
 /// The laptop's lid is closed with a job on it; `devpilot release --machine laptop`, run
-/// from elsewhere, hands the job off, an idle runner starts it within seconds, and when the
-/// laptop wakes it stops its stale agent.
+/// from elsewhere, asks it to hand off, gets no answer within its bound, releases the job
+/// directly (saying its work stayed on the laptop); an idle runner starts it within seconds,
+/// and when the laptop wakes it stops its stale agent.
 async fn release_lets_another_runner_start_within_seconds(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("release");
@@ -170,11 +171,14 @@ async fn release_lets_another_runner_start_within_seconds(backend: Backend) {
     devpilot_tests::signal_tree(a.pid(), libc::SIGSTOP);
     let released_at = Instant::now();
     let out = devpilot(db.dir.path(), &db.raw_url)
-        .args(["release", "--orchestrator", &orch, "--machine", "laptop"])
+        .args(["release", "--orchestrator", &orch, "--machine", "laptop", "--wait", "2s"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("#{id}")));
+    let said = String::from_utf8_lossy(&out.stdout);
+    // The frozen laptop cannot answer the request (it renews every 300 ms when awake).
+    assert!(said.contains(&format!("#{id}")) && said.contains("did not answer within 2s"), "{said}");
+    assert!(said.contains("stayed on laptop"), "{said}");
     let q = db.queue.clone();
     assert!(
         wait_for(Duration::from_secs(10), || {

@@ -389,9 +389,11 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
         running: 0,
         concurrency: 2,
         problem: None,
+        route: None,
     };
     // Nothing queued, nothing stale: no claims, not stale (on PostgreSQL), presence written.
-    let extras = PollExtras { presence: Some(presence("online")), stale_after: Some(Duration::from_secs(30)) };
+    let extras =
+        PollExtras { presence: Some(presence("online")), stale_after: Some(Duration::from_secs(30)), route: None };
     let p = db.queue.claim_next_with(&orch, "idle-box", 2, &extras).await.unwrap();
     assert!(p.claims.is_empty());
     assert_eq!(p.stale, backend == Backend::Sqlite);
@@ -403,7 +405,8 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
     let ids = db.queue.enqueue_many(&orch, &[json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]).await.unwrap();
     db.queue.claim_by_id(ids[0], &orch, "asleep").await.unwrap().unwrap();
     db.age_job(ids[0], Duration::from_secs(60)).await;
-    let extras = PollExtras { presence: Some(presence("paused")), stale_after: Some(Duration::from_secs(30)) };
+    let extras =
+        PollExtras { presence: Some(presence("paused")), stale_after: Some(Duration::from_secs(30)), route: None };
     let p = db.queue.claim_next_with(&orch, "idle-box", 1, &extras).await.unwrap();
     assert_eq!(p.claims.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
     assert_eq!(p.claims[0].payload, json!({"n": 2}));

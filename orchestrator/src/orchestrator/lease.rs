@@ -80,6 +80,8 @@ pub enum News {
     Reached,
     /// A user asked to cancel this held job.
     CancelAsked(Pair),
+    /// Someone asked this machine to hand this held job off (`devpilot release --machine`).
+    ReleaseAsked(Pair),
     /// A renewal failed or did not answer in time.
     Unreachable(Error),
 }
@@ -89,7 +91,8 @@ impl PartialEq for News {
         match (self, other) {
             (News::Lost(a), News::Lost(b))
             | (News::Expired(a), News::Expired(b))
-            | (News::CancelAsked(a), News::CancelAsked(b)) => a == b,
+            | (News::CancelAsked(a), News::CancelAsked(b))
+            | (News::ReleaseAsked(a), News::ReleaseAsked(b)) => a == b,
             (News::Reached, News::Reached) => true,
             (News::Unreachable(a), News::Unreachable(b)) => a.to_string() == b.to_string(),
             _ => false,
@@ -115,7 +118,7 @@ pub enum Order {
         reply: oneshot::Sender<Standing>,
     },
     Retime(Timing),
-    /// Renew now (a NOTIFY said a cancel was asked for somewhere).
+    /// Renew now (a NOTIFY said a cancel or a release was asked for somewhere).
     RenewNow,
 }
 
@@ -222,13 +225,15 @@ impl<R: Renewer + Clone> Keeper<R> {
     fn answered(&mut self, r: Renewal) {
         let mut lost = vec![];
         match r.answer {
-            Ok(Renewed { kept, cancel }) => {
+            Ok(Renewed { kept, cancel, release }) => {
                 let _ = self.news.send(News::Reached);
                 for pair in r.asked {
                     let Some(lease) = self.leases.get_mut(&pair) else { continue };
                     if kept.contains(&pair) {
                         if cancel.contains(&pair) {
                             let _ = self.news.send(News::CancelAsked(pair));
+                        } else if release.contains(&pair) {
+                            let _ = self.news.send(News::ReleaseAsked(pair));
                         }
                         lease.confirmed = lease.confirmed.max(r.sent);
                     } else {
@@ -558,7 +563,7 @@ mod tests {
         advance(Duration::from_millis(10)).await;
         assert_eq!(r.count(), 1, "RenewNow renews before the heartbeat is due");
         assert_eq!(r.asked(0), vec![(4, 2)]);
-        r.reply(0, Renewed { kept: vec![(4, 2)], cancel: vec![(4, 2)] });
+        r.reply(0, Renewed { kept: vec![(4, 2)], cancel: vec![(4, 2)], release: vec![] });
         advance(Duration::from_millis(10)).await;
         let got = drain(&mut news);
         assert!(got.contains(&News::CancelAsked((4, 2))), "{got:?}");

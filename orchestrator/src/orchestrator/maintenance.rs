@@ -71,6 +71,9 @@ pub struct SweepCfg {
     pub retention: Retention,
     /// Agent logs and payload files older than the retention are deleted from these.
     pub file_dirs: Vec<PathBuf>,
+    /// Job worktrees: one whose job retention has deleted goes too, if nothing in it would
+    /// be lost (failed and dead jobs keep theirs until then).
+    pub workspaces: Option<std::sync::Arc<crate::worktree::Workspaces>>,
 }
 
 impl Maintenance {
@@ -182,6 +185,28 @@ async fn prune(cfg: &SweepCfg) {
         Ok(n) if n > 0 => tracing::info!(files = n, "retention: deleted old agent logs and payload files"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "retention of files failed"),
+    }
+    if let Some(ws) = &cfg.workspaces {
+        prune_worktrees(&cfg.queue, ws).await;
+    }
+}
+
+/// Removes the worktrees of jobs that retention deleted, when they hold nothing unsaved.
+async fn prune_worktrees(queue: &Queue, ws: &crate::worktree::Workspaces) {
+    let ids: Vec<i64> = ws.records().iter().map(|r| r.job).collect();
+    if ids.is_empty() {
+        return;
+    }
+    let present: std::collections::HashSet<i64> = match queue.job_states(&ids).await {
+        Ok(states) => states.into_iter().map(|(id, _)| id).collect(),
+        Err(e) => return tracing::warn!(error = %e, "retention of worktrees failed"),
+    };
+    let (removed, kept) = ws.prune(&|id| !present.contains(&id)).await;
+    if !removed.is_empty() {
+        tracing::info!(worktrees = removed.len(), "retention: removed the worktrees of deleted jobs");
+    }
+    for r in kept {
+        tracing::info!(job = r.job, path = %r.path.display(), "retention kept a worktree: {}", r.kept.unwrap_or_default());
     }
 }
 

@@ -28,7 +28,7 @@ mod poller;
 mod runner;
 mod status;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,12 +48,14 @@ use self::lease::{Keeper, News, Order, Pair};
 pub use self::maintenance::{file_retention, prune_files};
 use self::maintenance::{Maintenance, SweepCfg};
 use self::poller::{ClaimRequest, Poller, FAR};
+pub use self::runner::Watchdog;
 use self::runner::{run_job, Cancel, CancelReason, Completer, JobCtx, JobDone};
 pub use self::status::{AgentKind, Event, JobRef, LossReason, MachineState, RunningJob, Status};
 use crate::agent::{AgentEnv, AgentSpec};
 use crate::error::{Error, Result};
 use crate::listen::Hint;
-use crate::queue::{Backoff, Claim, Polled, Presence, Queue, Retention};
+use crate::queue::{Backoff, Claim, Polled, Presence, Queue, Retention, Route};
+use crate::worktree::{Repo, Workspaces};
 
 /// How the orchestrator picks work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -93,6 +95,15 @@ pub struct RunConfig {
     pub log_dir: PathBuf,
     pub payload_dir: PathBuf,
     pub start_enabled: bool,
+    /// The repos this machine can work on, by name: jobs of these run in a git worktree.
+    pub repos: BTreeMap<String, Repo>,
+    /// This machine's labels: it picks only jobs whose `requires` are all among them.
+    pub labels: Vec<String>,
+    /// Where job worktrees go: `<data dir>/worktrees/<orchestrator>`.
+    pub worktree_root: PathBuf,
+    /// The bound on a hand-off's push of the work in progress.
+    pub push_bound: Duration,
+    pub watchdog: Watchdog,
 }
 
 impl RunConfig {
@@ -117,7 +128,17 @@ impl RunConfig {
             log_dir: data_dir.join("logs").join("jobs"),
             payload_dir: data_dir.join("payloads"),
             start_enabled: true,
+            repos: BTreeMap::new(),
+            labels: vec![],
+            worktree_root: worktree_root(&data_dir, orchestrator_id),
+            push_bound: Duration::from_secs(4),
+            watchdog: Watchdog::default(),
         }
+    }
+
+    /// What this machine may pick.
+    pub fn route(&self) -> Route {
+        Route { repos: self.repos.keys().cloned().collect(), labels: self.labels.clone() }
     }
 
     /// The lease keeper's timing. The kill grace after a lost lease is at most one
@@ -149,6 +170,13 @@ impl RunConfig {
         }
         Ok(())
     }
+}
+
+/// `<data dir>/worktrees/<orchestrator>`, the orchestrator's name made safe for a path.
+pub fn worktree_root(data_dir: &std::path::Path, orchestrator_id: &str) -> PathBuf {
+    let safe: String =
+        orchestrator_id.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    data_dir.join("worktrees").join(safe)
 }
 
 /// The bound on every database call of a machine with this heartbeat: shorter than the
@@ -243,7 +271,14 @@ fn sweep_cfg(queue: &Queue, cfg: &RunConfig) -> SweepCfg {
         claim_timeout: cfg.claim_timeout,
         retention: cfg.retention,
         file_dirs: vec![cfg.log_dir.clone(), cfg.payload_dir.clone()],
+        workspaces: workspaces(cfg),
     }
+}
+
+/// The machine's worktrees, when it has repos.
+fn workspaces(cfg: &RunConfig) -> Option<Arc<Workspaces>> {
+    (!cfg.repos.is_empty())
+        .then(|| Arc::new(Workspaces::new(cfg.worktree_root.clone(), cfg.repos.clone(), &cfg.machine, cfg.push_bound)))
 }
 
 fn job_ctx(
@@ -255,6 +290,9 @@ fn job_ctx(
 ) -> JobCtx {
     JobCtx {
         queue: queue.clone(),
+        workspaces: workspaces(cfg),
+        watchdog: cfg.watchdog,
+        log_every: cfg.heartbeat,
         agent: cfg.agent.clone(),
         env: AgentEnv {
             log_dir: cfg.log_dir.clone(),
@@ -334,8 +372,9 @@ pub struct PresenceFields {
 }
 
 impl PresenceFields {
-    fn presence<'a>(&self, orchestrator_id: &'a str, machine: &'a str) -> Presence<'a> {
+    fn presence<'a>(&self, orchestrator_id: &'a str, machine: &'a str, route: &'a Route) -> Presence<'a> {
         Presence {
+            route: Some(route),
             orchestrator_id,
             machine,
             status: self.status,
@@ -405,6 +444,19 @@ impl Machine {
         if let Some(p) = &self.problem {
             self.emit(Event::AgentUnavailable { error: p.message.clone() });
         }
+        // Work in progress a hand-off could not push is pushed when it can, even by a
+        // machine that no longer has the repo configured (the records say where it is).
+        let pushes = CancellationToken::new();
+        let ws = self.ctx.workspaces.clone().unwrap_or_else(|| {
+            Arc::new(Workspaces::new(
+                self.cfg.worktree_root.clone(),
+                BTreeMap::new(),
+                &self.cfg.machine,
+                self.cfg.push_bound,
+            ))
+        });
+        tokio::spawn(runner::push_pending(ws, self.queue.clone(), self.cfg.sweep_every, pushes.clone()));
+        let _stop_pushes = pushes.drop_guard();
         self.publish();
         loop {
             let never = Instant::now() + FAR;
@@ -454,7 +506,8 @@ impl Machine {
     async fn finish(mut self) {
         let mut f = self.presence_fields();
         f.status = "stopped";
-        let presence = f.presence(&self.cfg.orchestrator_id, &self.cfg.machine);
+        let route = self.cfg.route();
+        let presence = f.presence(&self.cfg.orchestrator_id, &self.cfg.machine, &route);
         if let Err(e) = self.queue.heartbeat_machine(&presence).await {
             tracing::debug!(error = %e, "could not record this machine as stopped");
         }
@@ -470,10 +523,10 @@ impl Machine {
         match h {
             Hint::Work => self.poller.now(),
             Hint::DueIn(d) => self.poller.cap(d),
-            Hint::Cancel if !self.slots.is_empty() => {
+            Hint::Cancel | Hint::Release if !self.slots.is_empty() => {
                 let _ = self.keeper.send(Order::RenewNow);
             }
-            Hint::Cancel => {}
+            Hint::Cancel | Hint::Release => {}
         }
     }
 
@@ -706,6 +759,7 @@ impl Machine {
                 }
                 cancel(self, pair, CancelReason::Cancelled)
             }
+            News::ReleaseAsked(pair) => self.release_asked(pair),
             News::Reached => self.set_online(true, None),
             News::Unreachable(e) => {
                 tracing::warn!(error = %e, "heartbeat failed");
@@ -713,6 +767,20 @@ impl Machine {
                 self.set_online(false, Some(e.to_string()));
             }
         }
+    }
+
+    /// Someone asked this machine to hand off what it holds (`devpilot release --machine`
+    /// from another machine): hand off everything, pushing the work in progress, and pause,
+    /// so that this machine does not claim the jobs straight back. Resuming is the user's.
+    fn release_asked(&mut self, pair: Pair) {
+        if !self.slots.get(&pair.0).is_some_and(|s| s.job.token == pair.1 && !s.cancel.is_cancelled()) {
+            return;
+        }
+        tracing::info!(job = pair.0, "a hand-off was asked of this machine; handing off and pausing");
+        self.wishes.paused = Some(Paused::Indefinitely);
+        let (done, _) = oneshot::channel();
+        self.hand_off(done);
+        self.state_changed();
     }
 
     fn set_online(&mut self, online: bool, error: Option<String>) {
@@ -760,6 +828,7 @@ impl Machine {
             free,
             presence,
             stale_after,
+            route: Arc::new(self.cfg.route()),
             stats: self.stats.clone(),
             events: self.events.clone(),
         };
@@ -905,9 +974,10 @@ impl Machine {
         let problem = self.problem.as_ref().map(|p| p.message.clone());
         let q = self.queue.clone();
         let (orch, machine) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone());
+        let route = self.cfg.route();
         // A task of the current epoch: the final 'stopped' write goes after it.
         self.work.spawn(async move {
-            let mut p = f.presence(&orch, &machine);
+            let mut p = f.presence(&orch, &machine, &route);
             p.problem = problem.as_deref();
             if let Err(e) = q.heartbeat_machine(&p).await {
                 tracing::debug!(error = %e, "presence update failed");

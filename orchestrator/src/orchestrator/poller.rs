@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{ClaimMode, Event, Stats};
 use crate::error::Result;
-use crate::queue::{Claim, PollExtras, Polled, Presence, Queue};
+use crate::queue::{Claim, PollExtras, Polled, Presence, Queue, Route};
 
 /// Effectively never: a command, a hint or a finished job wakes the poller first.
 pub const FAR: Duration = Duration::from_secs(86_400);
@@ -128,6 +128,7 @@ pub struct ClaimRequest {
     pub free: u32,
     pub presence: Option<super::PresenceFields>,
     pub stale_after: Option<Duration>,
+    pub route: Arc<Route>,
     pub stats: Arc<Stats>,
     pub events: broadcast::Sender<Event>,
 }
@@ -140,15 +141,15 @@ impl ClaimRequest {
             return Ok(Polled { claims, stale: false, next_due: None });
         }
         let presence: Option<Presence<'_>> =
-            self.presence.as_ref().map(|f| f.presence(&self.orchestrator_id, &self.machine));
-        let extras = PollExtras { presence, stale_after: self.stale_after };
+            self.presence.as_ref().map(|f| f.presence(&self.orchestrator_id, &self.machine, &self.route));
+        let extras = PollExtras { presence, stale_after: self.stale_after, route: Some(&self.route) };
         self.queue.claim_next_with(&self.orchestrator_id, &self.machine, self.free, &extras).await
     }
 }
 
 /// The article's path, for comparison: read candidates, claim each by id, count lost races.
 async fn claim_by_ids(r: &ClaimRequest) -> Result<Vec<Claim>> {
-    let ids = r.queue.candidates(&r.orchestrator_id, r.free.saturating_mul(4).max(1)).await?;
+    let ids = r.queue.candidates_for(&r.orchestrator_id, r.free.saturating_mul(4).max(1), &r.route).await?;
     let mut claims = vec![];
     for id in ids {
         if claims.len() as u32 >= r.free {

@@ -1,6 +1,9 @@
-//! The runner: starts one agent per claim, stops it when told (and why), and reports the
-//! outcome with fenced writes. A job's task never decides *whether* to stop; the machine does
-//! (a hand-off, a lost or expired lease, a user's cancel) through the job's [`Cancel`].
+//! The runner: prepares a job's place (its git worktree, the repo's setup), starts one agent
+//! per claim, stops it when told (and why) or when its watchdog trips, keeps the tail of its
+//! output in the database, and reports the outcome with fenced writes. A job's task never
+//! decides *whether* to stop; the machine does (a hand-off, a lost or expired lease, a user's
+//! cancel) through the job's [`Cancel`]. A hand-off of a job with a worktree commits and
+//! pushes its work first, and the release names the branch.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,11 +13,53 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{Order, Standing};
 use super::{Event, JobRef, LossReason};
-use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, RunningAgent};
+use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent};
 use crate::error::{Error, Result};
 use crate::job::{event, JobState};
 use crate::queue::{Backoff, Claim, FailOutcome, Queue, RetryAfter};
 use crate::retry::{self, Budget};
+use crate::spec::JobSpec;
+use crate::worktree::{Workspaces, Worktree};
+
+/// Stops an agent that prints nothing for `idle`, or runs longer than `max_runtime`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watchdog {
+    pub idle: Option<Duration>,
+    pub max_runtime: Option<Duration>,
+}
+
+impl Watchdog {
+    /// Resolves, with the reason, when the agent has been silent or running too long; never
+    /// when neither limit is set. Output is what the agent appended to its log.
+    async fn tripped(self, log: Option<LogSpan>) -> String {
+        let (Some(log), true) = (log, self.idle.is_some() || self.max_runtime.is_some()) else {
+            return std::future::pending().await;
+        };
+        let started = tokio::time::Instant::now();
+        let (mut seen, mut quiet_since) = (log.written(), started);
+        let tick = self.idle.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1)) / 4;
+        loop {
+            tokio::time::sleep(tick.max(Duration::from_millis(20))).await;
+            let now = tokio::time::Instant::now();
+            let written = log.written();
+            if written != seen {
+                (seen, quiet_since) = (written, now);
+            }
+            if let Some(idle) = self.idle.filter(|i| now - quiet_since >= *i) {
+                return format!("no output for {}; the watchdog stopped the agent", humantime::format_duration(idle));
+            }
+            if let Some(max) = self.max_runtime.filter(|m| now - started >= *m) {
+                return format!(
+                    "ran longer than its maximum runtime of {}; the watchdog stopped the agent",
+                    humantime::format_duration(max)
+                );
+            }
+        }
+    }
+}
+
+/// The most of an agent's log kept in the database for other machines to watch.
+pub const LOG_TAIL_BYTES: u64 = 16 * 1024;
 
 /// Why a job's agent is being stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +87,10 @@ impl Cancel {
         Self { token: parent.child_token(), reason: Arc::default() }
     }
 
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
     pub fn cancel(&self, why: CancelReason) {
         if let Ok(mut r) = self.reason.lock() {
             r.get_or_insert(why);
@@ -66,6 +115,11 @@ pub struct JobDone {
 /// Everything a job's task needs; shared by every job started under the same settings.
 pub struct JobCtx {
     pub queue: Queue,
+    /// The repos' worktrees, when this machine has repos.
+    pub workspaces: Option<Arc<Workspaces>>,
+    pub watchdog: Watchdog,
+    /// How often the tail of a running agent's log is stored (the heartbeat).
+    pub log_every: Duration,
     pub agent: AgentSpec,
     pub env: AgentEnv,
     pub machine: String,
@@ -87,25 +141,43 @@ enum Outcome {
     Cancelled(CancelReason),
 }
 
+/// Why a job's place could not be prepared.
+enum NotReady {
+    /// This machine cannot run agents now (say, its log directory is unwritable): hand the
+    /// job back and stop claiming.
+    Machine(Error),
+    /// The job's worktree or setup failed: the attempt fails with this.
+    Job(String),
+    /// The machine stopped the job while it was being prepared (and why).
+    Stopped(CancelReason),
+}
+
 /// Runs `claim` to its end and reports it.
 pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     let job = JobRef::of(&claim);
     let (id, token) = (claim.id, claim.token);
-    let mut agent = match ctx.agent.start(&claim, &ctx.env).await {
+    let spec = JobSpec::lenient(&claim.payload);
+    let prepared = tokio::select! {
+        biased;
+        _ = cancel.token.cancelled() => Err(NotReady::Stopped(cancel.reason())),
+        p = prepare(&ctx, &claim, &spec) => p,
+    };
+    let (log, worktree) = match prepared {
+        Ok(p) => p,
+        Err(why) => return not_ready(&ctx, job, why).await,
+    };
+    let launch = Launch { spec, worktree: worktree.as_ref().map(|w| (w.path.clone(), w.branch.clone())) };
+    let mut agent = match ctx.agent.start(&claim, &ctx.env, &launch, log).await {
         Ok(a) => a,
         Err(e) => {
-            // A broken agent is this machine's problem, not the job's: hand it back unharmed,
-            // and tell the machine, which stops claiming until the agent is back.
-            tracing::error!(job = id, error = %e, "agent could not start");
-            let _ = ctx.events.send(Event::AgentError { job: job.clone(), error: e.to_string() });
-            let reason = format!("not run here: {e}");
-            let _ =
-                retry::transient("handing back", Budget::WRITE, || ctx.queue.release(id, token, &ctx.machine, &reason))
-                    .await;
-            let _ = ctx.done.send(JobDone { id, token, agent_error: Some(e) });
-            return;
+            if let (Some(ws), Some(wt)) = (&ctx.workspaces, &worktree) {
+                ws.finish(wt, false).await;
+            }
+            return not_ready(&ctx, job, NotReady::Machine(e)).await;
         }
     };
+    let span = agent.log().cloned();
+    let tail = span.clone().map(|s| spawn_log_tail(&ctx, (id, token), s));
     let outcome = tokio::select! {
         biased;
         exit = agent.wait() => Outcome::Exited(exit, result_of(&agent, id)),
@@ -122,11 +194,24 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
                 }
             }
         }
+        why = ctx.watchdog.tripped(span.clone()) => {
+            tracing::warn!(job = id, "{why}");
+            agent.terminate(ctx.grace).await;
+            Outcome::Exited(AgentExit::Failed(why), None)
+        }
     };
     drop(agent);
+    if let Some(t) = tail {
+        t.abort();
+        // The last words, on a task of its own: no outcome waits on a slow database.
+        if let Some(s) = span.clone() {
+            let ctx = ctx.clone();
+            tokio::spawn(async move { store_tail(&ctx, (id, token), &s).await });
+        }
+    }
     let outcome = match outcome {
         Outcome::Exited(exit, result) => match standing(&ctx, (id, token)).await {
-            Standing::Held => Outcome::Exited(exit, result),
+            Standing::Held => Outcome::Exited(exit, with_summary(result, span.as_ref())),
             // Past the deadline (say the runner was frozen while its agent finished) the
             // outcome is not ours to write, even if the agent did the work.
             Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
@@ -134,10 +219,143 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         },
         cancelled => cancelled,
     };
-    if let Some(ev) = report(&ctx, job, outcome).await {
+    let ev = match (&ctx.workspaces, &worktree) {
+        (Some(ws), Some(wt)) => report_with_worktree(&ctx, ws, wt, job, outcome).await,
+        _ => report(&ctx, job, outcome, None).await,
+    };
+    if let Some(ev) = ev {
         let _ = ctx.events.send(ev);
     }
     let _ = ctx.done.send(JobDone { id, token, agent_error: None });
+}
+
+/// Opens the job's log and, for a job with a repo, creates its worktree and runs the repo's
+/// setup there.
+async fn prepare(
+    ctx: &JobCtx,
+    claim: &Claim,
+    spec: &JobSpec,
+) -> std::result::Result<(Option<std::fs::File>, Option<Worktree>), NotReady> {
+    let needs_log = ctx.agent.writes_log() || spec.repo.is_some();
+    let mut log = match needs_log.then(|| ctx.env.open_log(claim)).transpose() {
+        Ok(l) => l,
+        Err(e) => return Err(NotReady::Machine(e)),
+    };
+    let Some(repo) = &spec.repo else { return Ok((log, None)) };
+    let Some(ws) = &ctx.workspaces else {
+        return Err(NotReady::Job(format!("this machine has no repo '{repo}' configured")));
+    };
+    let Some(l) = log.as_mut() else { return Ok((None, None)) };
+    let branch = spec.branch(claim.id);
+    let wt = ws
+        .prepare(claim.id, repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
+        .await
+        .map_err(NotReady::Job)?;
+    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.id)).await {
+        ws.finish(&wt, false).await;
+        return Err(NotReady::Job(e));
+    }
+    Ok((log, Some(wt)))
+}
+
+/// A job whose place could not be prepared, or whose agent could not start.
+async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
+    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    let agent_error = match why {
+        NotReady::Machine(e) => {
+            // A broken agent is this machine's problem, not the job's: hand it back unharmed,
+            // and tell the machine, which stops claiming until the agent is back.
+            tracing::error!(job = id, error = %e, "agent could not start");
+            let _ = ctx.events.send(Event::AgentError { job: job.clone(), error: e.to_string() });
+            let reason = format!("not run here: {e}");
+            let _ = retry::transient("handing back", Budget::WRITE, || ctx.queue.release(id, token, m, &reason)).await;
+            Some(e)
+        }
+        NotReady::Job(msg) => {
+            tracing::warn!(job = id, "{msg}");
+            if let Some(ev) = report_exit(ctx, job, AgentExit::Failed(msg), AgentResult::default()).await {
+                let _ = ctx.events.send(ev);
+            }
+            None
+        }
+        NotReady::Stopped(why) => {
+            if let Some(ev) = report(ctx, job, Outcome::Cancelled(why), None).await {
+                let _ = ctx.events.send(ev);
+            }
+            None
+        }
+    };
+    let _ = ctx.done.send(JobDone { id, token, agent_error });
+}
+
+/// With no summary in the result file, the last line the agent printed.
+fn with_summary(result: Option<AgentResult>, span: Option<&LogSpan>) -> Option<AgentResult> {
+    let mut r = result.unwrap_or_default();
+    if r.summary.is_none() {
+        r.summary = span.and_then(LogSpan::last_line);
+    }
+    Some(r)
+}
+
+/// Stores the tail of the agent's log every `log_every` while it grows.
+fn spawn_log_tail(ctx: &Arc<JobCtx>, pair: (i64, i64), span: LogSpan) -> tokio::task::JoinHandle<()> {
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let mut last = None;
+        let mut tick = tokio::time::interval(ctx.log_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let written = span.written();
+            if last != Some(written) {
+                last = Some(written);
+                store_tail(&ctx, pair, &span).await;
+            }
+        }
+    })
+}
+
+/// One try: the next heartbeat's store carries the same text anyway.
+async fn store_tail(ctx: &JobCtx, (id, token): (i64, i64), span: &LogSpan) {
+    let tail = crate::agent::tail_of(&span.path, LOG_TAIL_BYTES);
+    if let Err(e) = ctx.queue.store_log_tail(id, token, &ctx.machine, &tail).await {
+        tracing::debug!(job = id, error = %e, "could not store the log's tail");
+    }
+}
+
+/// The outcome of a job with a worktree: a hand-off carries the work in progress (commit,
+/// push within the bound, and the branch named in the fenced release); a completion pushes
+/// if the repo says so and removes the worktree when nothing would be lost (else the job
+/// says where it is kept); anything else keeps it for the next attempt here.
+async fn report_with_worktree(
+    ctx: &JobCtx,
+    ws: &Workspaces,
+    wt: &Worktree,
+    job: JobRef,
+    outcome: Outcome,
+) -> Option<Event> {
+    match outcome {
+        Outcome::Cancelled(CancelReason::HandOff) => {
+            let carried = ws.hand_off(wt).await;
+            tracing::info!(job = job.id, took_ms = carried.took.as_millis() as u64, "{}", carried.detail);
+            let ev = report(ctx, job, Outcome::Cancelled(CancelReason::HandOff), Some(carried.clone())).await;
+            ws.after_hand_off(wt, &carried).await;
+            ev
+        }
+        Outcome::Exited(AgentExit::Success, result) => {
+            if let Some(kept) = ws.finish(wt, true).await {
+                let write = || ctx.queue.record_worktree(job.id, job.token, &kept);
+                if let Err(e) = retry::transient("recording the worktree", Budget::NOTE, write).await {
+                    tracing::warn!(job = job.id, error = %e, "could not record where the worktree is kept");
+                }
+            }
+            report(ctx, job, Outcome::Exited(AgentExit::Success, result), None).await
+        }
+        other => {
+            ws.finish(wt, false).await;
+            report(ctx, job, other, None).await
+        }
+    }
 }
 
 /// Asks the lease keeper where this claim stands. No keeper (the machine is going away):
@@ -173,8 +391,14 @@ async fn keep_result(ctx: &JobCtx, (id, token): (i64, i64), r: &AgentResult) {
     }
 }
 
-/// Writes the outcome (fenced) and says what happened.
-async fn report(ctx: &JobCtx, job: JobRef, outcome: Outcome) -> Option<Event> {
+/// Writes the outcome (fenced) and says what happened. `carried`: what a hand-off did with
+/// the work in progress.
+async fn report(
+    ctx: &JobCtx,
+    job: JobRef,
+    outcome: Outcome,
+    carried: Option<crate::worktree::HandOff>,
+) -> Option<Event> {
     let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
     match outcome {
         Outcome::Exited(exit, result) => {
@@ -190,8 +414,13 @@ async fn report(ctx: &JobCtx, job: JobRef, outcome: Outcome) -> Option<Event> {
             }
         }
         Outcome::Cancelled(CancelReason::HandOff) => {
+            let reason = match &carried {
+                Some(c) => format!("handed off by its machine; {}", c.detail),
+                None => "handed off by its machine".to_string(),
+            };
+            let resume = carried.as_ref().and_then(|c| c.pushed.as_deref());
             match retry::transient("handing off", Budget::WRITE, || {
-                ctx.queue.release(id, token, m, "handed off by its machine")
+                ctx.queue.release_with(id, token, m, &reason, resume)
             })
             .await
             {
@@ -308,5 +537,21 @@ impl Completer {
         let (tx, rx) = oneshot::channel();
         self.tx.send((id, token, tx)).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
         rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?
+    }
+}
+
+/// Pushes, now and then every `every`, the work in progress that a hand-off could not push
+/// (offline, say), and records the branch on its job so the next claim resumes from it.
+pub async fn push_pending(ws: Arc<Workspaces>, queue: Queue, every: Duration, stop: CancellationToken) {
+    loop {
+        for (job, branch) in ws.push_pending().await {
+            if let Err(e) = queue.resume_later(job, &branch, &ws.machine).await {
+                tracing::warn!(job, error = %e, "pushed the work in progress but could not record it on the job");
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
     }
 }

@@ -150,6 +150,8 @@ impl MachineState {
 pub enum AgentKind {
     Demo,
     Command,
+    /// A built-in preset (claude, codex, aider, gemini).
+    Preset,
     #[default]
     None,
 }
