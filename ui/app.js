@@ -9,6 +9,7 @@ const $ = (id) => document.getElementById(id);
 let status = null;
 let filter = 'all';
 let openJob = null;
+let logTimer = null;
 
 function el(tag, props, ...children) {
   const e = document.createElement(tag);
@@ -130,7 +131,8 @@ async function refreshJobs() {
       body.append(el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
         el('td', {}, j.id),
         el('td', {}, j.title || ''),
-        el('td', { class: `state state-${j.state}` }, stateText(j)),
+        el('td', { class: `state state-${j.state}` }, stateText(j),
+          r.unroutable[j.id] ? el('div', { class: 'warn', title: 'Only a machine that has the repo and every label takes it' }, r.unroutable[j.id]) : ''),
         el('td', {}, j.attempts),
         el('td', {}, j.claimed_by || ''),
         el('td', {}, ago(j.now - j.created_at)),
@@ -167,7 +169,13 @@ async function showJob(id) {
     const d = await invoke('job_detail', { id });
     const j = d.job;
     $('detail-title').textContent = `#${j.id} ${j.title || ''}`;
-    $('detail-meta').textContent = `${stateText(j)} · attempts ${j.attempts} · priority ${j.priority} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.unique_key ? ' · key ' + j.unique_key : ''}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
+    const where = [];
+    if (j.repo) where.push('repo ' + j.repo);
+    if (j.requires && j.requires.length) where.push('needs ' + j.requires.join(', '));
+    if (j.resume_branch) where.push(`resumes ${j.resume_branch} from ${j.resumed_from || '?'}`);
+    if (j.worktree) where.push('worktree kept at ' + j.worktree);
+    $('detail-meta').textContent = `${stateText(j)} · attempts ${j.attempts} · priority ${j.priority} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.unique_key ? ' · key ' + j.unique_key : ''}${where.length ? ' · ' + where.join(' · ') : ''}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
+    if (d.unroutable) $('detail-meta').append(' · ', el('span', { class: 'warn' }, d.unroutable));
     const res = $('detail-result');
     res.replaceChildren();
     if (j.summary) res.append(el('span', {}, j.summary));
@@ -179,7 +187,15 @@ async function showJob(id) {
       h.append(el('li', {}, `${new Date(ev.at).toLocaleTimeString()} ${ev.kind}${ev.machine ? ' by ' + ev.machine : ''}${ev.detail ? ': ' + ev.detail : ''}`));
     }
     $('detail-payload').textContent = JSON.stringify(d.payload, null, 2);
-    $('detail-log').textContent = d.log_tail || '(no log on this machine)';
+    const live = d.log_from && d.log_from !== 'local';
+    $('detail-log-title').textContent = live
+      ? `Agent log (last 16 KiB from ${d.log_from}${j.state === 'running' ? ', live' : ''})`
+      : 'Agent log (this machine)';
+    $('detail-log').classList.toggle('live', !!live);
+    $('detail-log').textContent = d.log_tail || '(no log yet)';
+    // A job running on another machine: follow its log as its holder stores it.
+    clearTimeout(logTimer);
+    if (live && j.state === 'running' && openJob === j.id) logTimer = setTimeout(() => { if (openJob === j.id) showJob(j.id); }, 3000);
     $('detail').hidden = false;
   } catch (e) {
     $('detail-title').textContent = errText(e);
@@ -222,6 +238,8 @@ async function loadSettings() {
   for (const k of ['orchestrator_id', 'claim_timeout', 'heartbeat', 'poll_interval']) $('s-' + k).value = s[k];
   $('s-machine').value = s.machine || '';
   $('s-agent').value = s.agent || '';
+  $('s-labels').value = (s.labels || []).join(', ');
+  renderRepos();
   $('s-max_attempts').value = s.max_attempts;
   $('s-concurrency').value = s.concurrency;
   $('s-sleep_action').value = s.sleep_action;
@@ -240,6 +258,7 @@ async function saveSettings(ev) {
   for (const k of ['orchestrator_id', 'claim_timeout', 'heartbeat', 'poll_interval']) s[k] = $('s-' + k).value;
   s.machine = $('s-machine').value || null;
   s.agent = $('s-agent').value || null;
+  s.labels = $('s-labels').value.split(',').map((l) => l.trim()).filter((l) => l);
   s.max_attempts = parseInt($('s-max_attempts').value, 10) || 0;
   s.concurrency = parseInt($('s-concurrency').value, 10) || 0;
   s.sleep_action = $('s-sleep_action').value;
@@ -273,15 +292,85 @@ async function saveSettings(ev) {
   }
 }
 
+// ---------------------------------------------------------------- repos and new jobs
+
+async function renderRepos() {
+  let repos = [];
+  try { repos = await invoke('list_repos'); } catch (e) { console.error(e); }
+  $('repos').replaceChildren(...repos.map((r) => el('tr', { dataset: { repo: r.name } },
+    el('td', {}, r.name), el('td', {}, r.path), el('td', {}, r.push ? 'yes' : 'no'))));
+  $('repos-empty').hidden = repos.length > 0;
+  return repos;
+}
+
+async function addRepo() {
+  const msg = $('repo-msg');
+  try {
+    await invoke('add_repo', { name: $('repo-name').value, path: $('repo-path').value });
+    msg.textContent = 'Added.';
+    msg.className = 'ok';
+    $('repo-name').value = '';
+    $('repo-path').value = '';
+    await renderRepos();
+  } catch (e) {
+    msg.textContent = errText(e);
+    msg.className = 'err';
+  }
+}
+
+async function loadNewJob() {
+  const sel = $('nj-repo');
+  const keep = sel.value;
+  const repos = await renderRepos();
+  sel.replaceChildren(el('option', { value: '' }, '(none: runs anywhere, no worktree)'),
+    ...repos.map((r) => el('option', { value: r.name }, `${r.name} (${r.path})`)));
+  sel.value = repos.some((r) => r.name === keep) ? keep : '';
+  const agent = status && status.agent;
+  $('nj-hint').textContent = repos.length
+    ? 'A job with a repo runs in a git worktree of it, on a machine that has the repo; a hand-off carries its work in progress.'
+    : 'Add this machine\'s repos in Settings to run jobs in git worktrees.';
+  $('demo-btn').hidden = agent !== 'demo';
+}
+
+async function submitNewJob(ev) {
+  ev.preventDefault();
+  const msg = $('nj-msg');
+  const job = {
+    title: $('nj-title').value,
+    prompt: $('nj-prompt').value,
+    repo: $('nj-repo').value || null,
+    labels: $('nj-labels').value,
+    priority: parseInt($('nj-priority').value, 10) || 0,
+    key: $('nj-key').value.trim() || null,
+  };
+  try {
+    const r = await invoke('enqueue_job', { job });
+    if (r.existing) notice(`Job #${r.id} with key "${job.key}" is already ${r.existing}; nothing was added.`);
+    msg.textContent = `Added job #${r.id}.`;
+    msg.className = 'ok';
+    $('nj-title').value = '';
+    $('nj-prompt').value = '';
+    openJob = r.id;
+    location.hash = '#queue';
+  } catch (e) {
+    msg.textContent = errText(e);
+    msg.className = 'err';
+  }
+}
+
 // ---------------------------------------------------------------- navigation
 
 function show(section) {
-  const name = (section || 'fleet').replace(/^#/, '');
+  let name = (section || 'fleet').replace(/^#/, '');
+  // job-ID (a notification's "Open"): the queue, with that job's detail.
+  const job = /^job-(\d+)$/.exec(name);
+  if (job) { openJob = parseInt(job[1], 10); name = 'queue'; }
   for (const s of document.querySelectorAll('main > section')) s.hidden = s.id !== name;
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('on', a.dataset.tab === name);
   if (name === 'fleet') refreshFleet();
   if (name === 'queue') refreshJobs();
   if (name === 'settings') loadSettings();
+  if (name === 'new') loadNewJob();
   if (name === 'quit') {
     const n = status ? status.running.length : 0;
     $('quit-text').textContent = n
@@ -308,9 +397,12 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('handoff-btn').addEventListener('click', async () => {
     try { await invoke('hand_off', { pause: true }); } catch (e) { alert(errText(e)); }
   });
+  $('new-btn').addEventListener('click', () => { location.hash = '#new'; });
+  $('new-form').addEventListener('submit', submitNewJob);
+  $('repo-add').addEventListener('click', addRepo);
   $('demo-btn').addEventListener('click', async () => {
     try {
-      const key = $('demo-key').value.trim();
+      const key = $('nj-key').value.trim();
       const r = await invoke('enqueue_demo', { key: key || null });
       if (r.existing) notice(`Job #${r.id} with key "${key}" is already ${r.existing}; nothing was added.`);
       openJob = r.id; location.hash = '#queue'; refreshJobs();

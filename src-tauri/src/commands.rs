@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use devpilot::app::{DbForm, Fleet, JobDetail, Status};
+use devpilot::app::{DbForm, Fleet, JobDetail, NewJob, Status};
 use devpilot::config::Settings;
 use devpilot::orchestrator::StopMode;
 use devpilot::queue::{CancelOutcome, Counts, Enqueued, JobRow};
@@ -26,6 +26,9 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         resume,
         hand_off,
         enqueue_demo,
+        enqueue_job,
+        list_repos,
+        add_repo,
         list_jobs,
         fleet,
         job_detail,
@@ -74,10 +77,44 @@ pub async fn enqueue_demo(state: State<'_, AppState>, key: Option<String>) -> Re
     state.engine.enqueue_demo_keyed(key.as_deref()).await
 }
 
+/// Enqueues a job from the New job form: title, prompt, repo, labels, priority and key.
+#[tauri::command]
+pub async fn enqueue_job(state: State<'_, AppState>, job: NewJob) -> Result<Enqueued> {
+    state.engine.enqueue_job(job).await
+}
+
+/// A repo of this machine, as the New job form and Settings list it.
+#[derive(Serialize)]
+pub struct RepoView {
+    pub name: String,
+    pub path: String,
+    pub push: bool,
+    pub setup: Vec<String>,
+}
+
+#[tauri::command]
+pub fn list_repos(state: State<'_, AppState>) -> Vec<RepoView> {
+    state
+        .engine
+        .repos()
+        .into_iter()
+        .map(|(name, r)| RepoView { name, path: r.path, push: r.push, setup: r.setup })
+        .collect()
+}
+
+/// Adds a repo (a git clone on this machine) to the settings; jobs of it can then run here.
+#[tauri::command]
+pub async fn add_repo(state: State<'_, AppState>, name: String, path: String) -> Result<Vec<RepoView>> {
+    state.engine.add_repo(&name, &path).await?;
+    Ok(list_repos(state))
+}
+
 #[derive(Serialize)]
 pub struct JobList {
     pub jobs: Vec<JobRow>,
     pub counts: Counts,
+    /// Queued jobs that no online machine can take, with why.
+    pub unroutable: std::collections::BTreeMap<i64, String>,
 }
 
 #[tauri::command]
@@ -90,7 +127,8 @@ pub async fn list_jobs(state: State<'_, AppState>, job_state: Option<String>, li
         }
     }
     let (jobs, counts) = state.engine.jobs(filter.as_deref(), limit.unwrap_or(100)).await?;
-    Ok(JobList { jobs, counts })
+    let unroutable = state.engine.unroutable(&jobs).await?;
+    Ok(JobList { jobs, counts, unroutable })
 }
 
 #[tauri::command]

@@ -142,6 +142,18 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
         let engine = engine.clone();
         tauri::async_runtime::spawn(async move { engine.start().await });
     }
+    {
+        // A finished job's "Open": its result URL in the browser, else the job in the window.
+        let app = app.clone();
+        state.notifier.set_on_open(std::sync::Arc::new(move |target| match target {
+            notify::Open::Url(url) => {
+                if let Err(e) = window::open_url(&url) {
+                    tracing::warn!(error = %e, "cannot open the job's link");
+                }
+            }
+            notify::Open::Job(id) => window::open(&app, Some(&format!("job-{id}"))),
+        }));
+    }
     state.notifier.start();
     tray::install(app);
     spawn_status_forwarder(app);

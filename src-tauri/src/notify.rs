@@ -7,6 +7,8 @@
 //!   network is usually just coming back). "Back online" follows only an offline notice.
 //! - notify-rust's blocking `show()` runs on a blocking thread, never on an async worker
 //!   (it panics there on Linux). A missing notification daemon is logged, never fatal.
+//! - A finished job's notification carries an "Open" action where the server supports
+//!   actions: it opens the job's result URL, or else the job in the window.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +50,20 @@ pub enum Kind {
 pub struct Notice {
     pub kind: Kind,
     pub text: String,
+    /// What "Open" opens, for a notification about one job.
+    pub open: Option<Open>,
 }
+
+/// What a notification's "Open" action opens.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Open {
+    Url(String),
+    Job(i64),
+}
+
+/// Runs an "Open" action (set by the app: it has the window).
+pub type OnOpen = Arc<dyn Fn(Open) + Send + Sync>;
 
 /// A notification that was shown (or attempted).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -58,17 +73,20 @@ pub struct Sent {
     pub kinds: Vec<Kind>,
     /// `None` when the daemon accepted it; otherwise why not.
     pub error: Option<String>,
+    /// The "Open" action offered with it, if the server supports actions.
+    pub action: Option<Open>,
 }
 
 /// Which notice an event gives, if its toggle is on. Offline/online are handled separately.
 pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
-    let n = |kind, text: String| Some(Notice { kind, text });
+    let n = |kind, text: String| Some(Notice { kind, text, open: None });
     match ev {
         Event::Claimed { job } if on.claimed => n(Kind::Claimed, format!("Started {}", job.label())),
         Event::Completed { job, summary, url } if on.completed => {
             let said = summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
             let link = url.as_deref().map(|u| format!(" ({u})")).unwrap_or_default();
-            n(Kind::Completed, format!("Finished {}{said}{link}", job.label()))
+            let open = Some(url.clone().map(Open::Url).unwrap_or(Open::Job(job.id)));
+            Some(Notice { kind: Kind::Completed, text: format!("Finished {}{said}{link}", job.label()), open })
         }
         Event::Cancelled { job } if on.completed => {
             n(Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
@@ -165,13 +183,26 @@ pub fn render(batch: &[Notice]) -> (String, String) {
 #[derive(Clone)]
 pub struct Notifier {
     engine: Arc<Engine>,
+    on_open: Arc<Mutex<Option<OnOpen>>>,
     recent: Arc<Mutex<VecDeque<Sent>>>,
     started: Arc<AtomicBool>,
 }
 
 impl Notifier {
     pub fn new(engine: Arc<Engine>) -> Self {
-        Self { engine, recent: Arc::new(Mutex::new(VecDeque::new())), started: Arc::new(AtomicBool::new(false)) }
+        Self {
+            engine,
+            on_open: Arc::default(),
+            recent: Arc::new(Mutex::new(VecDeque::new())),
+            started: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// What an "Open" action does (the app opens a URL or the job's window).
+    pub fn set_on_open(&self, f: OnOpen) {
+        if let Ok(mut o) = self.on_open.lock() {
+            *o = Some(f);
+        }
     }
 
     /// What was sent, newest last (at most 50).
@@ -229,6 +260,7 @@ impl Notifier {
                             let _ = tx.send(Notice {
                                 kind: Kind::Offline,
                                 text: format!("Nothing is claimed until it is back. {error}"),
+                                open: None,
                             });
                         }
                     }));
@@ -238,7 +270,7 @@ impl Notifier {
                         t.abort();
                     }
                     if offline_sent.swap(false, Ordering::SeqCst) && on.online {
-                        let _ = tx.send(Notice { kind: Kind::Online, text: "Dispatch carries on.".into() });
+                        let _ = tx.send(Notice { kind: Kind::Online, text: "Dispatch carries on.".into(), open: None });
                     }
                 }
                 other => {
@@ -261,11 +293,17 @@ impl Notifier {
             let kinds = batch.iter().map(|n| n.kind).collect();
             let urgent = batch.iter().any(|n| matches!(n.kind, Kind::Dead | Kind::LeaseLost | Kind::Offline));
             let (s2, b2) = (summary.clone(), body.clone());
-            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent)).await;
-            let error = match res {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(e) => Some(format!("notification thread failed: {e}")),
+            // "Open" only for a notification about one job.
+            let open = match batch.as_slice() {
+                [one] => one.open.clone(),
+                _ => None,
+            };
+            let on_open = self.on_open.lock().ok().and_then(|o| o.clone());
+            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, on_open)).await;
+            let (error, action) = match res {
+                Ok(Ok(action)) => (None, action),
+                Ok(Err(e)) => (Some(e), None),
+                Err(e) => (Some(format!("notification thread failed: {e}")), None),
             };
             match &error {
                 None => tracing::info!(%summary, "notified"),
@@ -274,7 +312,7 @@ impl Notifier {
                 }
             }
             if let Ok(mut r) = self.recent.lock() {
-                r.push_back(Sent { summary, body, kinds, error });
+                r.push_back(Sent { summary, body, kinds, error, action });
                 while r.len() > 50 {
                     r.pop_front();
                 }
@@ -283,8 +321,16 @@ impl Notifier {
     }
 }
 
-/// Blocking: runs on a blocking thread.
-fn show(summary: &str, body: &str, urgent: bool) -> Result<(), String> {
+/// Blocking: runs on a blocking thread. With `open` and a server that supports actions, the
+/// notification offers "Open", and a thread of its own waits for the click. The action
+/// offered, if one was.
+fn show(
+    summary: &str,
+    body: &str,
+    urgent: bool,
+    open: Option<Open>,
+    on_open: Option<OnOpen>,
+) -> Result<Option<Open>, String> {
     let mut n = notify_rust::Notification::new();
     n.appname("DevPilot").summary(summary).body(body).icon("dialog-information");
     #[cfg(all(unix, not(target_os = "macos")))]
@@ -293,7 +339,41 @@ fn show(summary: &str, body: &str, urgent: bool) -> Result<(), String> {
     }
     let _ = urgent;
     n.timeout(notify_rust::Timeout::Milliseconds(8000));
-    n.show().map(|_| ()).map_err(|e| e.to_string())
+    let offered = open.filter(|_| on_open.is_some() && supports_actions());
+    if offered.is_some() {
+        n.action("default", "Open").action("open", "Open");
+    }
+    let handle = n.show().map_err(|e| e.to_string())?;
+    #[cfg(all(unix, not(target_os = "macos")))]
+    if let (Some(target), Some(f)) = (offered.clone(), on_open) {
+        std::thread::spawn(move || {
+            handle.wait_for_action(|action| {
+                if action == "open" || action == "default" {
+                    tracing::info!(?target, "notification action: open");
+                    f(target);
+                }
+            })
+        });
+    }
+    #[cfg(not(all(unix, not(target_os = "macos"))))]
+    let _ = (handle, on_open);
+    Ok(offered)
+}
+
+/// Whether the notification server shows action buttons (not every one does).
+fn supports_actions() -> bool {
+    #[cfg(all(unix, not(target_os = "macos")))]
+    {
+        match notify_rust::get_capabilities() {
+            Ok(caps) => caps.iter().any(|c| c == "actions"),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot ask the notification server what it supports");
+                false
+            }
+        }
+    }
+    #[cfg(not(all(unix, not(target_os = "macos"))))]
+    false
 }
 
 #[cfg(test)]
@@ -364,5 +444,8 @@ mod tests {
         };
         let n = notice_for(&ev, &NotifySettings::default()).unwrap();
         assert!(n.text.contains("fixed the redirect") && n.text.contains("https://x.test/pr/9"), "{}", n.text);
+        assert_eq!(n.open, Some(Open::Url("https://x.test/pr/9".into())), "Open opens the link");
+        let plain = notice_for(&Event::Completed { job: job(4), summary: None, url: None }, &NotifySettings::default());
+        assert_eq!(plain.unwrap().open, Some(Open::Job(4)), "with no link, Open opens the job");
     }
 }

@@ -193,7 +193,8 @@ pub fn page_out_when_idle<R: Runtime>(app: &AppHandle<R>) {
     let _ = app;
 }
 
-/// Shows the window (creating it if needed) at `section`: fleet, queue, settings or quit.
+/// Shows the window (creating it if needed) at `section`: fleet, queue, new, settings, quit,
+/// or `job-ID` (the queue with that job's detail open).
 pub fn open<R: Runtime>(app: &AppHandle<R>, section: Option<&str>) {
     let section = section.unwrap_or("fleet");
     if let Some(w) = app.get_webview_window(LABEL) {
@@ -213,6 +214,22 @@ pub fn open<R: Runtime>(app: &AppHandle<R>, section: Option<&str>) {
         Ok(_) => tracing::info!(section, "window opened"),
         Err(e) => tracing::warn!(error = %e, "cannot open the window"),
     }
+}
+
+/// Opens an http(s) link in the user's browser (one argv element; never a shell).
+pub fn open_url(url: &str) -> devpilot::Result<()> {
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(devpilot::Error::Invalid(format!("not opening '{url}': only http(s) links are opened")));
+    }
+    let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+    std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(|_| ())
+        .map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}")))
 }
 
 /// Opens a folder in the file manager.

@@ -72,6 +72,23 @@ def job_state(jid):
     return None, None
 
 
+def make_repo(root):
+    """A bare remote with one commit on main, and a clone of it; returns (remote, clone)."""
+    remote, seed, clone = (os.path.join(root, n) for n in ("webapp.git", "seed", "webapp"))
+    g = lambda *a, cwd=root: subprocess.run(["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid", *a],
+                                            cwd=cwd, check=True, capture_output=True)
+    os.makedirs(seed, exist_ok=True)
+    g("init", "--quiet", "--bare", "--initial-branch=main", remote)
+    g("init", "--quiet", "--initial-branch=main", cwd=seed)
+    with open(os.path.join(seed, "README.md"), "w") as f:
+        f.write("webapp\n")
+    g("add", "-A", cwd=seed)
+    g("commit", "--quiet", "-m", "seed", cwd=seed)
+    g("push", "--quiet", remote, "main", cwd=seed)
+    g("clone", "--quiet", remote, clone)
+    return remote, clone
+
+
 def sqlite_job(jid):
     # The CLI has no per-job query; read through the window's command instead when needed.
     return wd_invoke("job_detail", {"id": jid})
@@ -406,6 +423,71 @@ def main():
     log(f"retry text: {text!r}")
     shot("08b-cancel-and-retry")
     cli("cancel", str(retry_id))
+
+    # 8c. A real job: a repo added in Settings, a job from the New job form runs in a git
+    #     worktree of it; then a job running on another machine shows its live log here.
+    remote, clone = make_repo(os.path.join(WORK, "git"))
+    wd_exec("location.hash = '#settings';")
+    wait("settings form loaded again", lambda: wd_exec("return document.querySelector('#s-orchestrator_id').value") != "", timeout=10)
+    wd_set("#repo-name", "webapp")
+    wd_set("#repo-path", "/nonexistent/webapp")
+    wd_click("#repo-add")
+    wait("a path that is not a git clone is refused", lambda: "not a git clone" in (wd_text("#repo-msg") or ""), timeout=10)
+    wd_set("#repo-path", clone)
+    wd_click("#repo-add")
+    wait("the repo is added and listed", lambda: wd_text("#repo-msg") == "Added." and wd_exec("return !!document.querySelector(`#repos tr[data-repo='webapp']`)"), timeout=15)
+    with open(cfg) as f:
+        check("the repo is in the config file", "[repos.webapp]" in f.read())
+    wd_exec("location.hash = '#new';")
+    wait("the New job form offers the repo",
+         lambda: "webapp" in wd_exec("return [...document.querySelectorAll('#nj-repo option')].map(o => o.value)"), timeout=10)
+    wd_set("#nj-title", "ENG-7 Fix the login redirect")
+    wd_set("#nj-prompt", "After login, users land on /home instead of the page they asked for. Keep the original URL.")
+    wd_set("#nj-repo", "webapp")
+    wd_set("#nj-labels", "")
+    wd_set("#nj-priority", "5")
+    wd_set("#nj-key", "ENG-7")
+    shot("09-new-job-form")
+    wd_click("#nj-submit")
+    real_id = int(wait("the form says which job it added",
+                       lambda: (m := re.search(r"Added job #(\d+)", wd_text("#nj-msg") or "")) and m.group(1), timeout=15))
+    d = wait("the job from the form completes", lambda: (d := wd_invoke("job_detail", {"id": real_id}))["job"]["state"] == "completed" and d, timeout=60)
+    check("it carries the form's fields", d["job"]["repo"] == "webapp" and d["job"]["priority"] == 5 and d["job"]["unique_key"] == "ENG-7"
+          and d["payload"].get("prompt", "").startswith("After login"), d["job"])
+    branch = f"devpilot/{real_id}-eng-7-fix-the-login-redirect"
+    check("the agent ran in the job's worktree, on its branch",
+          f"/worktrees/{ORCH}/{real_id} on branch {branch}" in d["log_tail"], d["log_tail"][-600:])
+    wt = os.path.join(ENV["XDG_DATA_HOME"], PROFILE_NAME, "worktrees", ORCH, str(real_id))
+    check("the clean worktree was removed after the job", not os.path.exists(wt), wt)
+    sent = wait("the completion notification offers Open",
+                lambda: [x for x in wd_invoke("recent_notifications") if x.get("action") == {"job": real_id}], timeout=20)
+    log(f"notification: {sent[-1]['summary']}: {sent[-1]['body']}")
+
+    stuck = int(cli("enqueue", "--orchestrator", ORCH, "--title", "needs a repo nobody has", "--repo", "nowhere").strip())
+    wd_exec("location.hash = '#queue'; refreshJobs();")
+    wait("the queue flags a job no online machine can take, and says why",
+         lambda: "no online machine has repo nowhere" in (wd_text(f"#jobs tr[data-id='{stuck}'] td.state") or ""), timeout=15)
+    cli("cancel", str(stuck))
+
+    wd_invoke("pause")
+    live_id = enqueue({"title": "watch me from the laptop", "sleep": 90, "chatter": True})
+    other = subprocess.Popen([CLI, "run", "--orchestrator", ORCH, "--machine", "e2e-desktop", "--heartbeat", "1s",
+                              "--claim-timeout", "30s", "--poll-interval", "300ms", "--", "python3", os.path.join(HERE, "agent.py")],
+                             env=app_env(), stdout=subprocess.DEVNULL, stderr=open(os.path.join(WORK, "e2e-desktop.log"), "w"))
+    STARTED.append(("devpilot run e2e-desktop", other))
+    wait("the other machine runs the job",
+         lambda: wd_invoke("job_detail", {"id": live_id})["job"]["claimed_by"] == "e2e-desktop", timeout=30)
+    wd_exec("location.hash = '#queue'; showJob(%d);" % live_id)
+    wait("the job detail shows the other machine's live log",
+         lambda: "from e2e-desktop" in (wd_text("#detail-log-title") or "") and "e2e agent step 3" in (wd_text("#detail-log") or ""), timeout=30)
+    wait("the live log follows the agent", lambda: "e2e agent step 9" in (wd_text("#detail-log") or ""), timeout=30)
+    wd_exec("document.getElementById('detail-log').scrollIntoView({block: 'end'});")
+    shot("10-live-log-from-another-machine")
+    cli("cancel", str(live_id))
+    wait("the other machine stops it", lambda: wd_invoke("job_detail", {"id": live_id})["job"]["state"] == "cancelled", timeout=20)
+    other.terminate()
+    other.wait(20)
+    wd_invoke("resume")
 
     # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
     try:
