@@ -24,6 +24,14 @@
 
 pub use sea_orm_migration::prelude::*;
 
+/// Runs `sql` one statement at a time (SQLite's driver takes one per call).
+pub(crate) async fn run_all(db: &SchemaManagerConnection<'_>, sql: &str) -> Result<(), DbErr> {
+    for stmt in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
+        db.execute_unprepared(stmt).await?;
+    }
+    Ok(())
+}
+
 mod m20261129_000001_dispatch;
 mod m20261130_000001_claim_order;
 mod m20261201_000001_job_attempts;

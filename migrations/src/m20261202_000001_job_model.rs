@@ -29,6 +29,8 @@
 //! nothing), and `orch cancel` that a running job's cancel was asked for.
 
 use sea_orm_migration::prelude::*;
+
+use crate::run_all;
 use sea_orm_migration::sea_orm::DbBackend;
 
 pub struct Migration;
@@ -140,14 +142,6 @@ ALTER TABLE dispatch_queue DROP COLUMN run_at;
 ALTER TABLE dispatch_queue DROP COLUMN priority;
 ALTER TABLE dispatch_queue DROP COLUMN unique_key;
 ";
-
-/// Runs `sql` one statement at a time (SQLite's driver takes one per call).
-async fn run_all(db: &SchemaManagerConnection<'_>, sql: &str) -> Result<(), DbErr> {
-    for stmt in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
-        db.execute_unprepared(stmt).await?;
-    }
-    Ok(())
-}
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {

@@ -21,6 +21,8 @@
 //!   the queue's rows (and the pick's index pages) from churning with log text.
 
 use sea_orm_migration::prelude::*;
+
+use crate::run_all;
 use sea_orm_migration::sea_orm::DbBackend;
 
 pub struct Migration;
@@ -114,14 +116,6 @@ DROP FUNCTION devpilot_notify_release();
 DROP TRIGGER dispatch_queue_route_columns ON dispatch_queue;
 DROP FUNCTION devpilot_route_columns();
 ";
-
-/// Runs `sql` one statement at a time (SQLite's driver takes one per call).
-async fn run_all(db: &SchemaManagerConnection<'_>, sql: &str) -> Result<(), DbErr> {
-    for stmt in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
-        db.execute_unprepared(stmt).await?;
-    }
-    Ok(())
-}
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {

@@ -1581,33 +1581,22 @@ impl Queue {
             return Ok(vec![]);
         }
         let (list, values) = pair_list(pairs, 0);
-        let rows = self
-            .change(
-                &format!(
-                    "UPDATE dispatch_queue
-                        SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
-                            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
-                            release_requested_at = NULL
-                      WHERE (id, claim_token) IN ({list}) AND {{RUNNING}}
-                        AND release_requested_at IS NOT NULL AND COALESCE(heartbeat_at, claimed_at) <= release_requested_at
-                     RETURNING id, orchestrator_id, claim_token, claimed_by, state",
-                    ends = unless_cancelled("'queued'")
-                ),
-                values,
-                &History {
-                    kind: &kind_of_end(event::HANDED_OFF),
-                    machine: Some(machine),
-                    detail: Detail::Text(why.into()),
-                },
-            )
-            .await?;
-        let mut ids = ids_of(&rows)?;
-        ids.sort_unstable();
-        Ok(ids)
+        let unanswered = format!(
+            "(id, claim_token) IN ({list}) AND release_requested_at IS NOT NULL
+             AND COALESCE(heartbeat_at, claimed_at) <= release_requested_at"
+        );
+        self.hand_back(&unanswered, values, machine, why).await
     }
 
     /// [`Queue::release_machine`] with the history's reason.
     async fn release_machine_because(&self, orchestrator_id: &str, machine: &str, why: &str) -> Result<Vec<i64>> {
+        let values = vec![orchestrator_id.into(), machine.into()];
+        self.hand_back("orchestrator_id = $1 AND claimed_by = $2", values, machine, why).await
+    }
+
+    /// Hands back, without the holder, the running jobs that `filter` selects: the attempt is
+    /// not counted, and a job whose cancel was asked for ends cancelled. The ids, sorted.
+    async fn hand_back(&self, filter: &str, values: Vec<Value>, machine: &str, why: &str) -> Result<Vec<i64>> {
         let rows = self
             .change(
                 &format!(
@@ -1615,11 +1604,11 @@ impl Queue {
                         SET state = {ends}, claimed_at = NULL, attempts = attempts - 1,
                             finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {{NOW}} ELSE NULL END,
                             release_requested_at = NULL
-                      WHERE orchestrator_id = $1 AND claimed_by = $2 AND {{RUNNING}}
+                      WHERE {filter} AND {{RUNNING}}
                      RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                     ends = unless_cancelled("'queued'")
                 ),
-                vec![orchestrator_id.into(), machine.into()],
+                values,
                 &History {
                     kind: &kind_of_end(event::HANDED_OFF),
                     machine: Some(machine),

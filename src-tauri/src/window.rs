@@ -222,14 +222,7 @@ pub fn open_url(url: &str) -> devpilot::Result<()> {
         return Err(devpilot::Error::Invalid(format!("not opening '{url}': only http(s) links are opened")));
     }
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-    std::process::Command::new(opener)
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map(|_| ())
-        .map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}")))
+    spawn_opener(opener, url.as_ref()).map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}")))
 }
 
 /// Opens a folder in the file manager.
@@ -242,12 +235,17 @@ pub fn reveal(dir: &Path) -> devpilot::Result<()> {
     } else {
         "xdg-open"
     };
+    spawn_opener(opener, dir.as_os_str())
+        .map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}; the logs are in {}", dir.display())))
+}
+
+/// Starts the desktop's opener on `arg`, detached from our stdio.
+fn spawn_opener(opener: &str, arg: &std::ffi::OsStr) -> std::io::Result<()> {
     std::process::Command::new(opener)
-        .arg(dir)
+        .arg(arg)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}; the logs are in {}", dir.display())))?;
-    Ok(())
+        .map(|_| ())
 }
