@@ -151,10 +151,14 @@ async fn a_failed_push_releases_anyway_and_pushes_later(backend: Backend) {
     let orch = db.orch("offline");
     let remote = GitRemote::new(db.dir.path());
     let clone = remote.clone_to(&db.dir.path().join("laptop-src/webapp"));
-    let home = machine_home(db.dir.path(), "laptop", &[("webapp", &clone)], "handoff_push_timeout = \"3s\"\n");
+    let home = machine_home(db.dir.path(), "laptop", &[("webapp", &clone)], "");
     let agent = two_part_agent(db.dir.path());
     let id = enqueue(&home, &db, &orch, &["--title", "Offline work", "--repo", "webapp"]);
-    let mut a = runner(&db, &home, &orch, "laptop", &[], &agent.script);
+    // No git identity on this machine: the work-in-progress commit uses DevPilot's.
+    let mut flags = fast_flags();
+    flags.extend(["--handoff-push-timeout", "3s"]);
+    let no_identity = [("GIT_CONFIG_GLOBAL", "/dev/null"), ("GIT_CONFIG_NOSYSTEM", "1")];
+    let mut a = spawn_runner(&home, &db.raw_url, &orch, "laptop", &flags, &agent.script, &no_identity);
     assert!(wait_for(Duration::from_secs(30), || async { agent.records().iter().any(|r| r.kind == "ready") }).await);
     let hidden = db.dir.path().join("remote-away.git");
     std::fs::rename(&remote.bare, &hidden).unwrap();
@@ -168,6 +172,11 @@ async fn a_failed_push_releases_anyway_and_pushes_later(backend: Backend) {
     assert!(detail.contains(&format!("work in progress stayed on laptop at {}", wt.display())), "{detail}");
     assert!(wt.join("part1.txt").exists(), "the work is still here");
     assert!(git(&wt, &["log", "-1", "--format=%s"]).contains("work in progress handed off by laptop"));
+    assert_eq!(
+        git(&wt, &["log", "-1", "--format=%an <%ae>"]),
+        "DevPilot <devpilot@localhost>",
+        "the fallback identity"
+    );
 
     // Keep the job from being claimed while the laptop comes back (the clock moves, not us).
     db.exec(&format!("UPDATE dispatch_queue SET run_at = run_at + 3600000 WHERE id = {id}")).await;
