@@ -1,7 +1,9 @@
 //! Push dispatch on PostgreSQL: LISTEN for the queue's NOTIFY hints on one dedicated
 //! connection. A hint only means "poll now"; polling remains the fallback, so a lost
-//! notification costs latency, never a job. After a reconnect (a database restart) we hint
-//! once, because notifications sent while we were away are gone.
+//! notification costs latency, never a job. Once LISTEN is in place (at start, and after a
+//! reconnect) we hint [`Hint::Resync`]: notifications sent while we were not listening are
+//! gone, and one of them may have been a cancel or a release asked of a job this machine
+//! holds, which it would otherwise learn only at its next heartbeat.
 //!
 //! The schema's trigger says *when* a job is claimable (see [`Hint::parse`]): a job that is
 //! due now wakes the machine; a scheduled one (or one waiting out a retry backoff) sets its
@@ -30,6 +32,8 @@ pub enum Hint {
     Cancel,
     /// A hand-off was asked of a machine: holders renew now, and the one asked learns it.
     Release,
+    /// LISTEN is (again) in place, and anything may have been missed: poll, and renew.
+    Resync,
 }
 
 impl Hint {
@@ -88,7 +92,7 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
             }
             wait = Duration::from_millis(200);
             // We may have missed hints while (re)connecting.
-            let _ = tx.try_send(Hint::Work);
+            let _ = tx.try_send(Hint::Resync);
             loop {
                 match listener.try_recv().await {
                     Ok(Some(n)) => {
@@ -99,7 +103,7 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
                     }
                     Ok(None) => {
                         // Connection lost; sqlx reconnects and re-LISTENs on the next call.
-                        let _ = tx.try_send(Hint::Work);
+                        let _ = tx.try_send(Hint::Resync);
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "LISTEN connection broke");
@@ -119,12 +123,13 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
 mod tests {
     use super::*;
 
-    /// The trigger's three payloads parse; another orchestrator's (even a prefix) does not.
+    /// The triggers' four payloads parse; another orchestrator's (even a prefix) does not.
     #[test]
     fn payloads_parse() {
         assert_eq!(Hint::parse("team", "team"), Some(Hint::Work));
         assert_eq!(Hint::parse("team due 40000", "team"), Some(Hint::DueIn(Duration::from_secs(40))));
         assert_eq!(Hint::parse("team cancel", "team"), Some(Hint::Cancel));
+        assert_eq!(Hint::parse("team release", "team"), Some(Hint::Release));
         assert_eq!(Hint::parse("teammate", "team"), None);
         assert_eq!(Hint::parse("teammate due 5", "team"), None);
         assert_eq!(Hint::parse("other", "team"), None);

@@ -13,7 +13,7 @@ use devpilot::orchestrator::{self, RunConfig, StopMode};
 use devpilot::queue::{
     Backoff, CancelOutcome, FailOutcome, JobOptions, PollExtras, Pruned, Retention, RetryAfter, Start, MAX_KEY_LEN,
 };
-use devpilot_tests::{wait_for, Backend, TestDb};
+use devpilot_tests::{wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
 
 devpilot_tests::on_both_backends!(
@@ -28,6 +28,7 @@ devpilot_tests::on_both_backends!(
     bad_job_options_are_refused_and_write_nothing,
     retention_runs_on_the_poll_path,
     the_migration_upgrades_a_queue_that_holds_jobs,
+    a_cancel_missed_while_not_listening_is_learnt_at_the_resync,
 );
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -455,4 +456,35 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
     let a = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("k")).await.unwrap();
     let b = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("k")).await.unwrap();
     assert_eq!((b.id, b.existing), (a.id, Some(JobState::Queued)));
+}
+
+/// A cancel asked while a machine was not listening (LISTEN still connecting, or
+/// reconnecting: its NOTIFY is gone) is learnt at the resync that follows LISTEN coming up,
+/// not at the next heartbeat (20 s here).
+async fn a_cancel_missed_while_not_listening_is_learnt_at_the_resync(backend: Backend) {
+    use devpilot::listen::Hint;
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("resync");
+    let id = db.queue.enqueue(&orch, &json!({"title": "long"})).await.unwrap();
+    let agent = RecordingAgent::new(db.dir.path(), "sleep 60 & wait");
+    let argv = vec![agent.script.display().to_string()];
+    let mut cfg = RunConfig::new(&orch, "m", AgentSpec::Command(argv), db.dir.path().to_path_buf());
+    cfg.heartbeat = Duration::from_secs(20);
+    cfg.claim_timeout = Duration::from_secs(120);
+    cfg.poll_interval = Duration::from_millis(50);
+    cfg.max_poll_interval = Duration::from_millis(200);
+    cfg.cancel_grace = Duration::from_secs(2);
+    let (hints, rx) = tokio::sync::mpsc::channel(16);
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), cfg, Some(rx));
+    assert!(wait_for(Duration::from_secs(20), || async { agent.records().iter().any(|r| r.kind == "start") }).await);
+    let asked = db.queue.cancel(id, "desk").await.unwrap();
+    assert!(matches!(asked, Some(CancelOutcome::Requested { .. })), "{asked:?}");
+    // Nothing tells this machine (it has no listener) until LISTEN is up again.
+    hints.send(Hint::Resync).await.unwrap();
+    let ended = wait_for(Duration::from_secs(5), || async {
+        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == "cancelled")
+    })
+    .await;
+    assert!(ended, "the resync's renewal carried the cancel, well before the 20 s heartbeat");
+    h.stop(StopMode::HandOff).await;
 }

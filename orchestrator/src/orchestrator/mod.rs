@@ -527,6 +527,12 @@ impl Machine {
                 let _ = self.keeper.send(Order::RenewNow);
             }
             Hint::Cancel | Hint::Release => {}
+            Hint::Resync => {
+                self.poller.now();
+                if !self.slots.is_empty() {
+                    let _ = self.keeper.send(Order::RenewNow);
+                }
+            }
         }
     }
 
