@@ -9,6 +9,8 @@ PACKAGES=(
   build-essential pkg-config curl wget file libssl-dev
   libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev
   libayatana-appindicator3-1
+  # a git worktree per job: the engine runs git, and its tests build real repositories
+  git
   # the database the tests start (initdb/pg_ctl)
   postgresql
   # the headless desktop session for end-to-end tests
