@@ -29,7 +29,8 @@ pub enum Preset {
 pub struct PresetSettings {
     /// Extra arguments, after the preset's own (e.g. `["--model", "opus"]`).
     pub args: Vec<String>,
-    /// Extra environment variables for the agent.
+    /// Extra environment variables for the agent. They live in the config file, which holds
+    /// no secret: an API key stays in the CLI's own login or the user's environment.
     pub env: BTreeMap<String, String>,
 }
 

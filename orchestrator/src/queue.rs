@@ -884,9 +884,9 @@ impl Queue {
     ) -> Result<Enqueued> {
         validate_orchestrator(orchestrator_id)?;
         opts.validate()?;
-        check_payloads(std::slice::from_ref(payload))?;
+        let routes = check_payloads(std::slice::from_ref(payload))?;
         for _ in 0..5 {
-            let (sql, values) = insert_jobs(orchestrator_id, std::slice::from_ref(payload), opts);
+            let (sql, values) = insert_jobs(orchestrator_id, std::slice::from_ref(payload), &routes, opts);
             if let Some(id) = ids_of(&self.query(&sql, values).await?)?.first() {
                 return Ok(Enqueued { id: *id, existing: None });
             }
@@ -924,10 +924,10 @@ impl Queue {
         if opts.key.is_some() {
             return Err(Error::Invalid("a key names one job: enqueue keyed jobs one at a time".into()));
         }
-        check_payloads(payloads)?;
+        let routes = check_payloads(payloads)?;
         let mut ids = Vec::with_capacity(payloads.len());
-        for chunk in payloads.chunks(200) {
-            let (sql, values) = insert_jobs(orchestrator_id, chunk, &opts);
+        for (chunk, routes) in payloads.chunks(200).zip(routes.chunks(200)) {
+            let (sql, values) = insert_jobs(orchestrator_id, chunk, routes, &opts);
             ids.extend(ids_of(&self.query(&sql, values).await?)?);
         }
         ids.sort_unstable();
@@ -2098,21 +2098,27 @@ fn pair_list(pairs: &[(i64, i64)], offset: usize) -> (String, Vec<Value>) {
     (sql, values)
 }
 
-/// Every payload must be a JSON object or array.
-fn check_payloads(payloads: &[serde_json::Value]) -> Result<()> {
+/// A job's routing columns: `repo`, and `requires` as JSON.
+type RouteColumns = (Option<String>, Option<String>);
+
+/// Every payload must be a JSON object or array, and read as the schema says; the routing
+/// columns of each, in order.
+fn check_payloads(payloads: &[serde_json::Value]) -> Result<Vec<RouteColumns>> {
     if let Some(bad) = payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
         return Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1)));
     }
-    for p in payloads {
-        JobSpec::parse(p)?;
-    }
-    Ok(())
+    payloads.iter().map(|p| Ok(JobSpec::parse(p)?.route_columns())).collect()
 }
 
 /// One INSERT of `payloads` with `opts`: claimable from `COALESCE(at, {NOW} + delay)`, and a
 /// no-op for a key that is live already (`ON CONFLICT DO NOTHING` over the partial unique
 /// index). The producer's SQL in the README is this statement.
-fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &JobOptions) -> (String, Vec<Value>) {
+fn insert_jobs(
+    orchestrator_id: &str,
+    payloads: &[serde_json::Value],
+    routes: &[RouteColumns],
+    opts: &JobOptions,
+) -> (String, Vec<Value>) {
     const PER_ROW: usize = 12;
     let mut sql = String::from(
         "INSERT INTO dispatch_queue (orchestrator_id, payload, title, max_attempts, unique_key, priority, run_at, \
@@ -2124,7 +2130,7 @@ fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &Job
         Some(b) => (Some(b.ms().0), Some(b.ms().1)),
         None => (None, None),
     };
-    for (i, p) in payloads.iter().enumerate() {
+    for (i, (p, (repo, requires))) in payloads.iter().zip(routes).enumerate() {
         if i > 0 {
             sql.push(',');
         }
@@ -2134,7 +2140,6 @@ fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &Job
             "({}, {}, {}, {}, {}, {}, COALESCE({}, {{NOW}} + {}), {}, {}, {}, {})",
             ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], ph[8], ph[9], ph[10], ph[11]
         ));
-        let (repo, requires) = JobSpec::lenient(p).route_columns();
         values.push(orchestrator_id.into());
         values.push(Value::from(p.clone()));
         values.push(title_of(p).into());
@@ -2145,8 +2150,8 @@ fn insert_jobs(orchestrator_id: &str, payloads: &[serde_json::Value], opts: &Job
         values.push(delay.into());
         values.push(base.into());
         values.push(max.into());
-        values.push(repo.into());
-        values.push(requires.into());
+        values.push(repo.clone().into());
+        values.push(requires.clone().into());
     }
     sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
     (sql, values)

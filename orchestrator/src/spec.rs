@@ -49,7 +49,7 @@ impl JobSpec {
         if !payload.is_object() {
             return Ok(Self::default());
         }
-        let spec: Self = serde_json::from_value(payload.clone()).map_err(|e| {
+        let spec = Self::deserialize(payload).map_err(|e| {
             Error::Payload(format!(
                 "{e}; title, prompt, repo, base and url are strings and requires is a list of labels, e.g. [\"gpu\"]"
             ))
