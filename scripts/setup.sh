@@ -13,6 +13,10 @@ PACKAGES=(
   git
   # the database the tests start (initdb/pg_ctl)
   postgresql
+  # the pooler and TLS tests: a real PgBouncer, certificates made with openssl
+  pgbouncer openssl
+  # the package test: desktop-file-validate, and systemd-analyze for the contrib units
+  desktop-file-utils systemd
   # the headless desktop session for end-to-end tests
   xvfb xauth dbus-x11 dunst gnome-keyring libsecret-tools imagemagick xdotool x11-utils
   xfce4-panel webkit2gtk-driver at-spi2-core
