@@ -497,7 +497,10 @@ impl Engine {
                 call_timeout: orchestrator::call_bound(heartbeat),
                 ..PoolSettings::default()
             };
-            let named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
+            let mut named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
+            if settings.poll_only {
+                named = named.with_pooled();
+            }
             let announced = std::sync::atomic::AtomicBool::new(false);
             let open = || async {
                 if me.generation.load(Ordering::SeqCst) != gen {
@@ -510,7 +513,7 @@ impl Engine {
                 r
             };
             let conn = match retry::transient("opening the database", Budget::CONNECT, open).await {
-                Ok(c) => Queue::new(c),
+                Ok(c) => Queue::new(c).pooled(named.pooled()),
                 Err(e) => {
                     if me.generation.load(Ordering::SeqCst) == gen {
                         me.set_problem(MachineState::Error, format!("{e}. Fix the database settings."));
@@ -541,7 +544,8 @@ impl Engine {
             if me.generation.load(Ordering::SeqCst) != gen {
                 return;
             }
-            let hints = if settings.poll_only { None } else { crate::listen::spawn(&named, &settings.orchestrator_id) };
+            // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
+            let hints = if conn.is_pooled() { None } else { crate::listen::spawn(&named, &settings.orchestrator_id) };
             let (handle, _join) = orchestrator::spawn_into(
                 conn,
                 cfg,

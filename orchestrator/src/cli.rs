@@ -230,7 +230,9 @@ pub struct RunArgs {
     /// How often this process may sweep stale claims.
     #[arg(long, default_value = "60s")]
     pub sweep_interval: String,
-    /// Do not LISTEN for NOTIFY hints (PgBouncer/Neon pooled endpoints).
+    /// Pooled mode, for a transaction-mode pooler (PgBouncer, Supabase's transaction pooler,
+    /// Neon's -pooler endpoint): no LISTEN, no prepared statements. The same as pooled=true in
+    /// the database URL.
     #[arg(long, env = "DEVPILOT_POLL_ONLY")]
     pub poll_only: bool,
     #[arg(long, value_enum, default_value_t = ClaimModeArg::Pick)]
@@ -323,7 +325,9 @@ pub fn resolve_database_with(paths: &Paths, service: &str, env_url: Option<&str>
     }
     let settings = paths.load()?;
     if let Some(raw) = settings.database_url.filter(|u| !u.trim().is_empty()) {
+        // The settings' poll_only is pooled mode for every command, not only for `run`.
         let url = DbUrl::parse(&raw)?;
+        let url = if settings.poll_only { url.with_pooled() } else { url };
         if url.is_sqlite() || url.password().is_some() {
             return Ok(url);
         }
@@ -336,10 +340,12 @@ pub fn resolve_database_with(paths: &Paths, service: &str, env_url: Option<&str>
 }
 
 async fn open_queue(pool: PoolSettings) -> Result<(Queue, DbUrl)> {
-    open_queue_named(pool, None).await
+    open_queue_named(pool, None, false).await
 }
 
-async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>) -> Result<(Queue, DbUrl)> {
+/// Opens the configured queue, tagged `app_name`, in pooled mode if the URL says so or
+/// `pooled` asks (`run --poll-only`).
+async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled: bool) -> Result<(Queue, DbUrl)> {
     let paths = Paths::for_app("devpilot")?;
     let mut url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE))
         .await
@@ -347,8 +353,12 @@ async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>) -> Result<
     if let Some(name) = app_name {
         url = url.with_application_name(name);
     }
+    if pooled {
+        url = url.with_pooled();
+    }
     let conn = db::open(&url, &pool).await?;
-    Ok((Queue::new(conn), url))
+    let pooled = url.pooled();
+    Ok((Queue::new(conn).pooled(pooled), url))
 }
 
 async fn dispatch(cli: Cli) -> Result<()> {
@@ -593,8 +603,9 @@ async fn run(a: RunArgs) -> Result<()> {
     // as the tray does; a wrong password or a missing database is still reported at once.
     let name = format!("devpilot:{machine}");
     let (queue, url) =
-        retry::transient("connecting", Budget::CONNECT, || open_queue_named(pool.clone(), Some(&name))).await?;
-    let hints = if a.poll_only { None } else { crate::listen::spawn(&url, &a.orchestrator) };
+        retry::transient("connecting", Budget::CONNECT, || open_queue_named(pool.clone(), Some(&name), a.poll_only))
+            .await?;
+    let hints = if queue.is_pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator) };
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();
     tokio::spawn(async move {

@@ -4,9 +4,17 @@
 use std::time::Duration;
 
 use devpilot_migrations::{Migrator, MigratorTrait};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr};
+use std::sync::Arc;
+
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, QueryResult, RuntimeErr,
+    TransactionTrait,
+};
 
 use crate::error::{Error, Result};
+
+/// Our URL parameter for a transaction-mode pooler (see [`DbUrl::pooled`]).
+pub const POOLED_PARAM: &str = "pooled";
 
 /// A parsed database URL. `Debug` and `Display` never show the password.
 #[derive(Clone)]
@@ -47,7 +55,13 @@ impl DbUrl {
         if backend == DbBackend::Sqlite && sqlite_path_of(&url).is_empty() {
             return Err(Error::BadUrl("the sqlite URL has no file path".into()));
         }
-        Ok(Self { url, backend })
+        let parsed = Self { url, backend };
+        if let Some(v) = parsed.param(POOLED_PARAM) {
+            if !matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on" | "false" | "0" | "no" | "off") {
+                return Err(Error::BadUrl(format!("{POOLED_PARAM}={v}: expected true or false")));
+            }
+        }
+        Ok(parsed)
     }
 
     /// A SQLite URL for a file path.
@@ -119,7 +133,8 @@ impl DbUrl {
         }
     }
 
-    /// The full URL, password included, for the driver only.
+    /// The full URL, password included, for the driver only. Our own parameters (`pooled`)
+    /// are taken out: they are not the driver's.
     pub(crate) fn expose(&self) -> String {
         match self.backend {
             DbBackend::Sqlite => {
@@ -127,8 +142,56 @@ impl DbUrl {
                 s.push_str("?mode=rwc");
                 s
             }
-            _ => self.url.to_string(),
+            _ => {
+                let mut url = self.url.clone();
+                let pairs: Vec<(String, String)> = url
+                    .query_pairs()
+                    .filter(|(k, _)| k != POOLED_PARAM)
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect();
+                if pairs.is_empty() {
+                    url.set_query(None);
+                } else {
+                    url.query_pairs_mut().clear().extend_pairs(pairs);
+                }
+                url.to_string()
+            }
         }
+    }
+
+    /// The same URL in pooled mode (see [`DbUrl::pooled`]), as `poll_only` asks.
+    pub fn with_pooled(&self) -> Self {
+        let mut url = self.url.clone();
+        if self.backend == DbBackend::Postgres && !self.pooled() {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .filter(|(k, _)| k != POOLED_PARAM)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs).append_pair(POOLED_PARAM, "true");
+        }
+        Self { url, backend: self.backend }
+    }
+
+    /// One query parameter of the URL.
+    pub fn param(&self, key: &str) -> Option<String> {
+        self.url.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+    }
+
+    /// Whether this URL reaches PostgreSQL through a transaction-mode pooler, where a
+    /// connection may change server between two transactions: then no statement may be
+    /// prepared, and LISTEN hears nothing. `pooled=true` (or `false`) in the URL says so;
+    /// without it, the pooled endpoints whose names give them away count: Neon's
+    /// `…-pooler.…` hosts and Supabase's transaction pooler (`….pooler.supabase.com:6543`).
+    pub fn pooled(&self) -> bool {
+        if self.backend != DbBackend::Postgres {
+            return false;
+        }
+        if let Some(v) = self.param(POOLED_PARAM) {
+            return matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on");
+        }
+        let host = self.url.host_str().unwrap_or("").to_ascii_lowercase();
+        host.contains("-pooler.") || (host.ends_with(".pooler.supabase.com") && self.url.port() == Some(6543))
     }
 
     pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
@@ -198,6 +261,7 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
             })?;
         }
     }
+    check_tls_files(url)?;
     let mut opts = ConnectOptions::new(url.expose());
     opts.max_connections(pool.max_connections.max(1))
         .min_connections(0)
@@ -213,15 +277,116 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
                 .foreign_keys(true)
         });
     }
+    if url.pooled() {
+        // A transaction-mode pooler: the queue's statements go unprepared (see
+        // [`query_simple`]), and what still goes through sea-orm (the migrations) must not
+        // reuse a statement prepared on another server. Nor is extra_float_digits sent: a
+        // pooler refuses startup parameters it does not know unless told to ignore them.
+        opts.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0).extra_float_digits(None));
+    }
     let db = Database::connect(opts).await.map_err(|e| classify(url, e))?;
     db.ping().await.map_err(|e| classify(url, e))?;
     Ok(db)
 }
 
-/// Applies every pending migration.
-pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
-    Migrator::up(db, None).await.map_err(|e| classify(url, e))
+/// A root certificate (or client certificate) the URL names must exist: the driver would
+/// only say "No such file" as if the network had failed.
+fn check_tls_files(url: &DbUrl) -> Result<()> {
+    for key in ["sslrootcert", "sslcert", "sslkey"] {
+        if let Some(path) = url.param(key) {
+            if !std::path::Path::new(&path).is_file() {
+                return Err(Error::BadUrl(format!("{key}={path}: no such file")));
+            }
+        }
+    }
+    Ok(())
 }
+
+/// One statement over the simple query protocol: no Parse, no Bind, nothing prepared. The
+/// only way a statement survives a transaction-mode pooler such as PgBouncer 1.18, which
+/// may hand the Bind to another server than the Parse (sqlx prepares every statement, even
+/// unnamed ones, in a round trip of its own). `sql` carries its values inline (see
+/// [`inline_values`]). PostgreSQL only.
+pub(crate) async fn query_simple(db: &DatabaseConnection, sql: String) -> Result<Vec<QueryResult>, DbErr> {
+    let pool = db.get_postgres_connection_pool();
+    let rows = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))
+        .fetch_all(pool)
+        .await
+        .map_err(|e| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e))))?;
+    Ok(rows.into_iter().map(QueryResult::from).collect())
+}
+
+/// [`query_simple`] for a statement whose rows are not wanted: how many it touched.
+pub(crate) async fn exec_simple(db: &DatabaseConnection, sql: String) -> Result<u64, DbErr> {
+    let pool = db.get_postgres_connection_pool();
+    let done = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))
+        .execute(pool)
+        .await
+        .map_err(|e| DbErr::Exec(RuntimeErr::SqlxError(Arc::new(e))))?;
+    Ok(done.rows_affected())
+}
+
+/// Writes each `$n` of `sql` as the SQL literal of `values[n - 1]`, quoted and escaped by
+/// sea-query's PostgreSQL writer (strings as `'…'` or `E'…'`, JSON as a string, NULL as
+/// NULL). A `$` inside a quoted literal or identifier is left alone. Our statements are
+/// written with `$n` for every value, so a value never becomes SQL text.
+pub(crate) fn inline_values(sql: &str, values: &[sea_orm::Value]) -> String {
+    use sea_orm::sea_query::{PostgresQueryBuilder, QueryBuilder};
+    let mut out = String::with_capacity(sql.len() + 16 * values.len());
+    let mut quote: Option<char> = None;
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        match (quote, c) {
+            (Some(q), _) if c == q => quote = None,
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '$') => {
+                let mut digits = String::new();
+                while let Some((_, d)) = chars.peek().copied().filter(|(_, d)| d.is_ascii_digit()) {
+                    digits.push(d);
+                    chars.next();
+                }
+                match digits.parse::<usize>().ok().and_then(|n| values.get(n.wrapping_sub(1))) {
+                    Some(v) => out.push_str(&PostgresQueryBuilder.value_to_string(v)),
+                    None => {
+                        out.push('$');
+                        out.push_str(&digits);
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Applies every pending migration. Through a transaction-mode pooler they run in one
+/// transaction, so that every statement sea-orm prepares stays on one server, and the
+/// statements sqlx leaves prepared there are deallocated before the commit: the next client
+/// of that server connection must not find a `sqlx_s_1` already there.
+pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
+    if !url.pooled() {
+        return Migrator::up(db, None).await.map_err(|e| classify(url, e));
+    }
+    let pinned = async {
+        let txn = db.begin().await?;
+        txn.execute_unprepared(DEALLOCATE_SQLX).await?;
+        Migrator::up(&txn, None).await?;
+        txn.execute_unprepared(DEALLOCATE_SQLX).await?;
+        txn.commit().await
+    };
+    pinned.await.map_err(|e| classify(url, e))
+}
+
+/// Deallocates this session's statements that sqlx prepared (`sqlx_s_N`), and only those:
+/// a pooler that tracks prepared statements itself (PgBouncer 1.21+) names its own
+/// differently, and they are left alone.
+const DEALLOCATE_SQLX: &str = "DO $$DECLARE s text; BEGIN
+    FOR s IN SELECT name FROM pg_prepared_statements WHERE name LIKE 'sqlx\\_s\\_%' LOOP
+        EXECUTE format('DEALLOCATE %I', s);
+    END LOOP;
+END$$";
 
 /// Connects, and on SQLite (the embedded default) migrates on first use. PostgreSQL is shared,
 /// so its schema changes only through an explicit `devpilot migrate`; a missing schema gets a
@@ -237,15 +402,11 @@ pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection
 }
 
 async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
-    use sea_orm::ConnectionTrait;
-    let r = db
-        .query_one_raw(sea_orm::Statement::from_string(
-            db.get_database_backend(),
-            "SELECT to_regclass('dispatch_queue') IS NOT NULL AS present",
-        ))
-        .await
-        .map_err(|e| classify(url, e))?;
-    let present = r.map(|r| r.try_get::<bool>("", "present")).transpose()?.unwrap_or(false);
+    // The simple protocol on every backend connection kind: this runs before the queue has
+    // had a chance to learn that it is behind a pooler.
+    let sql = "SELECT to_regclass('dispatch_queue') IS NOT NULL AS present".to_string();
+    let rows = query_simple(db, sql).await.map_err(|e| classify(url, e))?;
+    let present = rows.first().map(|r| r.try_get::<bool>("", "present")).transpose()?.unwrap_or(false);
     if present {
         Ok(())
     } else {
@@ -301,6 +462,36 @@ mod tests {
         let e = classify(&u, DbErr::Custom("bad options for s3cr3t-pw".into()));
         assert!(!e.to_string().contains("s3cr3t-pw"), "{e}");
         assert!(e.to_string().contains("***"), "{e}");
+    }
+
+    /// Values are written in as escaped literals; a `$` inside a quoted literal or identifier,
+    /// and a placeholder with no value, are left as they are.
+    #[test]
+    fn inline_values_quotes_and_escapes() {
+        let values = [sea_orm::Value::from("it's"), sea_orm::Value::from(7i64), sea_orm::Value::from(None::<String>)];
+        let sql = inline_values("SELECT $1, $2, '$1', \"$2\", $3, $4, $20", &values);
+        assert_eq!(sql, "SELECT E'it\\'s', 7, '$1', \"$2\", NULL, $4, $20");
+        let back = inline_values("SELECT $1", &[sea_orm::Value::from("a\\b'; DROP TABLE x; --")]);
+        assert_eq!(back, "SELECT E'a\\\\b\\'; DROP TABLE x; --'");
+    }
+
+    /// `pooled=` is read, checked, kept in what is shown and written, and never given to the
+    /// driver; the pooled endpoints of Neon and Supabase are recognised by name.
+    #[test]
+    fn pooled_mode_from_the_url() {
+        let u = DbUrl::parse("postgres://a:pw@h:6432/d?pooled=true&sslmode=require").unwrap();
+        assert!(u.pooled());
+        assert!(u.to_string().contains("pooled=true"));
+        assert_eq!(u.expose(), "postgres://a:pw@h:6432/d?sslmode=require");
+        assert!(!DbUrl::parse("postgres://a@h/d").unwrap().pooled());
+        assert!(DbUrl::parse("postgres://a@h/d").unwrap().with_pooled().pooled());
+        assert!(DbUrl::parse("postgres://a@ep-cool-1-pooler.us-east-2.aws.neon.tech/d").unwrap().pooled());
+        assert!(!DbUrl::parse("postgres://a@ep-cool-1.us-east-2.aws.neon.tech/d").unwrap().pooled());
+        assert!(DbUrl::parse("postgres://a@aws-0-eu-central-1.pooler.supabase.com:6543/postgres").unwrap().pooled());
+        assert!(!DbUrl::parse("postgres://a@aws-0-eu-central-1.pooler.supabase.com:5432/postgres").unwrap().pooled());
+        assert!(!DbUrl::parse("postgres://a@x-pooler.example/d?pooled=false").unwrap().pooled());
+        let e = DbUrl::parse("postgres://a@h/d?pooled=maybe").unwrap_err().to_string();
+        assert!(e.contains("pooled=maybe: expected true or false"), "{e}");
     }
 
     /// SQLite URLs map to file paths in the usual spellings.

@@ -34,7 +34,15 @@ pub enum Hint {
     Release,
     /// LISTEN is (again) in place, and anything may have been missed: poll, and renew.
     Resync,
+    /// LISTEN is in place but hears nothing, not even its own probe: the connection goes
+    /// through a transaction-mode pooler. The listener has stopped; the machine polls, and
+    /// its queue stops preparing statements (see [`crate::Queue::pooled`]).
+    Deaf,
 }
+
+/// How long a probe NOTIFY may take to come back before LISTEN is judged deaf. A direct
+/// connection hears it in milliseconds; a loaded machine, in well under a second.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
 
 impl Hint {
     /// Reads a payload of the trigger: `ORCH`, `ORCH due MS`, `ORCH cancel` or `ORCH release`. `None` for
@@ -69,6 +77,7 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
     // Room for a few hints: a due time must not be lost behind a pending "poll now".
     let (tx, rx) = mpsc::channel(16);
     let orch = orchestrator_id.to_string();
+    let target = url.expose();
     tokio::spawn(async move {
         let mut wait = Duration::from_millis(200);
         loop {
@@ -91,6 +100,23 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
                 continue;
             }
             wait = Duration::from_millis(200);
+            match probe(&mut listener, &target, &orch, &tx).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        "LISTEN hears nothing on this connection (a transaction-mode pooler such as \
+                         PgBouncer?): polling only, with no prepared statements; add pooled=true to the \
+                         database URL (or set poll_only) to start that way"
+                    );
+                    let _ = tx.try_send(Hint::Deaf);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "LISTEN probe failed; trying again");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
             // We may have missed hints while (re)connecting.
             let _ = tx.try_send(Hint::Resync);
             loop {
@@ -117,6 +143,45 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
         }
     });
     Some(rx)
+}
+
+/// Whether this listener hears a NOTIFY sent from another connection: on a channel of its
+/// own, so no other machine wakes for it. Through a transaction-mode pooler the LISTEN stays
+/// on a server connection this client no longer holds, and the probe never arrives. Hints
+/// for the orchestrator that arrive meanwhile are passed on.
+async fn probe(
+    listener: &mut PgListener,
+    url: &str,
+    orch: &str,
+    tx: &mpsc::Sender<Hint>,
+) -> Result<bool, sea_orm::sqlx::Error> {
+    let channel = format!("devpilot_probe_{:016x}", rand::random::<u64>());
+    listener.listen(&channel).await?;
+    // A connection of its own, just for the probe: a session hears its own NOTIFY, which
+    // proves nothing about a pooler. The channel name is ours and plain, so it is written in.
+    // It is a listener too: through a pooler it may be handed the server connection that
+    // holds our LISTEN, and so receive the probe itself, which a plain connection treats as
+    // a protocol error.
+    let mut sender = PgListener::connect(url).await?;
+    sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(format!("NOTIFY {channel}"))).execute(&mut sender).await?;
+    drop(sender);
+    let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+    let heard = loop {
+        match tokio::time::timeout_at(deadline, listener.recv()).await {
+            Err(_) => break false,
+            Ok(n) => {
+                let n = n?;
+                if n.channel() == channel {
+                    break true;
+                }
+                if let Some(hint) = Hint::parse(n.payload(), orch) {
+                    let _ = tx.try_send(hint);
+                }
+            }
+        }
+    };
+    listener.unlisten(&channel).await?;
+    Ok(heard)
 }
 
 #[cfg(test)]

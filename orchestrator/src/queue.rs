@@ -513,6 +513,9 @@ pub struct Queue {
     bound: Duration,
     /// A reconnect is under way in the background (see [`Queue::reconnect_in_background`]).
     reconnecting: Arc<AtomicBool>,
+    /// Behind a transaction-mode pooler: statements go over the simple protocol (see
+    /// [`Queue::pooled`]). Shared by the clones, so what one call learns all of them know.
+    pooled: Arc<AtomicBool>,
 }
 
 /// The longest dedupe key, in bytes.
@@ -714,7 +717,31 @@ pub struct Pruned {
 impl Queue {
     pub fn new(db: DatabaseConnection) -> Self {
         let backend = db.get_database_backend();
-        Self { db, backend, bound: Duration::from_secs(30), reconnecting: Arc::default() }
+        Self { db, backend, bound: Duration::from_secs(30), reconnecting: Arc::default(), pooled: Arc::default() }
+    }
+
+    /// The same queue in pooled mode (or not): for PostgreSQL behind a transaction-mode pooler
+    /// (PgBouncer 1.18, Supabase's or Neon's pooled endpoints), which may give each
+    /// transaction another server connection. Nothing is prepared then: each statement goes
+    /// over the simple query protocol with its values written inline as escaped literals,
+    /// one round trip, as drivers do for such poolers (pgx's simple protocol, libpq's
+    /// PQexec). Every statement of this module is one statement on PostgreSQL (history rides
+    /// in a CTE), so none needs a transaction across round trips. Without this, a queue that
+    /// meets a pooler's symptom (a prepared statement that already exists, or has vanished)
+    /// switches itself, once, and says so in the log. No-op on SQLite.
+    pub fn pooled(self, on: bool) -> Self {
+        self.set_pooled(on);
+        self
+    }
+
+    /// Switches this queue and its clones to pooled mode (or back).
+    pub fn set_pooled(&self, on: bool) {
+        self.pooled.store(on && self.backend == DbBackend::Postgres, Ordering::SeqCst);
+    }
+
+    /// Whether statements go unprepared (see [`Queue::pooled`]).
+    pub fn is_pooled(&self) -> bool {
+        self.pooled.load(Ordering::Relaxed)
     }
 
     /// The same queue with every call bounded by `bound`: a statement (or a transaction on
@@ -791,11 +818,53 @@ impl Queue {
     }
 
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
-        self.bounded(async { Ok(self.db.query_all_raw(self.stmt(sql, values)).await?) }).await
+        self.bounded(async {
+            if !self.is_pooled() {
+                match self.db.query_all_raw(self.stmt(sql, values.clone())).await {
+                    Err(e) if self.pooler_symptom(&e) => {}
+                    answer => return Ok(answer?),
+                }
+            }
+            Ok(crate::db::query_simple(&self.db, self.inlined(sql, &values)).await?)
+        })
+        .await
     }
 
     async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
-        self.bounded(async { Ok(self.db.execute_raw(self.stmt(sql, values)).await?.rows_affected()) }).await
+        self.bounded(async {
+            if !self.is_pooled() {
+                match self.db.execute_raw(self.stmt(sql, values.clone())).await {
+                    Err(e) if self.pooler_symptom(&e) => {}
+                    answer => return Ok(answer?.rows_affected()),
+                }
+            }
+            Ok(crate::db::exec_simple(&self.db, self.inlined(sql, &values)).await?)
+        })
+        .await
+    }
+
+    /// A statement of this module with its values written in (pooled mode, PostgreSQL).
+    fn inlined(&self, sql: &str, values: &[Value]) -> String {
+        crate::db::inline_values(&postgres_dialect(sql), values)
+    }
+
+    /// Whether `e` is what a transaction-mode pooler does to prepared statements: SQLSTATE
+    /// 42P05 (`prepared statement "sqlx_s_1" already exists`: another client prepared it on
+    /// this server) or 26000 (it was prepared on another server). Either fails at Parse or
+    /// Bind, before anything ran, so the statement is safe to send again unprepared. If so,
+    /// this queue (and its clones) switch to pooled mode for good.
+    fn pooler_symptom(&self, e: &sea_orm::DbErr) -> bool {
+        if self.backend != DbBackend::Postgres || !crate::error::is_prepared_statement_error(e) {
+            return false;
+        }
+        if !self.pooled.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                "the database connection goes through a transaction-mode pooler (a prepared statement \
+                 was found on the wrong server): switching to pooled mode, with no prepared statements \
+                 and no LISTEN; add pooled=true to the database URL to start that way"
+            );
+        }
+        true
     }
 
     /// A state change and its history, committed together. `update` is an UPDATE whose

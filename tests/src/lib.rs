@@ -23,7 +23,10 @@ use devpilot::Queue;
 use sea_orm::ConnectionTrait;
 
 pub mod forwarder;
+pub mod pooler;
+pub mod tls;
 pub use forwarder::Forwarder;
+pub use pooler::{shared_pgbouncer, PgBouncer};
 
 /// Instantiates each named `async fn name(backend: Backend)` as two tests, one per backend,
 /// in modules `postgres` and `sqlite`. `workers = N;` first sets the runtime's threads (2).
@@ -46,11 +49,36 @@ macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => { $crate::on_both_backends!(workers = 2; $($name),*); };
 }
 
+/// [`on_both_backends`], plus a third module `pooled`: PostgreSQL through a real PgBouncer in
+/// transaction mode, with the queue in pooled mode (every statement unprepared).
+#[macro_export]
+macro_rules! on_every_backend {
+    (workers = $n:literal; $($name:ident),* $(,)?) => {
+        $crate::on_both_backends!(workers = $n; $($name),*);
+        mod pooled {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
+                async fn $name() { super::$name($crate::Backend::Pooled).await }
+            )*
+        }
+    };
+    ($($name:ident),* $(,)?) => { $crate::on_every_backend!(workers = 2; $($name),*); };
+}
+
 /// Which database a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Postgres,
     Sqlite,
+    /// PostgreSQL through PgBouncer in transaction mode ([`shared_pgbouncer`]).
+    Pooled,
+}
+
+impl Backend {
+    /// PostgreSQL, directly or through the pooler.
+    pub fn is_postgres(self) -> bool {
+        self != Backend::Sqlite
+    }
 }
 
 /// A PostgreSQL server in a temp dir.
@@ -74,7 +102,7 @@ pub const TEST_SETTINGS: &[(&str, &str)] = &[
     ("shared_buffers", "128MB"),
 ];
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -95,7 +123,7 @@ pub fn pg_bin_dir() -> PathBuf {
         .expect("PostgreSQL server binaries not found under /usr/lib/postgresql: install the `postgresql` package")
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     l.local_addr().expect("local addr").port()
 }
@@ -219,6 +247,19 @@ impl PgCluster {
 
 use std::os::unix::process::CommandExt;
 
+/// Removes `dir` once this test process is gone.
+pub(crate) fn remove_when_gone(dir: &Path) {
+    let script =
+        format!("while kill -0 {} 2>/dev/null; do sleep 0.5; done; rm -rf {}", std::process::id(), dir.display());
+    let _ = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+}
+
 static SHARED_PG: OnceLock<PgCluster> = OnceLock::new();
 static TEMPLATE: OnceLock<()> = OnceLock::new();
 static DB_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -271,30 +312,46 @@ pub struct TestDb {
     pub raw_url: String,
     pub queue: Queue,
     pub dir: tempfile::TempDir,
+    /// A direct connection for the test's own statements (the queue's, except through a
+    /// pooler, where the test's prepared reads would meet the pooler's problem).
+    admin: sea_orm::DatabaseConnection,
 }
 
 impl TestDb {
     pub async fn new(backend: Backend) -> TestDb {
         let dir = tempfile::Builder::new().prefix("devpilot-test-").tempdir().expect("tempdir");
-        let raw_url = match backend {
+        let (raw_url, direct) = match backend {
             Backend::Postgres => {
                 let pg = shared_pg();
                 let name = fresh_pg_database(pg).await;
-                pg.url(&name)
+                (pg.url(&name), None)
             }
-            Backend::Sqlite => format!("sqlite://{}", dir.path().join("queue.sqlite").display()),
+            Backend::Pooled => {
+                let pg = shared_pg();
+                let name = fresh_pg_database(pg).await;
+                (shared_pgbouncer().url(&name), Some(pg.url(&name)))
+            }
+            Backend::Sqlite => (format!("sqlite://{}", dir.path().join("queue.sqlite").display()), None),
         };
         let url = DbUrl::parse(&raw_url).expect("url");
         let conn =
             db::connect(&url, &PoolSettings { max_connections: 4, ..Default::default() }).await.expect("connect");
         db::migrate(&url, &conn).await.expect("migrate");
-        TestDb { backend, url, raw_url, queue: Queue::new(conn), dir }
+        let admin = match direct {
+            Some(d) => {
+                let d = DbUrl::parse(&d).expect("url");
+                db::connect(&d, &PoolSettings::default()).await.expect("connect directly")
+            }
+            None => conn.clone(),
+        };
+        let queue = Queue::new(conn).pooled(url.pooled());
+        TestDb { backend, url, raw_url, queue, dir, admin }
     }
 
     /// A second, independent pool on the same database (another "machine").
     pub async fn another_queue(&self) -> Queue {
         let conn = db::connect(&self.url, &PoolSettings::default()).await.expect("connect");
-        Queue::new(conn)
+        Queue::new(conn).pooled(self.url.pooled())
     }
 
     /// Moves job `id`'s claim and heartbeat `by` into the past, as if its holder had gone
@@ -304,7 +361,7 @@ impl TestDb {
         let sql = format!(
             "UPDATE dispatch_queue SET claimed_at = claimed_at - {ms}, heartbeat_at = heartbeat_at - {ms} WHERE id = {id}"
         );
-        self.queue.connection().execute_unprepared(&sql).await.expect("age the job");
+        self.admin.execute_unprepared(&sql).await.expect("age the job");
     }
 
     /// Moves a waiting job's `run_at` `by` into the past, as if that much time had passed.
@@ -328,15 +385,20 @@ impl TestDb {
         self.exec(&sql).await;
     }
 
+    /// A direct connection to the test's database, for statements of the test's own.
+    pub fn admin(&self) -> &sea_orm::DatabaseConnection {
+        &self.admin
+    }
+
     /// Runs a statement of the test's own (aging rows, reading columns no API returns).
     pub async fn exec(&self, sql: &str) {
-        self.queue.connection().execute_unprepared(sql).await.expect("test statement");
+        self.admin.execute_unprepared(sql).await.expect("test statement");
     }
 
     /// One integer (or NULL) that `sql` selects.
     pub async fn scalar(&self, sql: &str) -> Option<i64> {
         let stmt = sea_orm::Statement::from_string(self.queue.backend(), sql);
-        let row = self.queue.connection().query_one_raw(stmt).await.expect("test query")?;
+        let row = self.admin.query_one_raw(stmt).await.expect("test query")?;
         row.try_get_by_index::<Option<i64>>(0).expect("an integer")
     }
 

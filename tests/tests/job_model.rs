@@ -16,7 +16,7 @@ use devpilot::queue::{
 use devpilot_tests::{wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
 
-devpilot_tests::on_both_backends!(
+devpilot_tests::on_every_backend!(
     a_key_dedupes_while_its_job_is_live,
     racing_producers_with_one_key_add_one_job,
     the_pick_orders_by_priority_then_due_time_then_id,
@@ -427,7 +427,7 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("upgrade");
     // Down past the agents migration too: both come back up over the rows below.
-    Migrator::down(db.queue.connection(), Some(2)).await.unwrap();
+    Migrator::down(db.admin(), Some(2)).await.unwrap();
     for (state, created) in [("queued", 3_000), ("queued", 2_000), ("completed", 9_000), ("cancelled", 9_000)] {
         db.exec(&format!(
             "INSERT INTO dispatch_queue (orchestrator_id, payload, state, created_at, completed_at)
@@ -441,7 +441,7 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
         "INSERT INTO job_events (job_id, orchestrator_id, kind, at) VALUES ({cancelled}, '{orch}', 'cancelled', 9900)"
     ))
     .await;
-    Migrator::up(db.queue.connection(), None).await.unwrap();
+    Migrator::up(db.admin(), None).await.unwrap();
 
     let col = |c: &str, id: i64| format!("SELECT {c} FROM dispatch_queue WHERE id = {id}");
     let first = db.scalar("SELECT MIN(id) FROM dispatch_queue").await.unwrap();

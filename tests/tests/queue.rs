@@ -15,7 +15,7 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use tokio::sync::Barrier;
 
-devpilot_tests::on_both_backends!(
+devpilot_tests::on_every_backend!(
     workers = 4;
     five_concurrent_claims_one_winner,
     herd_free_pick_never_double_claims,
@@ -256,7 +256,7 @@ async fn orchestrator_sweep_is_throttled(backend: Backend) {
     // Due once: on PostgreSQL that is one stale test folded into a poll (nothing is stale, so
     // no sweep statement follows); on SQLite it is one sweep statement.
     assert_eq!(h.stats().sweep_checks.load(Ordering::Relaxed), 1);
-    let expected_sweeps = if backend == Backend::Postgres { 0 } else { 1 };
+    let expected_sweeps = if backend.is_postgres() { 0 } else { 1 };
     assert_eq!(h.stats().sweeps.load(Ordering::Relaxed), expected_sweeps);
     h.stop(StopMode::HandOff).await;
 }
@@ -267,7 +267,7 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("sweepfail");
     let sabotage = match backend {
-        Backend::Postgres => vec![
+        Backend::Postgres | Backend::Pooled => vec![
             "CREATE FUNCTION fail_sweep() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected sweep failure'; END $$",
             "CREATE TRIGGER sabotage BEFORE UPDATE ON dispatch_queue FOR EACH ROW WHEN (NEW.last_error LIKE 'lease expired%') EXECUTE FUNCTION fail_sweep()",
         ],
@@ -276,7 +276,7 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
         ],
     };
     for s in sabotage {
-        db.queue.connection().execute_unprepared(s).await.unwrap();
+        db.exec(s).await;
     }
     // A stale claim, so every sweep has a row to trip on.
     db.queue.enqueue(&orch, &json!({"stale": true})).await.unwrap();
@@ -431,7 +431,7 @@ async fn hold_queue_lock(db: &TestDb, q: &devpilot::queue::Queue) -> sea_orm::Da
     let sql = match db.backend {
         // EXCLUSIVE conflicts with the ROW SHARE lock that FOR UPDATE takes, so the pick waits
         // instead of skipping.
-        Backend::Postgres => "LOCK TABLE dispatch_queue IN EXCLUSIVE MODE",
+        Backend::Postgres | Backend::Pooled => "LOCK TABLE dispatch_queue IN EXCLUSIVE MODE",
         // Any write takes SQLite's single writer lock; the poll's UPDATE waits on busy_timeout.
         Backend::Sqlite => "UPDATE dispatch_queue SET attempts = attempts WHERE id < 0",
     };

@@ -527,6 +527,10 @@ impl Machine {
                 let _ = self.keeper.send(Order::RenewNow);
             }
             Hint::Cancel | Hint::Release => {}
+            Hint::Deaf => {
+                tracing::info!("pooled mode: polling only, statements unprepared");
+                self.queue.set_pooled(true);
+            }
             Hint::Resync => {
                 self.poller.now();
                 if !self.slots.is_empty() {
