@@ -18,6 +18,10 @@ pub enum Error {
     /// Refused, reset, timed out, shut down by an administrator: the database may come back.
     #[error("cannot reach the database at {target}: {reason}")]
     Unreachable { target: String, reason: String },
+    /// The TLS handshake failed: most often the server's certificate was refused (an unknown
+    /// CA, another host name, expired). Retrying cannot help.
+    #[error("TLS to the database at {target} failed: {reason}")]
+    Tls { target: String, reason: String },
     /// A statement or a connection did not answer within the machine's bound.
     #[error("the database did not answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
@@ -52,6 +56,7 @@ impl Error {
             Error::BadUrl(_) => "bad_url",
             Error::Unreachable { .. } | Error::Timeout(_) => "unreachable",
             Error::Auth { .. } => "auth",
+            Error::Tls { .. } => "tls",
             Error::NoDatabase { .. } => "no_database",
             Error::Db(_) => "db",
             Error::Payload(_) => "payload",
@@ -92,6 +97,12 @@ impl Error {
     }
 }
 
+/// A prepared statement that already exists (42P05) or does not (26000) on the server the
+/// statement reached: the symptom of a transaction-mode pooler (see [`crate::Queue::pooled`]).
+pub fn is_prepared_statement_error(e: &DbErr) -> bool {
+    matches!(db_code(e), Some(Code::Sqlstate(c)) if c == "42P05" || c == "26000")
+}
+
 /// PostgreSQL states worth a retry besides connection exceptions (class 08): serialization
 /// failure and deadlock, too many connections, admin shutdown, crash shutdown, cannot connect
 /// now (starting up).
@@ -126,18 +137,27 @@ fn sqlx_of(e: &DbErr) -> Option<&sea_orm::sqlx::Error> {
 pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
     use sea_orm::sqlx::Error as Sqlx;
     let unreachable = |reason: String| Error::Unreachable { target: target.to_string(), reason };
+    let tls = |reason: String| Error::Tls { target: target.to_string(), reason };
     if let DbErr::ConnectionAcquire(a) = &e {
         return unreachable(format!("no connection could be had: {a}"));
     }
     let Some(x) = sqlx_of(&e) else { return Error::Db(e) };
     match x {
-        Sqlx::Io(io) => unreachable(io_reason(io)),
+        Sqlx::Io(io) => match rustls_of(io) {
+            Some(r) => tls(tls_reason(r, target)),
+            None => unreachable(io_reason(io)),
+        },
         Sqlx::PoolTimedOut => unreachable("timed out waiting for a connection".into()),
         Sqlx::PoolClosed | Sqlx::WorkerCrashed => unreachable("the connection was closed".into()),
-        Sqlx::Tls(t) => unreachable(format!("TLS: {t}")),
+        Sqlx::Tls(t) => tls(rustls_of(t.as_ref()).map_or_else(|| t.to_string(), |r| tls_reason(r, target))),
         Sqlx::Database(d) => match d.code().as_deref() {
             Some("28P01") | Some("28000") => Error::Auth { user: user.to_string() },
             Some("3D000") => Error::NoDatabase { target: target.to_string() },
+            Some("42P05") | Some("26000") => Error::Invalid(format!(
+                "the connection to {target} goes through a transaction-mode pooler (PgBouncer, Supabase's or \
+                 Neon's pooled endpoint), where prepared statements do not survive: add pooled=true to the \
+                 database URL"
+            )),
             Some(c) if c.starts_with("57P0") => unreachable(format!("the server is shutting down or starting ({c})")),
             Some(c) if c.starts_with("08") => unreachable(format!("connection failure ({c})")),
             // SQLITE_CANTOPEN: the file or its directory cannot be opened.
@@ -146,6 +166,45 @@ pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
         },
         _ => Error::Db(e),
     }
+}
+
+/// The rustls error in a driver error's chain. A handshake failure reaches us as an
+/// `io::Error` wrapping it, and `io::Error::source` skips what it wraps, so each link is
+/// also looked into.
+fn rustls_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut link = Some(e);
+    while let Some(x) = link {
+        if let Some(r) = x.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        if let Some(r) = x.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()?.downcast_ref()) {
+            return Some(r);
+        }
+        link = x.source();
+    }
+    None
+}
+
+/// Why the handshake failed, in words: a refused certificate says so, and why.
+fn tls_reason(e: &rustls::Error, target: &str) -> String {
+    use rustls::CertificateError as C;
+    let host = target.rsplit_once(':').map_or(target, |(h, _)| h);
+    let why = match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => "it is not signed by a CA this machine trusts (set sslrootcert to the \
+                                 server's CA file, or add that CA to the system's roots)"
+                .to_string(),
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                format!("it does not name the host {host} (connect by a name the certificate has)")
+            }
+            C::Expired | C::ExpiredContext { .. } => "it has expired".to_string(),
+            C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet (check this clock)".to_string(),
+            C::Revoked => "it has been revoked".to_string(),
+            other => format!("{other:?}"),
+        },
+        other => return format!("the TLS handshake failed: {other}"),
+    };
+    format!("the server's certificate was refused: {why}")
 }
 
 fn io_reason(io: &std::io::Error) -> String {

@@ -1,0 +1,109 @@
+//! TLS to PostgreSQL, on real processes: a throwaway cluster with `ssl=on` presents a
+//! certificate for `localhost` from a private CA that the harness makes with openssl.
+
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use devpilot_tests::tls::tls_pg;
+use devpilot_tests::{devpilot, run_cli, shared_pg};
+
+/// The TLS cluster's database `postgres` at `host`, with these query parameters.
+fn url(host: &str, params: &str) -> String {
+    let (pg, _) = tls_pg();
+    format!("postgres://postgres:{}@{host}:{}/postgres?{params}", pg.password, pg.port)
+}
+
+/// `devpilot migrate` with `url` (and extra environment): exit code and stderr.
+fn migrate(url: &str, env: &[(&str, &str)]) -> (i32, String) {
+    let home = tempfile::tempdir().unwrap();
+    let mut c = devpilot(home.path(), url);
+    c.arg("migrate").env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("panicked"), "no panic: {err}");
+    (out.status.code().unwrap_or(-1), err)
+}
+
+/// A refusal says the certificate was refused and why, never "cannot reach", and never
+/// carries the password.
+fn assert_refused(url: &str, why: &str, env: &[(&str, &str)]) {
+    let (code, err) = migrate(url, env);
+    assert_ne!(code, 0, "{url} must be refused");
+    assert!(err.contains("the server's certificate was refused"), "says the certificate was refused: {err}");
+    assert!(err.contains(why), "says why ({why}): {err}");
+    assert!(!err.contains("cannot reach"), "not a network problem: {err}");
+    assert!(!err.contains(&tls_pg().0.password), "no password in: {err}");
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `sslmode=require` encrypts without checking the certificate: it connects (and migrates).
+#[test]
+fn sslmode_require_connects() {
+    let (code, err) = migrate(&url("127.0.0.1", "sslmode=require"), &[]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// `verify-full` with the server's CA as `sslrootcert`, to the name the certificate has.
+#[test]
+fn verify_full_with_the_servers_ca_connects() {
+    let ca = path(&tls_pg().1.ca);
+    let (code, err) = migrate(&url("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")), &[]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// `verify-full` with another CA: refused, as not signed by a CA this machine trusts.
+#[test]
+fn verify_full_with_a_wrong_ca_is_refused() {
+    let other = path(&tls_pg().1.other_ca);
+    assert_refused(&url("localhost", &format!("sslmode=verify-full&sslrootcert={other}")), "not signed by a CA", &[]);
+}
+
+/// `verify-full` to a host name that the certificate does not name (it names `localhost`).
+#[test]
+fn verify_full_to_another_host_name_is_refused() {
+    let ca = path(&tls_pg().1.ca);
+    assert_refused(
+        &url("127.0.0.1", &format!("sslmode=verify-full&sslrootcert={ca}")),
+        "does not name the host 127.0.0.1",
+        &[],
+    );
+}
+
+/// Without `sslrootcert` the system's roots are used (the ca-certificates bundle, or the file
+/// that `SSL_CERT_FILE` names): our private CA is not among them, until SSL_CERT_FILE names it.
+#[test]
+fn without_sslrootcert_the_system_roots_are_used() {
+    let u = url("localhost", "sslmode=verify-full");
+    assert_refused(&u, "not signed by a CA", &[]);
+    let ca = path(&tls_pg().1.ca);
+    let (code, err) = migrate(&u, &[("SSL_CERT_FILE", &ca)]);
+    assert_eq!(code, 0, "the system roots now hold the CA: {err}");
+}
+
+/// A root certificate file that does not exist is named, as a bad URL.
+#[test]
+fn a_missing_root_certificate_is_named() {
+    let (code, err) = migrate(&url("localhost", "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"), &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("sslrootcert=/nonexistent/ca.pem: no such file"), "{err}");
+}
+
+/// `sslmode=require` to a server without TLS says that TLS failed, not that it cannot reach.
+#[test]
+fn require_against_a_server_without_tls_says_so() {
+    let pg = shared_pg();
+    let u = format!("{}?sslmode=require", pg.url("postgres"));
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, err) = run_cli(home.path(), &u, &["migrate"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("TLS to the database at 127.0.0.1"), "{err}");
+    assert!(!err.contains(&pg.password), "{err}");
+}
