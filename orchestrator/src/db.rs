@@ -442,6 +442,12 @@ mod tests {
         assert!(!format!("{u:?}").contains("s3cr"));
         assert!(!u.without_password().expose().contains("s3cr"));
         assert_eq!(u.target(), "db.example:5433/dev");
+        // What login writes to the config keeps the TLS parameters.
+        let tls = DbUrl::parse("postgres://alice:pw@db.example/dev?sslmode=verify-full&sslrootcert=/ca.pem").unwrap();
+        assert_eq!(
+            tls.without_password().to_string(),
+            "postgres://alice@db.example/dev?sslmode=verify-full&sslrootcert=/ca.pem"
+        );
     }
 
     /// Bad URLs are rejected with a message that names what was expected.
