@@ -13,6 +13,8 @@ export RUST_BACKTRACE=0
 # House rules first: a formatting or lint slip fails in seconds, not after the whole suite.
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The contrib systemd units (systemd-analyze verify; seconds, no build).
+bash tests/contrib/verify-units.sh
 
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${DEVPILOT_TEST_THREADS:-2}"
