@@ -218,20 +218,11 @@ impl PgCluster {
 
     /// Kills the postmaster and removes the cluster once the test process is gone.
     fn spawn_watchdog(&self) {
-        let script = format!(
-            "while kill -0 {ppid} 2>/dev/null; do sleep 0.5; done; \
-             pid=$(head -1 {dir}/data/postmaster.pid 2>/dev/null); \
+        when_gone(&format!(
+            "pid=$(head -1 {dir}/data/postmaster.pid 2>/dev/null); \
              [ -n \"$pid\" ] && kill -QUIT $pid 2>/dev/null; sleep 1; rm -rf {dir}",
-            ppid = std::process::id(),
             dir = self.dir.display()
-        );
-        let _ = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn();
+        ));
     }
 
     /// A URL for database `db` as the superuser, with its password.
@@ -247,10 +238,10 @@ impl PgCluster {
 
 use std::os::unix::process::CommandExt;
 
-/// Removes `dir` once this test process is gone.
-pub(crate) fn remove_when_gone(dir: &Path) {
-    let script =
-        format!("while kill -0 {} 2>/dev/null; do sleep 0.5; done; rm -rf {}", std::process::id(), dir.display());
+/// Runs the shell command `then` once this test process is gone, from a detached shell: a
+/// test binary that panics or is killed still stops the servers it started.
+pub(crate) fn when_gone(then: &str) {
+    let script = format!("while kill -0 {} 2>/dev/null; do sleep 0.5; done; {then}", std::process::id());
     let _ = Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::null())
@@ -258,6 +249,11 @@ pub(crate) fn remove_when_gone(dir: &Path) {
         .stderr(Stdio::null())
         .process_group(0)
         .spawn();
+}
+
+/// Removes `dir` once this test process is gone.
+pub(crate) fn remove_when_gone(dir: &Path) {
+    when_gone(&format!("rm -rf {}", dir.display()));
 }
 
 static SHARED_PG: OnceLock<PgCluster> = OnceLock::new();

@@ -98,19 +98,11 @@ impl PgBouncer {
 
     /// Kills PgBouncer once the test process is gone (runuser does not pass our death on).
     fn spawn_watchdog(&self) {
-        let script = format!(
-            "while kill -0 {ppid} 2>/dev/null; do sleep 0.5; done; \
-             pid=$(cat {dir}/pgbouncer.pid 2>/dev/null); [ -n \"$pid\" ] && kill -INT $pid 2>/dev/null; \
+        crate::when_gone(&format!(
+            "pid=$(cat {dir}/pgbouncer.pid 2>/dev/null); [ -n \"$pid\" ] && kill -INT $pid 2>/dev/null; \
              sleep 1; rm -rf {dir}",
-            ppid = std::process::id(),
             dir = self.dir.display()
-        );
-        let _ = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        ));
     }
 }
 
