@@ -18,6 +18,8 @@ use crate::queue::{Backoff, CancelOutcome, JobOptions, Queue, Start};
 use crate::retry::{self, Budget};
 use crate::secrets;
 
+mod docs;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "devpilot",
@@ -110,6 +112,18 @@ pub enum Cmd {
         #[arg(long)]
         database_url: String,
     },
+    /// Print a shell's completion script.
+    ///
+    /// E.g. `devpilot completions bash > ~/.local/share/bash-completion/completions/devpilot`
+    /// (the Debian package installs them for bash, zsh and fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `devpilot man | man -l -`.
+    #[command(hide = true)]
+    Man,
 }
 
 #[derive(clap::Args, Debug)]
@@ -386,6 +400,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
             prune(older_than.as_deref(), dead_older_than.as_deref(), orchestrator.as_deref()).await
         }
         Cmd::Login { database_url } => login(&database_url).await,
+        Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
+        Cmd::Man => docs::print(&docs::man_page()?),
     }
 }
 
