@@ -110,7 +110,7 @@ mod tests {
         let page = String::from_utf8(man_page().unwrap()).unwrap();
         assert!(page.starts_with(PREAMBLE) && page.matches(PREAMBLE).count() == 1, "{page}");
         assert!(page.contains(".TH devpilot 1"), "{page}");
-        for c in ["enqueue", "run", "status", "completions", "login"] {
+        for c in ["enqueue", "run", "status", "config show", "config path", "completions", "login"] {
             assert!(page.contains(&format!(".SS \"devpilot {c}\"")), "no section for {c}");
         }
         assert!(page.contains("\\-\\-payload\\-file"), "enqueue's flags");
