@@ -134,6 +134,14 @@ extra=$(cd "$X" && find . -type f | sed 's|^\./||' | sort | while read -r f; do
 done)
 [[ -z "$extra" ]] || fail "the package holds nothing unexpected" "only the files above and usr/share/doc/devpilot/*" "$extra"
 pass "the package holds nothing unexpected"
+if [[ -d "$X/usr/lib/systemd/user" ]]; then
+  # Each unit starts a program the package ships (the units' own checks are contrib's).
+  for unit in "$X"/usr/lib/systemd/user/*.service; do
+    prog=$(sed -nE 's/^ExecStart=[-@:+!]*([^ ]+).*/\1/p' "$unit" | head -n 1)
+    [[ -n "$prog" && -x "$X$prog" ]] || fail "$(basename "$unit")'s ExecStart is in the package" "an executable $prog" "$(ls -l "$X$prog" 2>&1)"
+  done
+  pass "the systemd user units start programs the package ships"
+fi
 
 for size in 32x32 48x48 64x64 128x128; do
   seen=$(identify -format '%wx%h' "$X/usr/share/icons/hicolor/$size/apps/devpilot.png")
