@@ -18,6 +18,9 @@ use crate::queue::{Backoff, CancelOutcome, JobOptions, Queue, Start};
 use crate::retry::{self, Budget};
 use crate::secrets;
 
+mod config_cmd;
+mod docs;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "devpilot",
@@ -110,6 +113,31 @@ pub enum Cmd {
         #[arg(long)]
         database_url: String,
     },
+    /// The config file: where it is, and what it says.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCmd,
+    },
+    /// Print a shell's completion script.
+    ///
+    /// E.g. `devpilot completions bash > ~/.local/share/bash-completion/completions/devpilot`
+    /// (the Debian package installs them for bash, zsh and fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `devpilot man | man -l -`.
+    #[command(hide = true)]
+    Man,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Print the config file's path (it may not exist yet: then the defaults apply).
+    Path,
+    /// Print the settings as TOML, with where the database password is (never the password).
+    Show,
 }
 
 #[derive(clap::Args, Debug)]
@@ -396,6 +424,13 @@ async fn dispatch(cli: Cli) -> Result<()> {
             prune(older_than.as_deref(), dead_older_than.as_deref(), orchestrator.as_deref()).await
         }
         Cmd::Login { database_url } => login(&database_url).await,
+        Cmd::Config { command: ConfigCmd::Path } => {
+            println!("{}", Paths::for_app("devpilot")?.config_file().display());
+            Ok(())
+        }
+        Cmd::Config { command: ConfigCmd::Show } => config_cmd::show().await,
+        Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
+        Cmd::Man => docs::print(&docs::man_page()?),
     }
 }
 

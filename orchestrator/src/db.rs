@@ -77,8 +77,34 @@ impl DbUrl {
         self.backend == DbBackend::Sqlite
     }
 
+    /// The password in the URL: its user info's, else a `password` query parameter (which
+    /// the PostgreSQL driver also accepts).
     pub fn password(&self) -> Option<String> {
-        self.url.password().map(percent_decode)
+        self.url
+            .password()
+            .map(percent_decode)
+            .or_else(|| self.url.query_pairs().find(|(k, _)| is_password_key(k)).map(|(_, v)| v.into_owned()))
+    }
+
+    /// The URL with every query parameter that carries a password replaced (`Some`) or
+    /// removed (`None`).
+    fn map_query_password(url: &mut url::Url, replacement: Option<&str>) {
+        if !url.query_pairs().any(|(k, _)| is_password_key(&k)) {
+            return;
+        }
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .filter_map(|(k, v)| match (is_password_key(&k), replacement) {
+                (false, _) => Some((k.into_owned(), v.into_owned())),
+                (true, Some(r)) => Some((k.into_owned(), r.to_string())),
+                (true, None) => None,
+            })
+            .collect();
+        if pairs.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
     }
 
     pub fn user(&self) -> String {
@@ -111,6 +137,7 @@ impl DbUrl {
     pub fn without_password(&self) -> Self {
         let mut url = self.url.clone();
         let _ = url.set_password(None);
+        Self::map_query_password(&mut url, None);
         Self { url, backend: self.backend }
     }
 
@@ -120,7 +147,9 @@ impl DbUrl {
         if url.password().is_some() {
             let _ = url.set_password(Some("***"));
         }
-        url.to_string()
+        Self::map_query_password(&mut url, Some("***"));
+        // `***` percent-encoded in the query reads badly; it carries nothing either way.
+        url.to_string().replace("%2A%2A%2A", "***")
     }
 
     /// `host:port/db` or the SQLite path, for messages.
@@ -197,6 +226,11 @@ impl DbUrl {
     pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
         self.is_sqlite().then(|| std::path::PathBuf::from(sqlite_path_of(&self.url)))
     }
+}
+
+/// The query parameters through which a PostgreSQL URL can carry a password.
+fn is_password_key(key: &str) -> bool {
+    key.eq_ignore_ascii_case("password") || key.eq_ignore_ascii_case("sslpassword")
 }
 
 fn percent_decode(s: &str) -> String {
@@ -448,6 +482,21 @@ mod tests {
             tls.without_password().to_string(),
             "postgres://alice@db.example/dev?sslmode=verify-full&sslrootcert=/ca.pem"
         );
+    }
+
+    /// A password in the query (`?password=`, which the driver accepts) counts as a password:
+    /// hidden when shown, dropped by `without_password`, refused where the URL is stored.
+    #[test]
+    fn a_query_password_is_a_password() {
+        let u = DbUrl::parse("postgres://alice@db.example/dev?sslmode=require&password=q-s3cr3t").unwrap();
+        assert_eq!(u.password().as_deref(), Some("q-s3cr3t"));
+        assert!(!u.to_string().contains("q-s3cr3t"), "{u}");
+        assert!(u.to_string().contains("password=***") && u.to_string().contains("sslmode=require"), "{u}");
+        let bare = u.without_password();
+        assert_eq!(bare.password(), None);
+        assert_eq!(bare.to_string(), "postgres://alice@db.example/dev?sslmode=require");
+        let only = DbUrl::parse("postgres://alice@db.example/dev?password=x").unwrap().without_password();
+        assert_eq!(only.to_string(), "postgres://alice@db.example/dev");
     }
 
     /// Bad URLs are rejected with a message that names what was expected.

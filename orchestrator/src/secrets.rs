@@ -34,6 +34,16 @@ pub fn load_password(service: &str, url: &DbUrl) -> Result<Option<String>> {
     }
 }
 
+/// Whether a password is stored for `url`, found by its attributes alone: the secret itself
+/// is never read (nor unlocked) for this.
+pub fn has_password(service: &str, url: &DbUrl) -> Result<bool> {
+    match entry(service, url)?.inner.get_attributes() {
+        Ok(_) => Ok(true),
+        Err(keyring::Error::NoEntry) => Ok(false),
+        Err(e) => Err(explain(e)),
+    }
+}
+
 /// Forgets the stored password (no error if there was none).
 pub fn delete_password(service: &str, url: &DbUrl) -> Result<()> {
     match entry(service, url)?.delete_credential() {
