@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks rustfmt and clippy, then runs every test: engine unit tests, queue tests on
-# PostgreSQL and SQLite, multi-process races and faults (kill -9, freezes, a silent or
-# refused network), the reduced-scale fleet test, and the desktop end-to-end test.
+# PostgreSQL, SQLite and PostgreSQL behind PgBouncer, TLS, multi-process races and faults
+# (kill -9, freezes, a silent or refused network), the reduced-scale fleet test, the desktop
+# end-to-end test, and the Debian package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -19,5 +20,9 @@ bash tests/contrib/verify-units.sh
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${DEVPILOT_TEST_THREADS:-2}"
 
-# The real tray app in a headless desktop (Xvfb, D-Bus, tray host, notifications, keychain).
-bash tests/desktop/e2e.sh
+# The real tray app in a headless desktop (Xvfb, D-Bus, tray host, notifications, keychain),
+# built as it ships (release), so the package test below reuses that very build.
+E2E_PROFILE=release bash tests/desktop/e2e.sh
+
+# The Debian package of that build: its files and Depends, and the extracted tray in a desktop.
+bash tests/package/test.sh
