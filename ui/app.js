@@ -32,6 +32,14 @@ function ago(ms) {
   return Math.floor(s / 86400) + 'd';
 }
 
+// A wall-clock time on the user's clock: "14:30" today, "Wed 14:30" another day (as the tray says it).
+function clock(ms) {
+  const t = new Date(ms);
+  const two = (n) => String(n).padStart(2, '0');
+  const hhmm = `${two(t.getHours())}:${two(t.getMinutes())}`;
+  return t.toDateString() === new Date().toDateString() ? hhmm : `${t.toLocaleDateString([], { weekday: 'short' })} ${hhmm}`;
+}
+
 function errText(e) {
   if (e && typeof e === 'object' && e.message) return e.message;
   return String(e);
@@ -50,7 +58,7 @@ function renderStatus(st) {
   pill.dataset.state = st.state;
   let text = WORDS[st.state] || st.state;
   if (st.state === 'working') text += ` (${st.running.length})`;
-  if (st.state === 'paused' && st.paused_for_secs != null) text += ` · ${ago(st.paused_for_secs * 1000)} left`;
+  if (st.state === 'paused' && st.paused_until_unix_ms != null) text += ` until ${clock(st.paused_until_unix_ms)}`;
   if (st.agent === 'demo') text += ' · demo agent';
   pill.textContent = text;
   pill.title = `${st.orchestrator_id} on ${st.machine} · ${st.backend} ${st.database}`;

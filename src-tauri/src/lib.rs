@@ -5,7 +5,8 @@
 //! rest keeps working.
 //!
 //! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in).
-//! - [`tray`]: the icon (five states) and the menu, kept current from the engine's status.
+//! - [`tray`]: the icon (five states), the menu and the hover text, kept current from the engine's status.
+//! - [`tray_text`]: what the tray says (state line, job lines, hover text), as pure functions.
 //! - [`notify`]: notifications per event, coalesced, sent off the async worker threads.
 //! - [`sleep`]: logind's PrepareForSleep: hand off (or pause) before sleep, re-check after wake.
 //! - [`window`]: opening the window, and what closing it does.
@@ -22,6 +23,7 @@ pub mod commands;
 pub mod notify;
 pub mod sleep;
 pub mod tray;
+pub mod tray_text;
 pub mod window;
 
 /// The profile name: its config, data, logs and keychain entries. Debug builds use their own,

@@ -29,6 +29,11 @@ DB = os.path.join(WORK, "queue.sqlite")
 AGENT = f"python3 {os.path.join(HERE, 'agent.py')}"
 MACHINE = os.uname().nodename
 WD = "http://127.0.0.1:4444"
+# Not this machine's zone (UTC here), so "paused until HH:MM" proves local time is used; the
+# test reads the clock in the same zone.
+TZ = "Asia/Kolkata"
+os.environ["TZ"] = TZ
+time.tzset()
 
 STARTED = []  # (name, Popen) we started, ended by pid at exit
 CHECKS = desk.Checks()
@@ -45,6 +50,7 @@ def app_env():
         "DEVPILOT_LOG": "info,devpilot=debug",
         "DEVPILOT_NO_SLEEP_HOOK": "1",
         "NO_AT_BRIDGE": "1",
+        "TZ": TZ,
     })
     return e
 
@@ -187,6 +193,68 @@ def sni_items():
     return r.stdout if r.returncode == 0 else ""
 
 
+def sni_item():
+    """(bus name, object path) of DevPilot's StatusNotifierItem, from the watcher's list."""
+    for entry in re.findall(r"'([^']+)'", sni_items()):
+        name, _, path = entry.partition("/")
+        if "tray_icon_tray_app_devpilot" in path:
+            return name, "/" + path
+    raise RuntimeError(f"no DevPilot item registered: {sni_items()!r}")
+
+
+def sni_prop(prop):
+    """One StatusNotifierItem property, read over D-Bus as a tray host reads it (gdbus), as a
+    string; raises with gdbus's words when there is no such property."""
+    name, path = sni_item()
+    r = subprocess.run(["gdbus", "call", "--session", "--dest", name, "--object-path", path, "--method",
+                        "org.freedesktop.DBus.Properties.Get", "org.kde.StatusNotifierItem", prop],
+                       capture_output=True, text=True, timeout=10)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip())
+    m = re.fullmatch(r"\(<(['\"])(.*)\1>,\)", r.stdout.strip(), re.S)
+    if not m:
+        raise RuntimeError(f"not a string property: {r.stdout!r}")
+    return re.sub(r"\\(.)", r"\1", m.group(2))
+
+
+def tray_menu_layout():
+    """The tray menu as the host reads it (com.canonical.dbusmenu GetLayout), via dbusmenu.py."""
+    name, path = sni_item()
+    menu = subprocess.run(["gdbus", "call", "--session", "--dest", name, "--object-path", path, "--method",
+                           "org.freedesktop.DBus.Properties.Get", "org.kde.StatusNotifierItem", "Menu"],
+                          capture_output=True, text=True, timeout=10, check=True).stdout
+    menu_path = re.search(r"objectpath '([^']+)'", menu).group(1)
+    out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "dbusmenu.py"), name, menu_path],
+                         capture_output=True, text=True, timeout=20, check=True).stdout
+    return json.loads(out)
+
+
+def tray_menu_labels():
+    return [c["label"] for c in tray_menu_layout()["children"] if c["type"] != "separator"]
+
+
+def menu_keys(labels):
+    """The keys that reach the item at `labels` (["Pause", "For 30 minutes"]) in the open
+    menu and activate it, counted from the live layout: GTK's arrow keys skip separators and
+    disabled items; the first Down selects the first item; Right opens a submenu on its first."""
+    items, keys = tray_menu_layout()["children"], []
+    for depth, label in enumerate(labels):
+        nav = [c for c in items if c["type"] != "separator" and c["enabled"] and c["visible"]]
+        idx = [c["label"] for c in nav].index(label)
+        keys += ["Down"] * (idx + (1 if depth == 0 else 0))
+        if depth < len(labels) - 1:
+            keys.append("Right")
+            items = nav[idx]["children"]
+    return keys + ["Return"]
+
+
+def hhmm(unix_s):
+    """As the app shows a time: "14:30" today, "Wed 14:30" another day (local zone)."""
+    t = time.localtime(unix_s)
+    same_day = time.strftime("%Y%m%d", t) == time.strftime("%Y%m%d")
+    return time.strftime("%H:%M" if same_day else "%a %H:%M", t)
+
+
 def find_color(png, rgb, region, tol=40):
     """Pixels of about `rgb` within region (x, y, w, h) of a screenshot; returns their centre."""
     x0, y0, w, h = region
@@ -246,6 +314,27 @@ def tray_menu(keys, name):
         subprocess.run(["xdotool", "key", k], check=True)
         time.sleep(0.15)
     time.sleep(0.8)
+    # Off the icon, so its tooltip does not cover the window in later screenshots.
+    subprocess.run(["xdotool", "mousemove", "1200", "780"], check=False)
+
+
+def hover_tray(name):
+    """Rests the pointer on the tray icon until the host's tooltip shows (the screen around
+    the icon changes), and screenshots it. For the record: which text a host shows is the
+    host's business; what the app sets is checked over D-Bus (sni_prop)."""
+    pos = next((p for st in ICON_RGB if (p := find_color(shot("panel-find"), ICON_RGB[st], PANEL))), None)
+    if not pos:
+        return log("hover: no tray icon found")
+    before = shot(f"{name}-before")
+    subprocess.run(["xdotool", "mousemove", str(pos[0] + 4), str(pos[1]), "mousemove", str(pos[0]), str(pos[1])], check=True)
+    end, changed = time.time() + 10, 0
+    while time.time() < end and changed < 500:
+        after = shot(name)
+        diff = subprocess.run(["compare", "-metric", "AE", "-fuzz", "5%", before, after, "null:"],
+                              capture_output=True, text=True).stderr.strip()
+        changed = float(diff.split()[0]) if diff else 0
+    log(f"hover: {changed} pixels changed near the icon; see {name}.png")
+    subprocess.run(["xdotool", "mousemove", "1200", "780"], check=False)
 
 
 # ------------------------------------------------------------------ main
@@ -318,6 +407,28 @@ def main():
     log(f"status pill: {pill!r}")
     shot("03-window-job-detail")
 
+    # 4b. A timed pause from the tray menu: the menu (as the host reads it over dbusmenu),
+    #     the hover text and the window say until when, on the local clock; resuming early
+    #     from the menu works, and dispatch claims again.
+    tray_menu(menu_keys(["Pause", "For 30 minutes"]), "02b-pause-30-minutes")
+    st = wait("paused from the tray menu's 'For 30 minutes'",
+              lambda: (s := wd_invoke("get_status"))["paused"] and s["paused_until_unix_ms"] and s, timeout=10)
+    until = st["paused_until_unix_ms"] / 1000
+    check("the pause ends about 30 minutes from now", abs(until - (time.time() + 1800)) < 90, until - time.time())
+    label = wait("the tray menu says until when",
+                 lambda: (l := tray_menu_labels()[0]).startswith(f"Paused until {hhmm(until)}") and l, timeout=10)
+    log(f"menu: {label!r} ({TZ})")
+    check("the hover text (StatusNotifierItem Title) says it too", sni_prop("Title") == f"DevPilot — paused until {hhmm(until)}",
+          sni_prop("Title"))
+    wait("the window's pill says it too", lambda: wd_text("#state") == f"Paused until {hhmm(until)}", timeout=10)
+    tray_icon("paused")
+    tray_menu(menu_keys(["Resume"]), "02c-resume-early")
+    wait("resumed early from the tray menu", lambda: not wd_invoke("get_status")["paused"], timeout=10)
+    wait("the menu no longer says paused", lambda: tray_menu_labels()[0].startswith("Idle"), timeout=10)
+    again = enqueue({"title": "after resuming early", "sleep": 0})
+    wait("dispatch runs a job again", lambda: wd_invoke("job_detail", {"id": again})["job"]["state"] == "completed", timeout=30)
+    wait("and the hover text says nothing runs", lambda: sni_prop("Title") == "DevPilot — dispatching · nothing running", timeout=10)
+
     # 5. Notifications reached the notification daemon over D-Bus.
     wait("a 'job finished' notification on D-Bus", lambda: "DevPilot: job finished" in notify_log(), timeout=15)
     wait("the app recorded the notification as accepted by the daemon",
@@ -383,6 +494,15 @@ def main():
     wait("the tray app is working on the long job",
          lambda: any(r["job"]["id"] == long_id for r in wd_invoke("get_status")["running"]), timeout=20)
     tray_icon("working")
+    title = wait("while it runs, the hover text (StatusNotifierItem Title) says so",
+                 lambda: (t := sni_prop("Title")) == f"DevPilot — dispatching · 1 running: #{long_id} long job" and t, timeout=10)
+    log(f"Title: {title!r}")
+    try:
+        tooltip = sni_prop("ToolTip")
+    except RuntimeError as e:
+        tooltip = f"(none: {e})"
+    log(f"ToolTip: {tooltip}")
+    hover_tray("08-tray-hover-text")
     # Hand off & pause from the window's button. (The tray menu's item runs the same
     # Engine::hand_off; re-opening the tray menu after the icon changed is not reliable under
     # headless xfce4-panel yet, see the report.)
@@ -390,6 +510,8 @@ def main():
     wait("the claim is released at once", lambda: wd_invoke("job_detail", {"id": long_id})["job"]["state"] != "running", timeout=15)
     wait("this machine is paused", lambda: wd_invoke("get_status")["state"] == "paused", timeout=10)
     tray_icon("paused")
+    wait("after the job, the hover text says paused, and nothing running",
+         lambda: sni_prop("Title") == "DevPilot — paused until resumed", timeout=10)
     hist = [h["kind"] for h in wd_invoke("job_detail", {"id": long_id})["history"]]
     check("history records the hand-off", "handed_off" in hist, hist)
     runner = subprocess.run([CLI, "run", "--orchestrator", ORCH, "--machine", "e2e-runner", "--until-empty",
