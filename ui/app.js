@@ -252,6 +252,7 @@ async function loadSettings() {
   $('s-concurrency').value = s.concurrency;
   $('s-sleep_action').value = s.sleep_action;
   $('s-autostart').checked = !!s.autostart;
+  $('s-keep_awake').checked = !!s.keep_awake;
   for (const k of Object.keys(s.notify)) { const c = $('n-' + k); if (c) c.checked = !!s.notify[k]; }
   const ov = view.overrides.length ? ` Environment overrides in force: ${view.overrides.join(', ')}.` : '';
   $('settings-paths').textContent = `Settings file: ${view.config_file}. Logs: ${view.log_dir}.${ov}`;
@@ -271,6 +272,7 @@ async function saveSettings(ev) {
   s.concurrency = parseInt($('s-concurrency').value, 10) || 0;
   s.sleep_action = $('s-sleep_action').value;
   s.autostart = $('s-autostart').checked;
+  s.keep_awake = $('s-keep_awake').checked;
   s.notify = Object.assign({}, s.notify);
   for (const k of Object.keys(s.notify)) { const c = $('n-' + k); if (c) s.notify[k] = c.checked; }
   const db = {

@@ -233,8 +233,9 @@ pub struct Engine {
     /// The queue the window reads (present even when nothing is claimed).
     queue: RwLock<Option<Queue>>,
     handle: RwLock<Option<Handle>>,
-    /// Effective settings (file + environment).
-    effective: RwLock<Settings>,
+    /// Effective settings (file + environment), watched by the parts that follow a setting
+    /// live (the tray's keep-awake).
+    effective: watch::Sender<Settings>,
     lifecycle: tokio::sync::Mutex<Option<Current>>,
     generation: AtomicU64,
     woke_at: Mutex<Option<Instant>>,
@@ -259,7 +260,7 @@ impl Engine {
             status_tx,
             queue: RwLock::new(None),
             handle: RwLock::new(None),
-            effective: RwLock::new(Settings::default()),
+            effective: watch::Sender::new(Settings::default()),
             lifecycle: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),
@@ -303,7 +304,12 @@ impl Engine {
 
     /// The settings in force (file + environment).
     pub fn settings(&self) -> Settings {
-        self.effective.read().map(|s| s.clone()).unwrap_or_default()
+        self.effective.borrow().clone()
+    }
+
+    /// The settings in force, as they change.
+    pub fn watch_settings(&self) -> watch::Receiver<Settings> {
+        self.effective.subscribe()
     }
 
     /// The settings file as saved (without the environment's overrides).
@@ -388,9 +394,7 @@ impl Engine {
                 return current;
             }
         };
-        if let Ok(mut eff) = self.effective.write() {
-            *eff = settings.clone();
-        }
+        self.effective.send_replace(settings.clone());
         let machine = settings.machine_name();
         self.status_tx.send_modify(|s| {
             *s = Status::default();
@@ -585,9 +589,7 @@ impl Engine {
         let mut file = self.paths.load()?;
         file.dispatch_enabled = on;
         self.paths.save(&file)?;
-        if let Ok(mut eff) = self.effective.write() {
-            eff.dispatch_enabled = on;
-        }
+        self.effective.send_modify(|eff| eff.dispatch_enabled = on);
         if let Some(h) = self.orchestrator() {
             h.set_enabled(on);
         }
@@ -892,9 +894,7 @@ impl Engine {
             };
         });
         let dispatch_changed = self.settings().dispatch_enabled != new.dispatch_enabled;
-        if let Ok(mut eff) = self.effective.write() {
-            *eff = new.clone();
-        }
+        self.effective.send_replace(new.clone());
         if dispatch_changed {
             self.set_dispatch(new.dispatch_enabled).await?;
         }

@@ -98,6 +98,9 @@ pub struct Settings {
     pub poll_only: bool,
     pub dispatch_enabled: bool,
     pub sleep_action: SleepAction,
+    /// While agents run here, ask the OS not to sleep when the machine is idle (a logind
+    /// idle-sleep block inhibitor on Linux). Closing the lid still sleeps, after the hand-off.
+    pub keep_awake: bool,
     pub autostart: bool,
     pub notify: NotifySettings,
 }
@@ -128,6 +131,7 @@ impl Default for Settings {
             poll_only: false,
             dispatch_enabled: true,
             sleep_action: SleepAction::HandOff,
+            keep_awake: false,
             autostart: false,
             notify: NotifySettings::default(),
         }

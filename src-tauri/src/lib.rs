@@ -9,6 +9,8 @@
 //! - [`tray_text`]: what the tray says (state line, job lines, hover text), as pure functions.
 //! - [`notify`]: notifications per event, coalesced, sent off the async worker threads.
 //! - [`sleep`]: logind's PrepareForSleep: hand off (or pause) before sleep, re-check after wake.
+//! - [`awake`]: with `keep_awake` on, a logind idle-sleep block inhibitor while agents run.
+//! - [`logind`]: the logind D-Bus calls both use.
 //! - [`window`]: opening the window, and what closing it does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +21,9 @@ use devpilot::config::Paths;
 use devpilot::orchestrator::StopMode;
 use tauri::{AppHandle, Emitter, Manager, RunEvent, Runtime};
 
+pub mod awake;
 pub mod commands;
+pub mod logind;
 pub mod notify;
 pub mod sleep;
 pub mod tray;
@@ -160,6 +164,7 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     tray::install(app);
     spawn_status_forwarder(app);
     sleep::spawn(engine.clone());
+    awake::spawn(engine.clone());
     sync_autostart(app);
     spawn_signal_handler(app);
     if show_window {

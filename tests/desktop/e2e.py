@@ -29,6 +29,8 @@ DB = os.path.join(WORK, "queue.sqlite")
 AGENT = f"python3 {os.path.join(HERE, 'agent.py')}"
 MACHINE = os.uname().nodename
 WD = "http://127.0.0.1:4444"
+CFG_DIR = os.path.join(ENV["XDG_CONFIG_HOME"], PROFILE_NAME)
+CFG = os.path.join(CFG_DIR, "config.toml")
 # Not this machine's zone (UTC here), so "paused until HH:MM" proves local time is used; the
 # test reads the clock in the same zone.
 TZ = "Asia/Kolkata"
@@ -51,6 +53,8 @@ def app_env():
         "DEVPILOT_NO_SLEEP_HOOK": "1",
         "NO_AT_BRIDGE": "1",
         "TZ": TZ,
+        # No logind here, for certain: keep awake must say so and carry on.
+        "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={WORK}/no-system-bus",
     })
     return e
 
@@ -123,6 +127,27 @@ def shot(name):
 def notify_log():
     with open(os.path.join(WORK, "notify-monitor.log"), errors="replace") as f:
         return f.read()
+
+
+def app_log():
+    """The app's own log files (daily-rotated) under its data dir."""
+    d = os.path.join(ENV["XDG_DATA_HOME"], PROFILE_NAME, "logs")
+    text = ""
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if name.startswith("devpilot-tray"):
+            with open(os.path.join(d, name), errors="replace") as f:
+                text += f.read()
+    return text
+
+
+def config_text():
+    with open(CFG) as f:
+        return f.read()
+
+
+def saved_message():
+    """Waits for the settings form's save to finish and returns what it says."""
+    return wait("the save finishes", lambda: (t := wd_text("#settings-msg")) not in (None, "", "Checking…") and t, timeout=30)
 
 
 # ------------------------------------------------------------------ WebDriver
@@ -488,6 +513,13 @@ def main():
     check("the form says a password is stored", "stored in the OS keychain" in (wd_text("#pw-state") or ""))
     shot("06-settings-saved")
 
+    # 7c. Keep awake while agents run: a setting of its own, off until switched on here.
+    check("keep awake is off by default", "keep_awake = false" in config_text())
+    wd_exec("document.getElementById('s-keep_awake').checked = true;")
+    wd_click("#save-settings")
+    check("keep awake saved", saved_message() == "Saved.")
+    check("keep awake is on in the config file", "keep_awake = true" in config_text())
+
     # 8. Hand off & pause: a second `devpilot run` finishes the job.
     wait("engine back to idle", lambda: wd_invoke("get_status")["state"] == "idle", timeout=20)
     long_id = enqueue({"title": "long job", "sleep": 120})
@@ -503,6 +535,9 @@ def main():
         tooltip = f"(none: {e})"
     log(f"ToolTip: {tooltip}")
     hover_tray("08-tray-hover-text")
+    wait("with no logind, keeping awake is logged as unavailable, and the job runs on",
+         lambda: "cannot keep the machine awake while agents run" in app_log()
+         and wd_invoke("job_detail", {"id": long_id})["job"]["state"] == "running", timeout=10)
     # Hand off & pause from the window's button. (The tray menu's item runs the same
     # Engine::hand_off; re-opening the tray menu after the icon changed is not reliable under
     # headless xfce4-panel yet, see the report.)
