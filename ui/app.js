@@ -74,6 +74,17 @@ function renderStatus(st) {
   $('fleet-orch').textContent = st.orchestrator_id ? `orchestrator ${st.orchestrator_id}` : '';
 }
 
+// The settings file could not be parsed at start: it was kept aside and the defaults are in
+// force. Stays until dismissed (the file stays where it was kept).
+function renderSetAside(kept) {
+  const n = $('config-notice');
+  if (!kept) { n.hidden = true; return; }
+  $('config-notice-text').textContent = `DevPilot could not read its settings file (${kept.reason}). `
+    + `It was kept as ${kept.kept_as}, nothing was overwritten, and DevPilot started with default settings. `
+    + 'Check Settings, and copy back from that file what you need.';
+  n.hidden = false;
+}
+
 // What an action did, when it did not do the obvious (a key that was live, a cancel asked
 // of another machine). Stays until the next action's notice or ten seconds.
 let noticeTimer = null;
@@ -431,11 +442,17 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('forget-pw').addEventListener('click', async () => {
     try { await invoke('forget_password'); await loadSettings(); } catch (e) { alert(errText(e)); }
   });
+  $('config-notice-settings').addEventListener('click', () => { location.hash = '#settings'; });
+  $('config-notice-dismiss').addEventListener('click', async () => {
+    try { await invoke('dismiss_set_aside'); } catch (e) { console.error(e); }
+    renderSetAside(null);
+  });
   $('quit-handoff').addEventListener('click', () => quit('hand_off'));
   $('quit-drain').addEventListener('click', () => quit('drain'));
   $('quit-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
 
   await T.event.listen('status', (e) => renderStatus(e.payload));
+  await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
   await T.event.listen('navigate', (e) => { if (current() === e.payload) show(e.payload); else location.hash = '#' + e.payload; });
   let pending = null;
   await T.event.listen('engine-event', (e) => {
@@ -451,5 +468,6 @@ document.addEventListener('DOMContentLoaded', async () => {
     }, 300);
   });
   await refreshStatus();
+  try { renderSetAside(await invoke('set_aside_config')); } catch (e) { console.error(e); }
   show(current());
 });

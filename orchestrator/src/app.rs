@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::agent::AgentSpec;
-use crate::config::{parse_duration, split_command, Paths, Settings, SleepAction};
+use crate::config::{parse_duration, split_command, Paths, SetAside, Settings, SleepAction};
 use crate::db::{self, DbUrl, PoolSettings};
 use crate::error::{Error, Result};
 use crate::orchestrator::{self, BootClock, Event, Handle, RunConfig, StopMode};
@@ -236,6 +236,8 @@ pub struct Engine {
     /// Effective settings (file + environment), watched by the parts that follow a setting
     /// live (the tray's keep-awake).
     effective: watch::Sender<Settings>,
+    /// A corrupt config file this engine set aside at a start, until the user dismisses it.
+    set_aside: watch::Sender<Option<SetAside>>,
     lifecycle: tokio::sync::Mutex<Option<Current>>,
     generation: AtomicU64,
     woke_at: Mutex<Option<Instant>>,
@@ -261,6 +263,7 @@ impl Engine {
             queue: RwLock::new(None),
             handle: RwLock::new(None),
             effective: watch::Sender::new(Settings::default()),
+            set_aside: watch::Sender::new(None),
             lifecycle: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),
@@ -315,6 +318,20 @@ impl Engine {
     /// The settings file as saved (without the environment's overrides).
     pub fn file_settings(&self) -> Result<Settings> {
         self.paths.load()
+    }
+
+    /// The corrupt config file set aside at a start (the window's notice), as it changes.
+    pub fn watch_set_aside(&self) -> watch::Receiver<Option<SetAside>> {
+        self.set_aside.subscribe()
+    }
+
+    pub fn set_aside_config(&self) -> Option<SetAside> {
+        self.set_aside.borrow().clone()
+    }
+
+    /// The user has read the notice. (The file stays where it was kept.)
+    pub fn dismiss_set_aside(&self) {
+        self.set_aside.send_replace(None);
     }
 
     fn queue(&self) -> Result<Queue> {
@@ -386,14 +403,8 @@ impl Engine {
 
     async fn launch(self: &Arc<Self>, gen: u64) -> Current {
         let mut current = Current { tasks: vec![] };
-        // 1. Settings: file, then environment.
-        let settings = match self.paths.load() {
-            Ok(file) => self.with_overrides(file),
-            Err(e) => {
-                self.set_problem(MachineState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
-                return current;
-            }
-        };
+        // 1. Settings: file (a corrupt one set aside, for defaults), then environment.
+        let Some(settings) = self.start_settings() else { return current };
         self.effective.send_replace(settings.clone());
         let machine = settings.machine_name();
         self.status_tx.send_modify(|s| {
@@ -447,6 +458,25 @@ impl Engine {
         }
         self.connect_in_background(&mut current, gen, url, settings, agent);
         current
+    }
+
+    /// The settings a start runs with: the file's, or the defaults when the file could not be
+    /// parsed (it is kept aside, and remembered for the window), with the environment's
+    /// overrides. `None`, with the problem in the status, when the file cannot be read.
+    fn start_settings(&self) -> Option<Settings> {
+        match self.paths.load_or_set_aside() {
+            Ok(loaded) => {
+                if let Some(kept) = loaded.set_aside {
+                    tracing::warn!(kept_as = %kept.kept_as, reason = %kept.reason, "the config file could not be parsed; kept it aside and started on default settings");
+                    self.set_aside.send_replace(Some(kept));
+                }
+                Some(self.with_overrides(loaded.settings))
+            }
+            Err(e) => {
+                self.set_problem(MachineState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
+                None
+            }
+        }
     }
 
     /// The file's settings with the environment's overrides applied.
@@ -1251,6 +1281,41 @@ mod tests {
         e.apply_settings(s, &DbForm::of(None), None).await.unwrap();
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains(&format!("term {id}")), "a new orchestrator hands the running job off: {text}");
+        e.stop(StopMode::HandOff).await;
+    }
+
+    /// A config file that cannot be parsed is kept aside, the engine runs on the defaults and
+    /// remembers it for the window; a later save writes a new file and leaves the kept one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn corrupt_config_is_kept_aside_and_the_engine_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        std::fs::create_dir_all(&p.config_dir).unwrap();
+        std::fs::write(p.config_file(), "orchestrator_id = [unterminated").unwrap();
+        let e =
+            Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+        let mut notice = e.watch_set_aside();
+        e.start().await;
+        let st = wait_for(&e, "idle on defaults", |s| s.state == MachineState::Idle).await;
+        assert_eq!(st.orchestrator_id, Settings::default().orchestrator_id);
+        let kept = e.set_aside_config().expect("the engine remembers what it set aside");
+        assert!(notice.has_changed().unwrap(), "watchers learn of it");
+        assert!(notice.borrow_and_update().is_some());
+        assert!(kept.kept_as.contains("config.toml.bad-"), "{kept:?}");
+        assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "orchestrator_id = [unterminated");
+        e.set_dispatch(false).await.unwrap();
+        assert!(!p.load().unwrap().dispatch_enabled, "a new file is written");
+        assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "orchestrator_id = [unterminated");
+        // A restart finds the good file: nothing new is set aside, and the notice stays until dismissed.
+        e.start().await;
+        wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
+        assert_eq!(e.set_aside_config(), Some(kept));
+        e.dismiss_set_aside();
+        assert_eq!(e.set_aside_config(), None);
+        let kept_files = std::fs::read_dir(&p.config_dir)
+            .unwrap()
+            .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().contains(".bad-"));
+        assert_eq!(kept_files.count(), 1);
         e.stop(StopMode::HandOff).await;
     }
 

@@ -144,6 +144,8 @@ pub fn run() -> std::process::ExitCode {
 pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     let state = app.state::<AppState>();
     let engine = state.engine.clone();
+    // Listening first, so nothing the first start says is missed.
+    state.notifier.start();
     {
         let engine = engine.clone();
         tauri::async_runtime::spawn(async move { engine.start().await });
@@ -158,11 +160,12 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
                 }
             }
             notify::Open::Job(id) => window::open(&app, Some(&format!("job-{id}"))),
+            notify::Open::Settings => window::open(&app, Some("settings")),
         }));
     }
-    state.notifier.start();
     tray::install(app);
     spawn_status_forwarder(app);
+    spawn_set_aside_forwarder(app);
     sleep::spawn(engine.clone());
     awake::spawn(engine.clone());
     sync_autostart(app);
@@ -207,10 +210,25 @@ fn spawn_status_forwarder<R: Runtime>(app: &AppHandle<R>) {
     });
 }
 
-/// Makes the OS's start-at-login entry match the setting. Failures are logged only.
+/// A config file set aside at a start: the window (if open) shows, or drops, its notice.
+fn spawn_set_aside_forwarder<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let mut set_aside = app.state::<AppState>().engine.watch_set_aside();
+    tauri::async_runtime::spawn(async move {
+        while set_aside.changed().await.is_ok() {
+            let now = set_aside.borrow_and_update().clone();
+            let _ = app.emit("config-set-aside", &now);
+        }
+    });
+}
+
+/// Makes the OS's start-at-login entry match the setting. Failures are logged only. A
+/// settings file that cannot be read leaves the entry as the user last set it.
 fn sync_autostart<R: Runtime>(app: &AppHandle<R>) {
-    let want = app.state::<AppState>().engine.file_settings().map(|s| s.autostart).unwrap_or(false);
-    set_autostart(app, want);
+    match app.state::<AppState>().engine.file_settings() {
+        Ok(s) => set_autostart(app, s.autostart),
+        Err(e) => tracing::info!(error = %e, "start at login left as it is (the settings file cannot be read)"),
+    }
 }
 
 /// Turns start-at-login on or off (no-op where the plugin is absent, as in tests).

@@ -364,8 +364,16 @@ def hover_tray(name):
 
 # ------------------------------------------------------------------ main
 
+# What a damaged settings file looks like: the app must keep it, byte for byte.
+CORRUPT = 'orchestrator_id = "e2e\nconcurrency = [1,\n# half-saved by an editor that crashed\n'
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    # 0. A settings file that cannot be parsed, before the first start.
+    os.makedirs(CFG_DIR, exist_ok=True)
+    with open(CFG, "w") as f:
+        f.write(CORRUPT)
     env = app_env()
     # The window (WebDriver) starts the app itself: tauri-driver -> WebKitWebDriver -> devpilot-tray.
     drv_log = open(os.path.join(WORK, "tauri-driver.log"), "w")
@@ -395,6 +403,22 @@ def main():
     # There is no window manager: move the window below the panel so the tray is visible.
     subprocess.run(["xdotool", "search", "--name", "^DevPilot$", "windowmove", "%@", "0", "60"], capture_output=True)
     time.sleep(1.5)
+
+    # 1b. The corrupt file was kept aside (not overwritten, not deleted), the app runs on the
+    #     defaults, and the window says so.
+    kept = [n for n in os.listdir(CFG_DIR) if n.startswith("config.toml.bad-")]
+    check("the corrupt settings file is kept as config.toml.bad-<time>", len(kept) == 1, os.listdir(CFG_DIR))
+    with open(os.path.join(CFG_DIR, kept[0])) as f:
+        check("it is kept byte for byte", f.read() == CORRUPT)
+    check("nothing was written in its place yet", not os.path.exists(CFG), os.listdir(CFG_DIR))
+    check("the app runs on the default settings", wd_invoke("get_settings")["settings"]["orchestrator_id"] == "personal")
+    text = wait("the window shows a notice about it",
+                lambda: wd_exec("const n = document.getElementById('config-notice');"
+                                "return n && !n.hidden && n.offsetHeight > 0 ? n.textContent : null"), timeout=10)
+    check("the notice names the kept file and says defaults are in force",
+          kept[0] in text and "default settings" in text and "nothing was overwritten" in text, text)
+    shot("00-corrupt-config-notice")
+    wait("a notification about it reached the daemon", lambda: kept[0] in notify_log(), timeout=15)
     shot("01-window-idle")
 
     # 2. The tray icon is hosted (StatusNotifierWatcher) and its menu opens on a click.
@@ -464,6 +488,16 @@ def main():
         enqueue({"title": f"burst {i}", "sleep": 0, "exit": 3}, "--max-attempts", "1")
     wait("a coalesced notification for the burst",
          lambda: any(len(s["kinds"]) >= 2 for s in wd_invoke("recent_notifications")), timeout=30)
+    # By now several notifications went out: the set-aside file was told in exactly one.
+    check("exactly one notification told of the kept settings file", notify_log().count(kept[0]) == 1,
+          notify_log().count(kept[0]))
+    told = [x for x in wd_invoke("recent_notifications") if "config_set_aside" in x["kinds"]]
+    check("the app sent it once, and it offers to open Settings",
+          len(told) == 1 and "settings file could not be read" in told[0]["summary"] and told[0]["error"] is None
+          and told[0]["action"] == "settings", told)
+    wd_click("#config-notice-dismiss")
+    wait("the notice goes when dismissed", lambda: wd_exec("return document.getElementById('config-notice').hidden"), timeout=10)
+    check("and stays gone", wd_invoke("set_aside_config") is None)
 
     # 6. Bad settings give clear errors and are not saved.
     wd_exec("location.hash = '#settings';")
