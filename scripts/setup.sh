@@ -19,6 +19,8 @@ PACKAGES=(
   # the logind test double of the sleep-hook e2e (tests/desktop/fake_logind.py) and the tray
   # menu reader of the e2e (tests/desktop/dbusmenu.py), both run with /usr/bin/python3
   python3-gi gir1.2-glib-2.0
+  # the e2e's throwaway certificate authority for PostgreSQL over TLS (sslrootcert)
+  openssl
 )
 
 missing=()

@@ -248,6 +248,7 @@ async function loadSettings() {
   $('db-name').value = d.database || '';
   $('db-user').value = d.user || '';
   $('db-sslmode').value = d.sslmode || '';
+  $('db-sslrootcert').value = d.sslrootcert || '';
   $('db-url').value = d.url || '';
   $('db-password').value = '';
   $('db-password').placeholder = view.password_stored ? 'stored in the keychain (type to replace)' : '';
@@ -293,6 +294,7 @@ async function saveSettings(ev) {
     database: $('db-name').value,
     user: $('db-user').value,
     sslmode: $('db-sslmode').value,
+    sslrootcert: $('db-sslrootcert').value.trim(),
     url: $('db-url').value,
   };
   const pw = $('db-password').value;

@@ -121,6 +121,9 @@ pub struct DbForm {
     pub database: String,
     pub user: String,
     pub sslmode: String,
+    /// The CA file the server's certificate must chain to (PostgreSQL's `sslrootcert`),
+    /// checked with sslmode verify-ca or verify-full. Kept in the URL: a path, not a secret.
+    pub sslrootcert: String,
     pub url: String,
 }
 
@@ -137,7 +140,8 @@ impl DbForm {
                 port: u.port(),
                 database: percent_decode(u.path().trim_start_matches('/')),
                 user: u.username().to_string(),
-                sslmode: u.query_pairs().find(|(k, _)| k == "sslmode").map(|(_, v)| v.into_owned()).unwrap_or_default(),
+                sslmode: query_value(&u, "sslmode"),
+                sslrootcert: query_value(&u, "sslrootcert"),
                 url: String::new(),
             },
             _ => Self { mode: "url".into(), url: raw.to_string(), ..Self::default() },
@@ -182,19 +186,63 @@ impl DbForm {
                 u.path_segments_mut()
                     .map_err(|_| Error::BadUrl("the database name cannot be used".into()))?
                     .push(dbname);
-                let ssl = self.sslmode.trim();
-                if !ssl.is_empty() {
-                    const MODES: [&str; 6] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
-                    if !MODES.contains(&ssl) {
-                        return Err(Error::Invalid(format!("sslmode '{ssl}' is not one of {}", MODES.join(", "))));
-                    }
-                    u.query_pairs_mut().append_pair("sslmode", ssl);
+                for (key, value) in self.tls_params()? {
+                    u.query_pairs_mut().append_pair(key, &value);
                 }
                 Ok(Some(DbUrl::parse(u.as_str())?))
             }
             other => Err(Error::Invalid(format!("unknown database mode '{other}'"))),
         }
     }
+
+    /// `sslmode` and `sslrootcert`, checked. A root certificate with no mode means
+    /// verify-full; with a mode that does not verify the server it is refused, since it
+    /// would be silently unused.
+    fn tls_params(&self) -> Result<Vec<(&'static str, String)>> {
+        const MODES: [&str; 6] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+        let cert = self.sslrootcert.trim();
+        let mode = match self.sslmode.trim() {
+            "" if !cert.is_empty() => "verify-full",
+            m => m,
+        };
+        let mut params = vec![];
+        if !mode.is_empty() {
+            if !MODES.contains(&mode) {
+                return Err(Error::Invalid(format!("sslmode '{mode}' is not one of {}", MODES.join(", "))));
+            }
+            params.push(("sslmode", mode.to_string()));
+        }
+        if !cert.is_empty() {
+            if !matches!(mode, "verify-ca" | "verify-full") {
+                return Err(Error::Invalid(format!(
+                    "a root certificate is only checked with sslmode verify-ca or verify-full, not {mode}; choose one of those, or clear the certificate"
+                )));
+            }
+            params.push(("sslrootcert", root_cert_path(cert)?));
+        }
+        Ok(params)
+    }
+}
+
+/// The root certificate's full path (a leading `~/` is the home directory): it must be an
+/// existing file, since the driver reads it at every connection, from whatever directory.
+fn root_cert_path(raw: &str) -> Result<String> {
+    let path = crate::worktree::expand_home(raw);
+    if !path.is_absolute() {
+        return Err(Error::Invalid(format!("give the root certificate's full path, not '{raw}'")));
+    }
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path.display().to_string()),
+        Ok(_) => Err(Error::Invalid(format!("the root certificate {} is not a file", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Invalid(format!("the root certificate {} does not exist", path.display())))
+        }
+        Err(e) => Err(Error::Invalid(format!("cannot read the root certificate {}: {e}", path.display()))),
+    }
+}
+
+fn query_value(u: &url::Url, key: &str) -> String {
+    u.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned()).unwrap_or_default()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -1329,6 +1377,7 @@ mod tests {
             database: "dev pilot".into(),
             user: "alice".into(),
             sslmode: "require".into(),
+            sslrootcert: String::new(),
             url: String::new(),
         };
         let u = f.to_url().unwrap().unwrap();
@@ -1337,5 +1386,39 @@ mod tests {
         let bad = DbForm { sslmode: "maybe".into(), ..f };
         assert!(bad.to_url().unwrap_err().to_string().contains("sslmode"));
         assert_eq!(DbForm::of(None).mode, "embedded");
+    }
+
+    /// A root certificate goes into the URL as `sslrootcert` (with a verifying sslmode), and
+    /// comes back in the form; a missing file, a relative path or a mode that would not use
+    /// it are refused, each with its reason.
+    #[test]
+    fn db_form_root_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("root ca.crt");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let f = DbForm {
+            mode: "postgres".into(),
+            host: "db.example".into(),
+            database: "devpilot".into(),
+            user: "alice".into(),
+            sslmode: "verify-full".into(),
+            sslrootcert: ca.display().to_string(),
+            ..DbForm::default()
+        };
+        let u = f.to_url().unwrap().unwrap();
+        assert!(u.to_string().contains("sslmode=verify-full&sslrootcert="), "{u}");
+        assert_eq!(u.password(), None);
+        assert_eq!(DbForm::of(Some(&u.to_string())), DbForm { port: Some(5432), ..f.clone() });
+        let no_mode = DbForm { sslmode: String::new(), ..f.clone() };
+        assert_eq!(DbForm::of(Some(&no_mode.to_url().unwrap().unwrap().to_string())).sslmode, "verify-full");
+        let err = |g: DbForm| g.to_url().unwrap_err().to_string();
+        let missing = dir.path().join("nope.crt").display().to_string();
+        assert_eq!(
+            err(DbForm { sslrootcert: missing.clone(), ..f.clone() }),
+            format!("the root certificate {missing} does not exist")
+        );
+        assert!(err(DbForm { sslrootcert: "ca.crt".into(), ..f.clone() }).contains("full path"));
+        assert!(err(DbForm { sslrootcert: dir.path().display().to_string(), ..f.clone() }).contains("not a file"));
+        assert!(err(DbForm { sslmode: "require".into(), ..f }).contains("verify-ca or verify-full"));
     }
 }

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
@@ -546,6 +547,40 @@ def main():
     check("the form never shows the password back", wd_exec("return document.querySelector('#db-password').value") == "")
     check("the form says a password is stored", "stored in the OS keychain" in (wd_text("#pw-state") or ""))
     shot("06-settings-saved")
+
+    # 7b. A root certificate (TLS, sslmode verify-full): a path that does not exist is refused;
+    #     a CA that did not sign the server's certificate fails the connection; the right one
+    #     is saved as sslrootcert in the URL, and the password is still only in the keychain.
+    before = config_text()
+    wd_set("#db-sslmode", "verify-full")
+    wd_set("#db-sslrootcert", "/nonexistent/root.crt")
+    wd_set("#db-password", pw)
+    wd_click("#save-settings")
+    msg = saved_message()
+    check("a root certificate that does not exist is refused, by name", msg == "the root certificate /nonexistent/root.crt does not exist", msg)
+    wd_set("#db-sslrootcert", ENV["E2E_OTHER_CA_CERT"])
+    wd_set("#db-password", pw)
+    wd_click("#save-settings")
+    msg = saved_message()
+    check("a CA that did not sign the server's certificate is refused (verify-full checks it)",
+          "certificate" in msg and f"127.0.0.1:{ENV['E2E_PGPORT']}" in msg, msg)
+    check("nothing was saved by the refused attempts", config_text() == before)
+    wd_set("#db-sslrootcert", ENV["E2E_CA_CERT"])
+    wd_set("#db-password", pw)
+    wd_click("#save-settings")
+    msg = saved_message()
+    check("the right CA verifies the server, and the settings are saved", msg == "Saved.", msg)
+    text = config_text()
+    want = urllib.parse.urlencode({"sslmode": "verify-full", "sslrootcert": ENV["E2E_CA_CERT"]})
+    check("the config file's URL keeps sslmode and sslrootcert, and no password",
+          f"postgres://postgres@127.0.0.1:{ENV['E2E_PGPORT']}/postgres?{want}" in text and pw not in text, text)
+    r = subprocess.run(["secret-tool", "search", "--unlock", "service", PROFILE_NAME], capture_output=True, text=True)
+    check("the password is in the Secret Service (secret-tool search)", f"secret = {pw}" in r.stdout, r.stdout + r.stderr)
+    leaked = subprocess.run(["grep", "-rlF", pw, ENV["XDG_CONFIG_HOME"], ENV["XDG_DATA_HOME"]], capture_output=True, text=True).stdout
+    check("the password is still in no file", leaked.strip() == "", leaked)
+    check("the form shows the certificate back", wd_exec("return document.querySelector('#db-sslrootcert').value") == ENV["E2E_CA_CERT"])
+    wd_exec("document.getElementById('db-sslrootcert').scrollIntoView({block: 'center'});")
+    shot("07-settings-root-certificate")
 
     # 7c. Keep awake while agents run: a setting of its own, off until switched on here.
     check("keep awake is off by default", "keep_awake = false" in config_text())
