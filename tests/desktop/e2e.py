@@ -607,10 +607,10 @@ def main():
     wait("with no logind, keeping awake is logged as unavailable, and the job runs on",
          lambda: "cannot keep the machine awake while agents run" in app_log()
          and wd_invoke("job_detail", {"id": long_id})["job"]["state"] == "running", timeout=10)
-    # Hand off & pause from the window's button. (The tray menu's item runs the same
-    # Engine::hand_off; re-opening the tray menu after the icon changed is not reliable under
-    # headless xfce4-panel yet, see the report.)
-    check("hand-off button clicked", wd_click("#handoff-btn"))
+    # Hand off & pause from the tray menu, opened again now that the icon shows "working".
+    # (That used to miss: xfce's default panels were up, whose blue menu logo passed for this
+    # icon, and the click landed between the two; see session.sh.)
+    tray_menu(menu_keys(["Hand off & pause"]), "07d-handoff-from-the-tray")
     wait("the claim is released at once", lambda: wd_invoke("job_detail", {"id": long_id})["job"]["state"] != "running", timeout=15)
     wait("this machine is paused", lambda: wd_invoke("get_status")["state"] == "paused", timeout=10)
     tray_icon("paused")
