@@ -9,6 +9,8 @@
 //!   (it panics there on Linux). A missing notification daemon is logged, never fatal.
 //! - A finished job's notification carries an "Open" action where the server supports
 //!   actions: it opens the job's result URL, or else the job in the window.
+//! - A settings file that could not be parsed and was kept aside at a start is told exactly
+//!   once per kept file, whatever the toggles; its "Open" opens Settings.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
