@@ -32,6 +32,14 @@ function ago(ms) {
   return Math.floor(s / 86400) + 'd';
 }
 
+// A wall-clock time on the user's clock: "14:30" today, "Wed 14:30" another day (as the tray says it).
+function clock(ms) {
+  const t = new Date(ms);
+  const two = (n) => String(n).padStart(2, '0');
+  const hhmm = `${two(t.getHours())}:${two(t.getMinutes())}`;
+  return t.toDateString() === new Date().toDateString() ? hhmm : `${t.toLocaleDateString([], { weekday: 'short' })} ${hhmm}`;
+}
+
 function errText(e) {
   if (e && typeof e === 'object' && e.message) return e.message;
   return String(e);
@@ -50,7 +58,7 @@ function renderStatus(st) {
   pill.dataset.state = st.state;
   let text = WORDS[st.state] || st.state;
   if (st.state === 'working') text += ` (${st.running.length})`;
-  if (st.state === 'paused' && st.paused_for_secs != null) text += ` · ${ago(st.paused_for_secs * 1000)} left`;
+  if (st.state === 'paused' && st.paused_until_unix_ms != null) text += ` until ${clock(st.paused_until_unix_ms)}`;
   if (st.agent === 'demo') text += ' · demo agent';
   pill.textContent = text;
   pill.title = `${st.orchestrator_id} on ${st.machine} · ${st.backend} ${st.database}`;
@@ -64,6 +72,17 @@ function renderStatus(st) {
     banner.hidden = true;
   }
   $('fleet-orch').textContent = st.orchestrator_id ? `orchestrator ${st.orchestrator_id}` : '';
+}
+
+// The settings file could not be parsed at start: it was kept aside and the defaults are in
+// force. Stays until dismissed (the file stays where it was kept).
+function renderSetAside(kept) {
+  const n = $('config-notice');
+  if (!kept) { n.hidden = true; return; }
+  $('config-notice-text').textContent = `DevPilot could not read its settings file (${kept.reason}). `
+    + `It was kept as ${kept.kept_as}, nothing was overwritten, and DevPilot started with default settings. `
+    + 'Check Settings, and copy back from that file what you need.';
+  n.hidden = false;
 }
 
 // What an action did, when it did not do the obvious (a key that was live, a cancel asked
@@ -229,6 +248,7 @@ async function loadSettings() {
   $('db-name').value = d.database || '';
   $('db-user').value = d.user || '';
   $('db-sslmode').value = d.sslmode || '';
+  $('db-sslrootcert').value = d.sslrootcert || '';
   $('db-url').value = d.url || '';
   $('db-password').value = '';
   $('db-password').placeholder = view.password_stored ? 'stored in the keychain (type to replace)' : '';
@@ -244,6 +264,7 @@ async function loadSettings() {
   $('s-concurrency').value = s.concurrency;
   $('s-sleep_action').value = s.sleep_action;
   $('s-autostart').checked = !!s.autostart;
+  $('s-keep_awake').checked = !!s.keep_awake;
   for (const k of Object.keys(s.notify)) { const c = $('n-' + k); if (c) c.checked = !!s.notify[k]; }
   const ov = view.overrides.length ? ` Environment overrides in force: ${view.overrides.join(', ')}.` : '';
   $('settings-paths').textContent = `Settings file: ${view.config_file}. Logs: ${view.log_dir}.${ov}`;
@@ -263,6 +284,7 @@ async function saveSettings(ev) {
   s.concurrency = parseInt($('s-concurrency').value, 10) || 0;
   s.sleep_action = $('s-sleep_action').value;
   s.autostart = $('s-autostart').checked;
+  s.keep_awake = $('s-keep_awake').checked;
   s.notify = Object.assign({}, s.notify);
   for (const k of Object.keys(s.notify)) { const c = $('n-' + k); if (c) s.notify[k] = c.checked; }
   const db = {
@@ -272,6 +294,7 @@ async function saveSettings(ev) {
     database: $('db-name').value,
     user: $('db-user').value,
     sslmode: $('db-sslmode').value,
+    sslrootcert: $('db-sslrootcert').value.trim(),
     url: $('db-url').value,
   };
   const pw = $('db-password').value;
@@ -421,11 +444,17 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('forget-pw').addEventListener('click', async () => {
     try { await invoke('forget_password'); await loadSettings(); } catch (e) { alert(errText(e)); }
   });
+  $('config-notice-settings').addEventListener('click', () => { location.hash = '#settings'; });
+  $('config-notice-dismiss').addEventListener('click', async () => {
+    try { await invoke('dismiss_set_aside'); } catch (e) { console.error(e); }
+    renderSetAside(null);
+  });
   $('quit-handoff').addEventListener('click', () => quit('hand_off'));
   $('quit-drain').addEventListener('click', () => quit('drain'));
   $('quit-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
 
   await T.event.listen('status', (e) => renderStatus(e.payload));
+  await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
   await T.event.listen('navigate', (e) => { if (current() === e.payload) show(e.payload); else location.hash = '#' + e.payload; });
   let pending = null;
   await T.event.listen('engine-event', (e) => {
@@ -441,5 +470,6 @@ document.addEventListener('DOMContentLoaded', async () => {
     }, 300);
   });
   await refreshStatus();
+  try { renderSetAside(await invoke('set_aside_config')); } catch (e) { console.error(e); }
   show(current());
 });

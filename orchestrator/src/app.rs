@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::agent::AgentSpec;
-use crate::config::{parse_duration, split_command, Paths, Settings, SleepAction};
+use crate::config::{parse_duration, split_command, Paths, SetAside, Settings, SleepAction};
 use crate::db::{self, DbUrl, PoolSettings};
 use crate::error::{Error, Result};
 use crate::orchestrator::{self, BootClock, Event, Handle, RunConfig, StopMode};
@@ -121,6 +121,9 @@ pub struct DbForm {
     pub database: String,
     pub user: String,
     pub sslmode: String,
+    /// The CA file the server's certificate must chain to (PostgreSQL's `sslrootcert`),
+    /// checked with sslmode verify-ca or verify-full. Kept in the URL: a path, not a secret.
+    pub sslrootcert: String,
     pub url: String,
 }
 
@@ -137,7 +140,8 @@ impl DbForm {
                 port: u.port(),
                 database: percent_decode(u.path().trim_start_matches('/')),
                 user: u.username().to_string(),
-                sslmode: u.query_pairs().find(|(k, _)| k == "sslmode").map(|(_, v)| v.into_owned()).unwrap_or_default(),
+                sslmode: query_value(&u, "sslmode"),
+                sslrootcert: query_value(&u, "sslrootcert"),
                 url: String::new(),
             },
             _ => Self { mode: "url".into(), url: raw.to_string(), ..Self::default() },
@@ -182,19 +186,63 @@ impl DbForm {
                 u.path_segments_mut()
                     .map_err(|_| Error::BadUrl("the database name cannot be used".into()))?
                     .push(dbname);
-                let ssl = self.sslmode.trim();
-                if !ssl.is_empty() {
-                    const MODES: [&str; 6] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
-                    if !MODES.contains(&ssl) {
-                        return Err(Error::Invalid(format!("sslmode '{ssl}' is not one of {}", MODES.join(", "))));
-                    }
-                    u.query_pairs_mut().append_pair("sslmode", ssl);
+                for (key, value) in self.tls_params()? {
+                    u.query_pairs_mut().append_pair(key, &value);
                 }
                 Ok(Some(DbUrl::parse(u.as_str())?))
             }
             other => Err(Error::Invalid(format!("unknown database mode '{other}'"))),
         }
     }
+
+    /// `sslmode` and `sslrootcert`, checked. A root certificate with no mode means
+    /// verify-full; with a mode that does not verify the server it is refused, since it
+    /// would be silently unused.
+    fn tls_params(&self) -> Result<Vec<(&'static str, String)>> {
+        const MODES: [&str; 6] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+        let cert = self.sslrootcert.trim();
+        let mode = match self.sslmode.trim() {
+            "" if !cert.is_empty() => "verify-full",
+            m => m,
+        };
+        let mut params = vec![];
+        if !mode.is_empty() {
+            if !MODES.contains(&mode) {
+                return Err(Error::Invalid(format!("sslmode '{mode}' is not one of {}", MODES.join(", "))));
+            }
+            params.push(("sslmode", mode.to_string()));
+        }
+        if !cert.is_empty() {
+            if !matches!(mode, "verify-ca" | "verify-full") {
+                return Err(Error::Invalid(format!(
+                    "a root certificate is only checked with sslmode verify-ca or verify-full, not {mode}; choose one of those, or clear the certificate"
+                )));
+            }
+            params.push(("sslrootcert", root_cert_path(cert)?));
+        }
+        Ok(params)
+    }
+}
+
+/// The root certificate's full path (a leading `~/` is the home directory): it must be an
+/// existing file, since the driver reads it at every connection, from whatever directory.
+fn root_cert_path(raw: &str) -> Result<String> {
+    let path = crate::worktree::expand_home(raw);
+    if !path.is_absolute() {
+        return Err(Error::Invalid(format!("give the root certificate's full path, not '{raw}'")));
+    }
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path.display().to_string()),
+        Ok(_) => Err(Error::Invalid(format!("the root certificate {} is not a file", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Invalid(format!("the root certificate {} does not exist", path.display())))
+        }
+        Err(e) => Err(Error::Invalid(format!("cannot read the root certificate {}: {e}", path.display()))),
+    }
+}
+
+fn query_value(u: &url::Url, key: &str) -> String {
+    u.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned()).unwrap_or_default()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -233,8 +281,11 @@ pub struct Engine {
     /// The queue the window reads (present even when nothing is claimed).
     queue: RwLock<Option<Queue>>,
     handle: RwLock<Option<Handle>>,
-    /// Effective settings (file + environment).
-    effective: RwLock<Settings>,
+    /// Effective settings (file + environment), watched by the parts that follow a setting
+    /// live (the tray's keep-awake).
+    effective: watch::Sender<Settings>,
+    /// A corrupt config file this engine set aside at a start, until the user dismisses it.
+    set_aside: watch::Sender<Option<SetAside>>,
     lifecycle: tokio::sync::Mutex<Option<Current>>,
     generation: AtomicU64,
     woke_at: Mutex<Option<Instant>>,
@@ -259,7 +310,8 @@ impl Engine {
             status_tx,
             queue: RwLock::new(None),
             handle: RwLock::new(None),
-            effective: RwLock::new(Settings::default()),
+            effective: watch::Sender::new(Settings::default()),
+            set_aside: watch::Sender::new(None),
             lifecycle: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),
@@ -303,12 +355,31 @@ impl Engine {
 
     /// The settings in force (file + environment).
     pub fn settings(&self) -> Settings {
-        self.effective.read().map(|s| s.clone()).unwrap_or_default()
+        self.effective.borrow().clone()
+    }
+
+    /// The settings in force, as they change.
+    pub fn watch_settings(&self) -> watch::Receiver<Settings> {
+        self.effective.subscribe()
     }
 
     /// The settings file as saved (without the environment's overrides).
     pub fn file_settings(&self) -> Result<Settings> {
         self.paths.load()
+    }
+
+    /// The corrupt config file set aside at a start (the window's notice), as it changes.
+    pub fn watch_set_aside(&self) -> watch::Receiver<Option<SetAside>> {
+        self.set_aside.subscribe()
+    }
+
+    pub fn set_aside_config(&self) -> Option<SetAside> {
+        self.set_aside.borrow().clone()
+    }
+
+    /// The user has read the notice. (The file stays where it was kept.)
+    pub fn dismiss_set_aside(&self) {
+        self.set_aside.send_replace(None);
     }
 
     fn queue(&self) -> Result<Queue> {
@@ -380,17 +451,9 @@ impl Engine {
 
     async fn launch(self: &Arc<Self>, gen: u64) -> Current {
         let mut current = Current { tasks: vec![] };
-        // 1. Settings: file, then environment.
-        let settings = match self.paths.load() {
-            Ok(file) => self.with_overrides(file),
-            Err(e) => {
-                self.set_problem(MachineState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
-                return current;
-            }
-        };
-        if let Ok(mut eff) = self.effective.write() {
-            *eff = settings.clone();
-        }
+        // 1. Settings: file (a corrupt one set aside, for defaults), then environment.
+        let Some(settings) = self.start_settings() else { return current };
+        self.effective.send_replace(settings.clone());
         let machine = settings.machine_name();
         self.status_tx.send_modify(|s| {
             *s = Status::default();
@@ -443,6 +506,25 @@ impl Engine {
         }
         self.connect_in_background(&mut current, gen, url, settings, agent);
         current
+    }
+
+    /// The settings a start runs with: the file's, or the defaults when the file could not be
+    /// parsed (it is kept aside, and remembered for the window), with the environment's
+    /// overrides. `None`, with the problem in the status, when the file cannot be read.
+    fn start_settings(&self) -> Option<Settings> {
+        match self.paths.load_or_set_aside() {
+            Ok(loaded) => {
+                if let Some(kept) = loaded.set_aside {
+                    tracing::warn!(kept_as = %kept.kept_as, reason = %kept.reason, "the config file could not be parsed; kept it aside and started on default settings");
+                    self.set_aside.send_replace(Some(kept));
+                }
+                Some(self.with_overrides(loaded.settings))
+            }
+            Err(e) => {
+                self.set_problem(MachineState::Error, format!("{e}. Fix or delete the file, then restart DevPilot."));
+                None
+            }
+        }
     }
 
     /// The file's settings with the environment's overrides applied.
@@ -589,9 +671,7 @@ impl Engine {
         let mut file = self.paths.load()?;
         file.dispatch_enabled = on;
         self.paths.save(&file)?;
-        if let Ok(mut eff) = self.effective.write() {
-            eff.dispatch_enabled = on;
-        }
+        self.effective.send_modify(|eff| eff.dispatch_enabled = on);
         if let Some(h) = self.orchestrator() {
             h.set_enabled(on);
         }
@@ -896,9 +976,7 @@ impl Engine {
             };
         });
         let dispatch_changed = self.settings().dispatch_enabled != new.dispatch_enabled;
-        if let Ok(mut eff) = self.effective.write() {
-            *eff = new.clone();
-        }
+        self.effective.send_replace(new.clone());
         if dispatch_changed {
             self.set_dispatch(new.dispatch_enabled).await?;
         }
@@ -1258,6 +1336,41 @@ mod tests {
         e.stop(StopMode::HandOff).await;
     }
 
+    /// A config file that cannot be parsed is kept aside, the engine runs on the defaults and
+    /// remembers it for the window; a later save writes a new file and leaves the kept one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn corrupt_config_is_kept_aside_and_the_engine_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        std::fs::create_dir_all(&p.config_dir).unwrap();
+        std::fs::write(p.config_file(), "orchestrator_id = [unterminated").unwrap();
+        let e =
+            Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+        let mut notice = e.watch_set_aside();
+        e.start().await;
+        let st = wait_for(&e, "idle on defaults", |s| s.state == MachineState::Idle).await;
+        assert_eq!(st.orchestrator_id, Settings::default().orchestrator_id);
+        let kept = e.set_aside_config().expect("the engine remembers what it set aside");
+        assert!(notice.has_changed().unwrap(), "watchers learn of it");
+        assert!(notice.borrow_and_update().is_some());
+        assert!(kept.kept_as.contains("config.toml.bad-"), "{kept:?}");
+        assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "orchestrator_id = [unterminated");
+        e.set_dispatch(false).await.unwrap();
+        assert!(!p.load().unwrap().dispatch_enabled, "a new file is written");
+        assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "orchestrator_id = [unterminated");
+        // A restart finds the good file: nothing new is set aside, and the notice stays until dismissed.
+        e.start().await;
+        wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
+        assert_eq!(e.set_aside_config(), Some(kept));
+        e.dismiss_set_aside();
+        assert_eq!(e.set_aside_config(), None);
+        let kept_files = std::fs::read_dir(&p.config_dir)
+            .unwrap()
+            .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().contains(".bad-"));
+        assert_eq!(kept_files.count(), 1);
+        e.stop(StopMode::HandOff).await;
+    }
+
     /// The database form builds a URL without a password and reads one back.
     #[test]
     fn db_form_round_trip() {
@@ -1268,6 +1381,7 @@ mod tests {
             database: "dev pilot".into(),
             user: "alice".into(),
             sslmode: "require".into(),
+            sslrootcert: String::new(),
             url: String::new(),
         };
         let u = f.to_url().unwrap().unwrap();
@@ -1276,5 +1390,39 @@ mod tests {
         let bad = DbForm { sslmode: "maybe".into(), ..f };
         assert!(bad.to_url().unwrap_err().to_string().contains("sslmode"));
         assert_eq!(DbForm::of(None).mode, "embedded");
+    }
+
+    /// A root certificate goes into the URL as `sslrootcert` (with a verifying sslmode), and
+    /// comes back in the form; a missing file, a relative path or a mode that would not use
+    /// it are refused, each with its reason.
+    #[test]
+    fn db_form_root_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("root ca.crt");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let f = DbForm {
+            mode: "postgres".into(),
+            host: "db.example".into(),
+            database: "devpilot".into(),
+            user: "alice".into(),
+            sslmode: "verify-full".into(),
+            sslrootcert: ca.display().to_string(),
+            ..DbForm::default()
+        };
+        let u = f.to_url().unwrap().unwrap();
+        assert!(u.to_string().contains("sslmode=verify-full&sslrootcert="), "{u}");
+        assert_eq!(u.password(), None);
+        assert_eq!(DbForm::of(Some(&u.to_string())), DbForm { port: Some(5432), ..f.clone() });
+        let no_mode = DbForm { sslmode: String::new(), ..f.clone() };
+        assert_eq!(DbForm::of(Some(&no_mode.to_url().unwrap().unwrap().to_string())).sslmode, "verify-full");
+        let err = |g: DbForm| g.to_url().unwrap_err().to_string();
+        let missing = dir.path().join("nope.crt").display().to_string();
+        assert_eq!(
+            err(DbForm { sslrootcert: missing.clone(), ..f.clone() }),
+            format!("the root certificate {missing} does not exist")
+        );
+        assert!(err(DbForm { sslrootcert: "ca.crt".into(), ..f.clone() }).contains("full path"));
+        assert!(err(DbForm { sslrootcert: dir.path().display().to_string(), ..f.clone() }).contains("not a file"));
+        assert!(err(DbForm { sslmode: "require".into(), ..f }).contains("verify-ca or verify-full"));
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! The config file is TOML and holds no secret: a database password lives in the OS keychain
 //! (see [`crate::secrets`]). A corrupt file is reported with its path and the parser's reason,
-//! and is never overwritten by a half-read copy.
+//! and is never overwritten by a half-read copy: [`Paths::load`] refuses it, and an app's
+//! start ([`Paths::load_or_set_aside`]) renames it to `config.toml.bad-<time>` first, keeps
+//! it, and goes on with the defaults.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -98,6 +100,9 @@ pub struct Settings {
     pub poll_only: bool,
     pub dispatch_enabled: bool,
     pub sleep_action: SleepAction,
+    /// While agents run here, ask the OS not to sleep when the machine is idle (a logind
+    /// idle-sleep block inhibitor on Linux). Closing the lid still sleeps, after the hand-off.
+    pub keep_awake: bool,
     pub autostart: bool,
     pub notify: NotifySettings,
 }
@@ -128,6 +133,7 @@ impl Default for Settings {
             poll_only: false,
             dispatch_enabled: true,
             sleep_action: SleepAction::HandOff,
+            keep_awake: false,
             autostart: false,
             notify: NotifySettings::default(),
         }
@@ -328,6 +334,14 @@ impl Paths {
         load_from(&self.config_file())
     }
 
+    /// Reads the settings for an app's start. A file that cannot be parsed is renamed to
+    /// `config.toml.bad-<time>` (never overwritten, never deleted) and the defaults are used,
+    /// so the app starts and can say what happened. A file that cannot be *read* (permissions,
+    /// I/O) is still an error: it may be fine, and nothing is moved.
+    pub fn load_or_set_aside(&self) -> Result<Loaded> {
+        load_or_set_aside(&self.config_file(), std::time::SystemTime::now())
+    }
+
     /// Validates, then writes atomically (temp file + rename), so a crash never leaves half a
     /// config behind. The file is private to the user.
     pub fn save(&self, settings: &Settings) -> Result<()> {
@@ -337,12 +351,83 @@ impl Paths {
 }
 
 pub fn load_from(path: &Path) -> Result<Settings> {
+    match read_config(path)? {
+        Some(text) => parse_config(path, &text),
+        None => Ok(Settings::default()),
+    }
+}
+
+/// The file's text, or `None` when there is no file.
+fn read_config(path: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(path) {
-        Ok(text) => toml::from_str(&text)
-            .map_err(|e| Error::Config { path: path.display().to_string(), reason: e.message().to_string() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::Config { path: path.display().to_string(), reason: e.to_string() }),
     }
+}
+
+fn parse_config(path: &Path, text: &str) -> Result<Settings> {
+    toml::from_str(text)
+        .map_err(|e| Error::Config { path: path.display().to_string(), reason: e.message().to_string() })
+}
+
+/// What an app's start read: the settings, and the corrupt file it set aside, if it did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loaded {
+    pub settings: Settings,
+    pub set_aside: Option<SetAside>,
+}
+
+/// A config file that could not be parsed, kept under another name.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SetAside {
+    /// Where the file is now: `…/config.toml.bad-20261201T142501Z`.
+    pub kept_as: String,
+    /// Why it could not be parsed (the parser's words; a config file holds no secret).
+    pub reason: String,
+}
+
+pub fn load_or_set_aside(path: &Path, now: std::time::SystemTime) -> Result<Loaded> {
+    let Some(text) = read_config(path)? else { return Ok(Loaded { settings: Settings::default(), set_aside: None }) };
+    let reason = match parse_config(path, &text) {
+        Ok(settings) => return Ok(Loaded { settings, set_aside: None }),
+        Err(Error::Config { reason, .. }) => reason,
+        Err(e) => return Err(e),
+    };
+    let kept = set_aside(path, now).map_err(|e| Error::Config {
+        path: path.display().to_string(),
+        reason: format!("{reason}; it could not be renamed to keep it ({e}), so it was left as it is"),
+    })?;
+    Ok(Loaded {
+        settings: Settings::default(),
+        set_aside: Some(SetAside { kept_as: kept.display().to_string(), reason }),
+    })
+}
+
+/// Renames `path` to `<name>.bad-<UTC time>` (then `-2`, `-3`, … if taken), never onto an
+/// existing file: the hard link fails rather than replace one, where `rename` would not.
+fn set_aside(path: &Path, now: std::time::SystemTime) -> std::io::Result<PathBuf> {
+    let stamp: String =
+        humantime::format_rfc3339_seconds(now).to_string().chars().filter(|c| *c != '-' && *c != ':').collect();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "config.toml".into());
+    for n in 1..=100 {
+        let suffix = if n == 1 { String::new() } else { format!("-{n}") };
+        let dest = path.with_file_name(format!("{name}.bad-{stamp}{suffix}"));
+        match std::fs::hard_link(path, &dest) {
+            Ok(()) => {
+                std::fs::remove_file(path)?;
+                return Ok(dest);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // A file system without hard links: rename, onto a name that is free.
+            Err(_) if std::fs::symlink_metadata(&dest).is_err() => {
+                std::fs::rename(path, &dest)?;
+                return Ok(dest);
+            }
+            Err(_) => continue,
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "100 set-aside copies with this time exist already"))
 }
 
 pub fn save_to(path: &Path, settings: &Settings) -> Result<()> {
@@ -416,6 +501,46 @@ mod tests {
         let e = load_from(&p).unwrap_err().to_string();
         assert!(e.contains("config.toml") && e.contains("invalid"), "{e}");
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "orchestrator_id = [unterminated");
+    }
+
+    /// A file that cannot be parsed is renamed aside (same bytes, never over another copy) and
+    /// the defaults are used; a second one in the same second gets its own name.
+    #[test]
+    fn corrupt_config_is_set_aside_and_defaults_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.toml");
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_796_115_600);
+        std::fs::write(&p, "concurrency = \"lots\"\n[[[").unwrap();
+        let first = load_or_set_aside(&p, now).unwrap();
+        assert_eq!(first.settings, Settings::default());
+        let kept = first.set_aside.unwrap();
+        assert!(kept.kept_as.ends_with("config.toml.bad-20261201T090000Z"), "{kept:?}");
+        assert!(!kept.reason.is_empty());
+        assert!(!p.exists(), "the corrupt file is no longer where a save would overwrite it");
+        assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "concurrency = \"lots\"\n[[[");
+        std::fs::write(&p, "also = [bad").unwrap();
+        let second = load_or_set_aside(&p, now).unwrap().set_aside.unwrap();
+        assert!(second.kept_as.ends_with("config.toml.bad-20261201T090000Z-2"), "{second:?}");
+        assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "concurrency = \"lots\"\n[[[", "not overwritten");
+        assert_eq!(std::fs::read_to_string(&second.kept_as).unwrap(), "also = [bad");
+        // A good file and no file are read as they are.
+        save_to(&p, &Settings { concurrency: 2, ..Settings::default() }).unwrap();
+        assert_eq!(load_or_set_aside(&p, now).unwrap().settings.concurrency, 2);
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(load_or_set_aside(&p, now).unwrap(), Loaded { settings: Settings::default(), set_aside: None });
+    }
+
+    /// A file that cannot be read (here: a directory in its place) is an error, and nothing
+    /// is moved.
+    #[test]
+    fn unreadable_config_is_an_error_and_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.toml");
+        std::fs::create_dir(&p).unwrap();
+        let e = load_or_set_aside(&p, std::time::SystemTime::now()).unwrap_err();
+        assert_eq!(e.kind(), "config", "{e}");
+        assert!(p.is_dir());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no copy was made");
     }
 
     /// `agent = "claude"` is the preset, with this machine's extra args; a command line is

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use devpilot::app::{DbForm, Fleet, JobDetail, NewJob, Status};
-use devpilot::config::Settings;
+use devpilot::config::{SetAside, Settings};
 use devpilot::orchestrator::StopMode;
 use devpilot::queue::{CancelOutcome, Counts, Enqueued, JobRow};
 use devpilot::{Error, Result};
@@ -40,6 +40,8 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         quit,
         recent_notifications,
         open_logs,
+        set_aside_config,
+        dismiss_set_aside,
     ]
 }
 
@@ -246,6 +248,18 @@ pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mod
 #[tauri::command]
 pub fn recent_notifications(state: State<'_, AppState>) -> Vec<Sent> {
     state.notifier.recent()
+}
+
+/// The config file that could not be parsed at start and was kept aside, if one was: the
+/// window shows it until dismissed.
+#[tauri::command]
+pub fn set_aside_config(state: State<'_, AppState>) -> Option<SetAside> {
+    state.engine.set_aside_config()
+}
+
+#[tauri::command]
+pub fn dismiss_set_aside(state: State<'_, AppState>) {
+    state.engine.dismiss_set_aside()
 }
 
 /// Opens the log folder in the file manager.

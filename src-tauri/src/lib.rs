@@ -5,9 +5,12 @@
 //! rest keeps working.
 //!
 //! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in).
-//! - [`tray`]: the icon (five states) and the menu, kept current from the engine's status.
+//! - [`tray`]: the icon (five states), the menu and the hover text, kept current from the engine's status.
+//! - [`tray_text`]: what the tray says (state line, job lines, hover text), as pure functions.
 //! - [`notify`]: notifications per event, coalesced, sent off the async worker threads.
 //! - [`sleep`]: logind's PrepareForSleep: hand off (or pause) before sleep, re-check after wake.
+//! - [`awake`]: with `keep_awake` on, a logind idle-sleep block inhibitor while agents run.
+//! - [`logind`]: the logind D-Bus calls both use.
 //! - [`window`]: opening the window, and what closing it does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,10 +21,13 @@ use devpilot::config::Paths;
 use devpilot::orchestrator::StopMode;
 use tauri::{AppHandle, Emitter, Manager, RunEvent, Runtime};
 
+pub mod awake;
 pub mod commands;
+pub mod logind;
 pub mod notify;
 pub mod sleep;
 pub mod tray;
+pub mod tray_text;
 pub mod window;
 
 /// The profile name: its config, data, logs and keychain entries. Debug builds use their own,
@@ -138,6 +144,8 @@ pub fn run() -> std::process::ExitCode {
 pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     let state = app.state::<AppState>();
     let engine = state.engine.clone();
+    // Listening first, so nothing the first start says is missed.
+    state.notifier.start();
     {
         let engine = engine.clone();
         tauri::async_runtime::spawn(async move { engine.start().await });
@@ -152,12 +160,14 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
                 }
             }
             notify::Open::Job(id) => window::open(&app, Some(&format!("job-{id}"))),
+            notify::Open::Settings => window::open(&app, Some("settings")),
         }));
     }
-    state.notifier.start();
     tray::install(app);
     spawn_status_forwarder(app);
+    spawn_set_aside_forwarder(app);
     sleep::spawn(engine.clone());
+    awake::spawn(engine.clone());
     sync_autostart(app);
     spawn_signal_handler(app);
     if show_window {
@@ -200,10 +210,25 @@ fn spawn_status_forwarder<R: Runtime>(app: &AppHandle<R>) {
     });
 }
 
-/// Makes the OS's start-at-login entry match the setting. Failures are logged only.
+/// A config file set aside at a start: the window (if open) shows, or drops, its notice.
+fn spawn_set_aside_forwarder<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let mut set_aside = app.state::<AppState>().engine.watch_set_aside();
+    tauri::async_runtime::spawn(async move {
+        while set_aside.changed().await.is_ok() {
+            let now = set_aside.borrow_and_update().clone();
+            let _ = app.emit("config-set-aside", &now);
+        }
+    });
+}
+
+/// Makes the OS's start-at-login entry match the setting. Failures are logged only. A
+/// settings file that cannot be read leaves the entry as the user last set it.
 fn sync_autostart<R: Runtime>(app: &AppHandle<R>) {
-    let want = app.state::<AppState>().engine.file_settings().map(|s| s.autostart).unwrap_or(false);
-    set_autostart(app, want);
+    match app.state::<AppState>().engine.file_settings() {
+        Ok(s) => set_autostart(app, s.autostart),
+        Err(e) => tracing::info!(error = %e, "start at login left as it is (the settings file cannot be read)"),
+    }
 }
 
 /// Turns start-at-login on or off (no-op where the plugin is absent, as in tests).

@@ -9,6 +9,8 @@
 //!   (it panics there on Linux). A missing notification daemon is logged, never fatal.
 //! - A finished job's notification carries an "Open" action where the server supports
 //!   actions: it opens the job's result URL, or else the job in the window.
+//! - A settings file that could not be parsed and was kept aside at a start is told exactly
+//!   once per kept file, whatever the toggles; its "Open" opens Settings.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +45,9 @@ pub enum Kind {
     AgentMissing,
     Offline,
     Online,
+    /// The config file could not be parsed: it was kept aside and the defaults are in force.
+    /// Always shown, once per file set aside.
+    ConfigSetAside,
 }
 
 /// One event worth telling, before coalescing.
@@ -60,6 +65,7 @@ pub struct Notice {
 pub enum Open {
     Url(String),
     Job(i64),
+    Settings,
 }
 
 /// Runs an "Open" action (set by the app: it has the window).
@@ -146,6 +152,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             Kind::AgentMissing => "DevPilot: the agent cannot run",
             Kind::Offline => "DevPilot: database offline",
             Kind::Online => "DevPilot: database back online",
+            Kind::ConfigSetAside => "DevPilot: settings file could not be read",
         };
         return (summary.into(), one.text.clone());
     }
@@ -168,6 +175,9 @@ pub fn render(batch: &[Notice]) -> (String, String) {
     }
     if count(Kind::AgentMissing) > 0 {
         parts.push("the agent cannot run".into());
+    }
+    if count(Kind::ConfigSetAside) > 0 {
+        parts.push("settings file could not be read".into());
     }
     for k in [Kind::Offline, Kind::Online] {
         if count(k) > 0 {
@@ -210,19 +220,21 @@ impl Notifier {
         self.recent.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()
     }
 
-    /// Starts listening (once).
+    /// Starts listening (once). Subscribes before it returns, so an event the engine sends
+    /// right after is not missed.
     pub fn start(&self) {
         if self.started.swap(true, Ordering::SeqCst) {
             return;
         }
         let (tx, rx) = mpsc::unbounded_channel::<Notice>();
         let me = self.clone();
+        let events = self.engine.subscribe();
         tauri::async_runtime::spawn(me.clone().batcher(rx));
-        tauri::async_runtime::spawn(me.listen(tx));
+        tauri::async_runtime::spawn(watch_set_aside(self.engine.watch_set_aside(), tx.clone()));
+        tauri::async_runtime::spawn(me.listen(events, tx));
     }
 
-    async fn listen(self, tx: mpsc::UnboundedSender<Notice>) {
-        let mut events = self.engine.subscribe();
+    async fn listen(self, mut events: tokio::sync::broadcast::Receiver<Event>, tx: mpsc::UnboundedSender<Notice>) {
         let offline_sent = Arc::new(AtomicBool::new(false));
         let mut offline_timer: Option<tokio::task::JoinHandle<()>> = None;
         loop {
@@ -319,6 +331,37 @@ impl Notifier {
             }
         }
     }
+}
+
+/// One notification per config file set aside (the watch repeats the same value on other
+/// changes, such as a dismissal; each file is told once).
+async fn watch_set_aside(
+    mut rx: tokio::sync::watch::Receiver<Option<devpilot::config::SetAside>>,
+    tx: mpsc::UnboundedSender<Notice>,
+) {
+    let mut told: Option<String> = None;
+    loop {
+        let now = rx.borrow_and_update().clone();
+        if let Some(n) = now.as_ref().and_then(|k| set_aside_notice(k, told.as_deref())) {
+            told = now.map(|k| k.kept_as);
+            let _ = tx.send(n);
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The notice for a config file set aside, unless `told` already names it.
+pub fn set_aside_notice(kept: &devpilot::config::SetAside, told: Option<&str>) -> Option<Notice> {
+    (told != Some(kept.kept_as.as_str())).then(|| Notice {
+        kind: Kind::ConfigSetAside,
+        text: format!(
+            "It could not be parsed ({}). It was kept as {} and DevPilot started with default settings; nothing was overwritten.",
+            kept.reason, kept.kept_as
+        ),
+        open: Some(Open::Settings),
+    })
 }
 
 /// Blocking: runs on a blocking thread. With `open` and a server that supports actions, the
@@ -432,6 +475,17 @@ mod tests {
         assert!(b.contains("… and 3 more"), "{b}");
         let (s, b) = render(&batch[..1]);
         assert_eq!((s.as_str(), b.as_str()), ("DevPilot: job finished", "Finished T1 (#1)"));
+    }
+
+    /// A config file set aside is told once, names where it was kept, and opens Settings.
+    #[test]
+    fn a_set_aside_config_is_told_once() {
+        let kept = devpilot::config::SetAside { kept_as: "/c/config.toml.bad-1".into(), reason: "expected `]`".into() };
+        let n = set_aside_notice(&kept, None).unwrap();
+        assert!(n.text.contains("/c/config.toml.bad-1") && n.text.contains("expected `]`"), "{}", n.text);
+        assert_eq!(n.open, Some(Open::Settings));
+        assert_eq!(render(&[n]).0, "DevPilot: settings file could not be read");
+        assert!(set_aside_notice(&kept, Some("/c/config.toml.bad-1")).is_none());
     }
 
     /// A completion's notice carries what the agent said it did, and its link.

@@ -4,23 +4,16 @@
 //! InhibitDelayMaxSec). After the wake we re-check every lease before anything else.
 //!
 //! No system bus, no logind, or a refused inhibitor: logged, and the app runs without it.
+//!
+//! Keep-awake ([`crate::awake`]) may hold an idle-sleep *block* inhibitor at the same time;
+//! it never blocks the lid switch, so closing the lid still arrives here as PrepareForSleep.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use devpilot::app::Engine;
 
-#[zbus::proxy(
-    interface = "org.freedesktop.login1.Manager",
-    default_service = "org.freedesktop.login1",
-    default_path = "/org/freedesktop/login1"
-)]
-trait Login1Manager {
-    fn inhibit(&self, what: &str, who: &str, why: &str, mode: &str) -> zbus::Result<zbus::zvariant::OwnedFd>;
-
-    #[zbus(signal)]
-    fn prepare_for_sleep(&self, start: bool) -> zbus::Result<()>;
-}
+use crate::logind::Login1ManagerProxy;
 
 /// Starts the sleep hook in the background. Never fails.
 pub fn spawn(engine: Arc<Engine>) {

@@ -4,15 +4,16 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use devpilot::app::{MachineState as S, Status};
 use devpilot::orchestrator::StopMode;
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, IsMenuItem, Menu, MenuItem, PredefinedMenuItem, Submenu};
-use tauri::tray::TrayIconBuilder;
+use tauri::tray::{TrayIcon, TrayIconBuilder};
 use tauri::{AppHandle, Manager, Runtime};
 
+use crate::tray_text::{hover_text, job_lines, state_line};
 use crate::AppState;
 
 pub const TRAY_ID: &str = "devpilot";
@@ -66,65 +67,6 @@ impl Icon {
     }
 }
 
-/// One line for the state, as the menu and the tooltip show it.
-pub fn state_line(st: &Status) -> String {
-    let word = match st.state {
-        S::Starting => "Starting…".to_string(),
-        S::Idle => "Idle: waiting for jobs".to_string(),
-        S::Working => format!("Working: {} job{}", st.running.len(), if st.running.len() == 1 { "" } else { "s" }),
-        S::Paused => match st.paused_for_secs {
-            Some(s) => format!("Paused: resumes in {}", human(Duration::from_secs(s))),
-            None => "Paused until resumed".to_string(),
-        },
-        S::Off => "Dispatch off".to_string(),
-        S::Offline => "Offline: database unreachable".to_string(),
-        S::Error => match &st.message {
-            // The first clause says what is wrong (the agent program, the keychain, …).
-            Some(m) => {
-                format!("Needs attention: {}", m.split(';').next().unwrap_or(m).chars().take(90).collect::<String>())
-            }
-            None => "Needs attention (see Settings)".to_string(),
-        },
-        S::NeedsAgent => "Set an agent command (Settings)".to_string(),
-        S::Stopped => "Stopped".to_string(),
-    };
-    if st.orchestrator_id.is_empty() {
-        word
-    } else {
-        format!("{word} — {}", st.orchestrator_id)
-    }
-}
-
-fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    if s < 60 {
-        format!("{s}s")
-    } else if s < 3600 {
-        format!("{}m", s / 60)
-    } else {
-        format!("{}h {}m", s / 3600, (s % 3600) / 60)
-    }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// The running-job lines: "Title (#12) · 3m".
-pub fn job_lines(st: &Status) -> Vec<String> {
-    let now = now_ms();
-    st.running
-        .iter()
-        .map(|r| {
-            let mut label = r.job.label();
-            if label.chars().count() > 48 {
-                label = label.chars().take(47).collect::<String>() + "…";
-            }
-            format!("▶ {label} · {}", human(Duration::from_millis(now.saturating_sub(r.started_unix_ms))))
-        })
-        .collect()
-}
-
 /// The menu, built once and then updated in place: replacing a tray menu while a tray host
 /// reads it crashed hosts (and, with libappindicator, the app) under bursts of updates.
 pub struct TrayMenu<R: Runtime> {
@@ -151,7 +93,7 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> tauri::Result<TrayMenu<R>> {
         let tm = build_menu(app)?;
         let mut b = TrayIconBuilder::with_id(TRAY_ID)
-            .tooltip(format!("DevPilot — {}", state_line(&st)))
+            .tooltip(hover_text(&st))
             .menu(&tm.menu)
             .show_menu_on_left_click(true)
             .on_menu_event(|app, event| on_menu(app, event.id().as_ref()));
@@ -209,14 +151,17 @@ fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
             *last = Some(icon);
         }
     }
+    // Everything the texts show except running times (the minute tick forces those): the
+    // pause's end to the minute, as the menu says "until 14:30".
     let key = format!(
-        "{:?}|{}|{}|{:?}|{:?}|{:?}",
+        "{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}",
         st.state,
         st.dispatch_enabled,
         st.paused,
-        st.paused_for_secs.map(|s| s / 60),
+        st.paused_until_unix_ms.map(|ms| ms / 60_000),
         st.running.iter().map(|r| r.job.id).collect::<Vec<_>>(),
-        st.orchestrator_id
+        st.orchestrator_id,
+        st.message,
     );
     let changed = cache.key.lock().map(|mut k| {
         let changed = k.as_deref() != Some(key.as_str());
@@ -226,11 +171,85 @@ fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     if !(force || changed.unwrap_or(true)) {
         return;
     }
-    let _ = tray.set_tooltip(Some(format!("DevPilot — {}", state_line(st))));
+    set_hover_text(&tray, hover_text(st));
     let Ok(mut guard) = cache.menu.lock() else { return };
     let Some(tm) = guard.as_mut() else { return };
     if let Err(e) = update_menu(app, tm, st) {
         tracing::warn!(error = %e, "cannot update the tray menu");
+    }
+}
+
+/// What a tray host shows when the pointer rests on the icon.
+///
+/// On Linux, Tauri's tray (the `tray-icon` crate over libayatana-appindicator) drops the
+/// tooltip: `set_tooltip` is a no-op there (tray-icon 0.25, `platform_impl/gtk`), and its
+/// `set_title` sets the indicator's *label* (`XAyatanaLabel`, text beside the icon, which
+/// neither xfce4-panel nor trayer shows). libayatana-appindicator's StatusNotifierItem has no
+/// `ToolTip` property at all; its `Title` property is what hosts fall back to for the tooltip
+/// (xfce4-panel's `sn_item_get_tooltip`, KDE's SNI host). So on Linux the text goes to
+/// `Title` through the indicator itself, and to the icon's accessible description, which
+/// screen readers read and which xfce4-panel shows under the title unless the two are equal
+/// (tray-icon sets it to "tray icon"). `set_tooltip` is still called for the hosts and
+/// platforms that have a tooltip (Windows, macOS, a future tray-icon).
+fn set_hover_text<R: Runtime>(tray: &TrayIcon<R>, text: String) {
+    if let Err(e) = tray.set_tooltip(Some(&text)) {
+        tracing::debug!(error = %e, "cannot set the tray tooltip");
+    }
+    #[cfg(target_os = "linux")]
+    sni_title::set(tray, text);
+}
+
+#[cfg(target_os = "linux")]
+mod sni_title {
+    use std::ffi::{c_void, CString};
+
+    use tauri::tray::TrayIcon;
+    use tauri::Runtime;
+
+    // `libappindicator::AppIndicator` is a struct with one field, the `AppIndicator*` GObject
+    // pointer (libappindicator 0.9, src/lib.rs), and no accessor for it. Its size being one
+    // pointer means that field is all of it, at offset 0, so reading a pointer from the
+    // wrapper's address is reading that field. If the crate ever grows, this stops compiling.
+    const _: () = assert!(std::mem::size_of::<libappindicator::AppIndicator>() == std::mem::size_of::<*mut c_void>());
+
+    /// Sets the StatusNotifierItem's `Title` and `IconAccessibleDesc`. A failure is logged
+    /// (once), never fatal.
+    pub fn set<R: Runtime>(tray: &TrayIcon<R>, text: String) {
+        let Ok(title) = CString::new(text.replace('\0', "")) else { return };
+        // On the main thread: the indicator is a GObject of the GTK loop.
+        let done = tray.with_inner_tray_icon(move |inner| {
+            // SAFETY: tray-icon hands out the address of its live wrapper (it lives as long as
+            // `inner`, which we hold); we only read the wrapper's one field (see above).
+            let wrapper: *const libappindicator::AppIndicator = unsafe { inner.app_indicator() };
+            let raw =
+                if wrapper.is_null() { std::ptr::null_mut() } else { unsafe { wrapper.cast::<*mut c_void>().read() } };
+            if raw.is_null() {
+                return Err("the tray indicator is gone".to_string());
+            }
+            // The symbol lookup panics if the loaded library lacks it (appindicator < 0.5).
+            std::panic::catch_unwind(|| {
+                // SAFETY: `raw` is the indicator's GObject, alive while `inner` is; `title` is
+                // a NUL-terminated string that outlives the calls (the library copies it);
+                // the icon name is the indicator's own, re-set unchanged with the description.
+                unsafe {
+                    libappindicator::app_indicator_set_title(raw.cast(), title.as_ptr());
+                    let icon = libappindicator::app_indicator_get_icon(raw.cast());
+                    if !icon.is_null() {
+                        libappindicator::app_indicator_set_icon_full(raw.cast(), icon, title.as_ptr());
+                    }
+                }
+            })
+            .map_err(|_| "this appindicator library has no app_indicator_set_title".to_string())
+        });
+        let err = match done {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e,
+            Err(e) => e.to_string(),
+        };
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(error = %err, "cannot set the tray's hover text (StatusNotifierItem Title)");
+        }
     }
 }
 

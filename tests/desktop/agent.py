@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The e2e test's agent: prints its payload (and where it runs), sleeps payload["sleep"]
-seconds (default 1), printing a line every half second when payload["chatter"] is set, and
-exits with payload["exit"] (default 0). SIGTERM ends it at once."""
+seconds (default 1), or until the file payload["until"] exists, printing a line every half
+second when payload["chatter"] is set, and exits with payload["exit"] (default 0). SIGTERM ends
+it at once."""
 import json, os, signal, sys, time
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -9,8 +10,9 @@ payload = json.loads(sys.stdin.read() or "{}")
 print("e2e agent got:", json.dumps(payload), "job", os.environ.get("DEVPILOT_JOB_ID"), flush=True)
 print("e2e agent runs in", os.getcwd(), "on branch", os.environ.get("DEVPILOT_BRANCH", "(none)"), flush=True)
 end = time.time() + float(payload.get("sleep", 1))
+until = payload.get("until")
 step = 0
-while time.time() < end:
+while time.time() < end and not (until and os.path.exists(until)):
     if payload.get("chatter"):
         step += 1
         print(f"e2e agent step {step}: still working on {payload.get('title', 'it')}", flush=True)

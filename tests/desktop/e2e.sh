@@ -10,7 +10,7 @@
 #         E2E_ARTIFACTS      (default: a new temp dir; screenshots and logs land here)
 #         E2E_PROFILE        debug (default) or release
 # Needs the apt packages listed in docs (xvfb dbus-x11 dunst gnome-keyring libsecret-tools
-# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql python3-gi) and installs
+# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql python3-gi openssl) and installs
 # tauri-driver with `cargo install --locked` when it is missing.
 set -euo pipefail
 
@@ -20,7 +20,7 @@ HERE="$ROOT/tests/desktop"
 if [[ "${1:-}" != "--inner" ]]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/devpilot-target}"
   PROFILE="${E2E_PROFILE:-debug}"
-  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus; do
+  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus openssl; do
     command -v "$tool" >/dev/null || { echo "e2e: missing $tool (see docs: apt packages for the desktop tests)" >&2; exit 2; }
   done
   PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
@@ -61,15 +61,31 @@ cleanup() {
 trap cleanup EXIT
 session_start "$WORK" || { echo "e2e: the headless session did not start"; exit 1; }
 
-# A throwaway PostgreSQL with password auth, for the keychain round trip.
+# TLS for it: a throwaway CA, a server certificate for 127.0.0.1 signed by it (so sslmode
+# verify-full can pass), and a second CA that signed nothing here (so it must fail).
+TLS="$WORK/tls"
+mkdir -p "$TLS"
+(
+  cd "$TLS"
+  ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=DevPilot e2e CA" -keyout ca.key -out ca.crt
+  openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=Some other CA" -keyout other-ca.key -out other-ca.crt
+  openssl req "${ec[@]}" -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
+  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >server.ext
+  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.crt
+) >"$WORK/tls.log" 2>&1 || { echo "e2e: cannot make the test certificates (see tls.log)"; exit 1; }
+chown postgres "$TLS/server.key" "$TLS/server.crt" && chmod 600 "$TLS/server.key" && chmod 755 "$TLS"
+
+# A throwaway PostgreSQL with password auth, for the keychain round trip, serving TLS.
 PGDATA_DIR="$WORK/pg"
 PGPORT=$(( 55000 + RANDOM % 900 ))
 mkdir -p "$PGDATA_DIR" && chown postgres "$PGDATA_DIR" && chmod 755 "$WORK"
 printf '%s\n' "e2e-pg-secret-$RANDOM$RANDOM" >"$WORK/.pgpw"
 chmod 644 "$WORK/.pgpw"
 runuser -u postgres -- "$E2E_PGBIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=scram-sha-256 --pwfile="$WORK/.pgpw" >"$WORK/initdb.log" 2>&1
-runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
-export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw"
+pgopts="-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file=$TLS/server.crt -c ssl_key_file=$TLS/server.key"
+runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "$pgopts" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
+export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw" E2E_CA_CERT="$TLS/ca.crt" E2E_OTHER_CA_CERT="$TLS/other-ca.crt"
 
 python3 "$HERE/e2e.py"
 # The sleep hook, against a logind test double on a private "system bus" (see sleep_test.py).

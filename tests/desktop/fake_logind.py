@@ -13,11 +13,16 @@ the app uses, the way logind documents it
 - the signal org.freedesktop.login1.Manager.PrepareForSleep(b).
 
 And a control interface for the test (dev.devpilot.test.FakeLogind):
-- Sleep(): emits PrepareForSleep(true), then, like logind with a delay inhibitor, waits for
-  the delay inhibitors to be released, at most 5 s (logind's default InhibitDelayMaxSec).
-  Returns a JSON string {"released_after_ms": n or null, "held_before": k}.
+- Sleep(): a lid close. Like logind with its default LidSwitchIgnoreInhibited=yes, it goes
+  ahead whatever "block" inhibitors are held (only a "handle-lid-switch" lock would stop it;
+  it counts them in "block_held"); emits PrepareForSleep(true), then, as logind does with
+  delay inhibitors, waits for those to be released, at most 5 s (logind's default
+  InhibitDelayMaxSec). Returns a JSON string
+  {"released_after_ms": n or null, "held_before": k, "block_held": b, "lid_blocked": false}.
 - Wake(): emits PrepareForSleep(false).
 - Events(): JSON list of everything that happened (inhibit taken/released, signals sent).
+- Held(): JSON list of the inhibitors held now ({"what", "who", "why", "mode", "sender",
+  "held_ms"}), as logind's ListInhibitors would show them.
 
 Needs python3-gi (Debian), so run it with /usr/bin/python3.
 Usage: fake_logind.py ADDRESS
@@ -43,6 +48,7 @@ XML = """
     <method name="Sleep"><arg type="s" direction="out"/></method>
     <method name="Wake"/>
     <method name="Events"><arg type="s" direction="out"/></method>
+    <method name="Held"><arg type="s" direction="out"/></method>
   </interface>
 </node>
 """
@@ -60,15 +66,25 @@ def note(kind, **kw):
     print("fake-logind:", json.dumps(ev), flush=True)
 
 
+def sleep_inhibitors(mode):
+    return [r for r, i in INHIBITORS.items() if i["mode"] == mode and "sleep" in i["what"].split(":")]
+
+
 def delay_inhibitors():
-    return [r for r, i in INHIBITORS.items() if i["mode"] == "delay" and "sleep" in i["what"].split(":")]
+    return sleep_inhibitors("delay")
+
+
+def held():
+    now = time.monotonic()
+    return [{"what": i["what"], "who": i["who"], "why": i["why"], "mode": i["mode"], "sender": i["sender"],
+             "held_ms": round((now - i["taken"]) * 1000)} for i in INHIBITORS.values()]
 
 
 def on_fd_closed(rfd, _cond):
     info = INHIBITORS.pop(rfd, None)
     os.close(rfd)
     if info:
-        note("inhibitor_released", who=info["who"], mode=info["mode"], sender=info["sender"],
+        note("inhibitor_released", who=info["who"], what=info["what"], mode=info["mode"], sender=info["sender"],
              held_ms=round((time.monotonic() - info["taken"]) * 1000))
     return GLib.SOURCE_REMOVE
 
@@ -89,7 +105,7 @@ def main():
         if iface == "org.freedesktop.login1.Manager" and method == "Inhibit":
             what, who, why, mode = params.unpack()
             r, w = os.pipe()
-            INHIBITORS[r] = {"who": who, "what": what, "mode": mode, "sender": sender, "taken": time.monotonic()}
+            INHIBITORS[r] = {"who": who, "what": what, "why": why, "mode": mode, "sender": sender, "taken": time.monotonic()}
             GLib.unix_fd_add_full(GLib.PRIORITY_DEFAULT, r, GLib.IOCondition.HUP | GLib.IOCondition.IN | GLib.IOCondition.ERR,
                                   on_fd_closed)
             fds = Gio.UnixFDList.new()
@@ -98,7 +114,17 @@ def main():
             inv.return_value_with_unix_fd_list(GLib.Variant("(h)", (idx,)), fds)
             note("inhibitor_taken", who=who, what=what, why=why, mode=mode, sender=sender)
         elif method == "Sleep":
-            held = len(delay_inhibitors())
+            n_delay = len(delay_inhibitors())
+            # The lid: "block" locks on sleep do not stop it (LidSwitchIgnoreInhibited=yes);
+            # only a "handle-lid-switch" block would, and then logind would not suspend.
+            n_block = len(sleep_inhibitors("block"))
+            lid_blocked = any(i["mode"] == "block" and "handle-lid-switch" in i["what"].split(":")
+                              for i in INHIBITORS.values())
+            if lid_blocked:
+                note("lid_switch_blocked")
+                inv.return_value(GLib.Variant("(s)", (json.dumps({"released_after_ms": None, "held_before": n_delay,
+                                                                  "block_held": n_block, "lid_blocked": True}),)))
+                return
             emit(True)
             start = time.monotonic()
 
@@ -106,11 +132,13 @@ def main():
                 if not delay_inhibitors():
                     ms = round((time.monotonic() - start) * 1000)
                     note("sleep_allowed", released_after_ms=ms)
-                    inv.return_value(GLib.Variant("(s)", (json.dumps({"released_after_ms": ms, "held_before": held}),)))
+                    inv.return_value(GLib.Variant("(s)", (json.dumps({"released_after_ms": ms, "held_before": n_delay,
+                                                                      "block_held": n_block, "lid_blocked": False}),)))
                     return GLib.SOURCE_REMOVE
                 if time.monotonic() - start > DELAY_MAX_S:
                     note("sleep_forced_after_delay_max")
-                    inv.return_value(GLib.Variant("(s)", (json.dumps({"released_after_ms": None, "held_before": held}),)))
+                    inv.return_value(GLib.Variant("(s)", (json.dumps({"released_after_ms": None, "held_before": n_delay,
+                                                                      "block_held": n_block, "lid_blocked": False}),)))
                     return GLib.SOURCE_REMOVE
                 return GLib.SOURCE_CONTINUE
 
@@ -120,6 +148,8 @@ def main():
             inv.return_value(None)
         elif method == "Events":
             inv.return_value(GLib.Variant("(s)", (json.dumps(EVENTS),)))
+        elif method == "Held":
+            inv.return_value(GLib.Variant("(s)", (json.dumps(held()),)))
         else:
             inv.return_dbus_error("org.freedesktop.DBus.Error.UnknownMethod", method)
 

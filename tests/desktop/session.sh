@@ -18,6 +18,11 @@ session_start() {
   cp "$SESSION_HERE/xfce4-panel.xml" "$XDG_CONFIG_HOME/xfce4/xfconf/xfce-perchannel-xml/"
 
   export DISPLAY=:$(( 90 + RANDOM % 9 ))
+  # Services the bus starts on demand (xfconfd, which serves xfce4-panel its settings) get the
+  # bus's environment, not ours: without this, xfconfd ignored the seeded panel above, showed
+  # xfce's default panels (whose blue menu logo passes for the "working" icon) and wrote them
+  # to the real ~/.config.
+  dbus-update-activation-environment XDG_CONFIG_HOME XDG_DATA_HOME XDG_CACHE_HOME XDG_RUNTIME_DIR DISPLAY
   Xvfb "$DISPLAY" -screen 0 1280x800x24 -nolisten tcp >"$work/xvfb.log" 2>&1 & PIDS+=($!)
   for _ in $(seq 50); do xdpyinfo >/dev/null 2>&1 && break; sleep 0.1; done
   xdpyinfo >/dev/null 2>&1 || { echo "session: Xvfb did not start on $DISPLAY" >&2; return 1; }

@@ -15,6 +15,16 @@ Observed, not assumed:
   "asleep" nothing is claimed;
 - PrepareForSleep(false): the app takes a new inhibitor, logs that it re-checks the leases,
   resumes and claims the job again; no "offline" notification is sent after the wake.
+
+Keep awake (src-tauri/src/awake.rs), with `keep_awake = true` in this app's settings file:
+- while nothing runs, no "block" inhibitor is held;
+- when the job starts running, the app takes Inhibit("idle:sleep", "DevPilot", "Agents are
+  running", "block");
+- it does not stop a lid close: the fake, like logind with LidSwitchIgnoreInhibited=yes, goes
+  ahead with it held, and the hand-off above happens all the same; the hand-off stops the
+  agent, and that closes the block inhibitor's fd;
+- after the wake the job runs again and the block is taken again; when the job ends (its
+  agent exits), the fd is closed, while the app and its delay inhibitor stay.
 """
 import json
 import os
@@ -82,6 +92,27 @@ def events(kind=None):
     return [e for e in fake("Events") if kind is None or e["kind"] == kind]
 
 
+def is_keep_awake(e):
+    return e.get("what") == "idle:sleep" and e.get("mode") == "block"
+
+
+def keep_awake_events(kind):
+    return [e for e in events(kind) if is_keep_awake(e)]
+
+
+def held_blocks():
+    return [i for i in fake("Held") if i["mode"] == "block"]
+
+
+def write_settings():
+    """This app's settings file: keep awake on (the default is off)."""
+    profile = "devpilot-dev" if ENV.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
+    d = os.path.join(WORK, "config", profile)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.toml"), "w") as f:
+        f.write("keep_awake = true\n")
+
+
 def job(jid):
     with sqlite3.connect(f"file:{DB}?mode=ro", uri=True, timeout=5) as c:
         row = c.execute("SELECT state, claimed_by, claimed_at FROM dispatch_queue WHERE id = ?", (jid,)).fetchone()
@@ -126,6 +157,7 @@ def main():
     wait("the logind test double owns org.freedesktop.login1", lambda: events("name_acquired"), timeout=10)
 
     # The app, with the private bus as its system bus (and only the app).
+    write_settings()
     env = base_env()
     env["DBUS_SYSTEM_BUS_ADDRESS"] = SYSBUS
     tlog = open(os.path.join(WORK, "tray.log"), "w")
@@ -135,21 +167,33 @@ def main():
                  lambda: [e for e in events("inhibitor_taken") if e["mode"] == "delay" and "sleep" in e["what"]], timeout=40)
     check("the inhibitor names DevPilot", taken[0]["who"] == "DevPilot", taken)
     wait("the app logs that the sleep hook is ready", lambda: "sleep hook ready" in app_log(), timeout=10)
+    wait("the app logs that keep awake is on (from its settings file)", lambda: "keep awake while agents run: on" in app_log(), timeout=10)
+    check("keep awake: no block inhibitor while nothing runs", not held_blocks(), fake("Held"))
 
-    jid = int(cli("enqueue", "--orchestrator", ORCH, "--payload", json.dumps({"title": "running at sleep", "sleep": 120})).strip())
+    done_file = os.path.join(WORK, "job-may-end")
+    payload = {"title": "running at sleep", "sleep": 300, "until": done_file}
+    jid = int(cli("enqueue", "--orchestrator", ORCH, "--payload", json.dumps(payload)).strip())
     wait("the app runs the job", lambda: job(jid)["state"] == "running", timeout=30)
     wait("its agent process is alive", lambda: agent_pids(jid), timeout=10)
+    blocks = wait("keep awake: an idle:sleep block inhibitor is taken while the job runs",
+                  lambda: keep_awake_events("inhibitor_taken"), timeout=10)
+    check("it says who and why", blocks[0]["who"] == "DevPilot" and blocks[0]["why"] == "Agents are running", blocks)
+    check("logind holds it (and no lid-switch lock)",
+          [(i["what"], i["mode"]) for i in held_blocks()] == [("idle:sleep", "block")], fake("Held"))
     check("the inhibitor is still held while awake", not events("inhibitor_released"))
 
     # Sleep. The fake returns once the delay inhibitor is released (or after 5 s, as logind).
     res = fake("Sleep")
     log(f"sleep: fake logind says {res}")
     check("the app released its inhibitor within logind's delay window", res["released_after_ms"] is not None and res["held_before"] >= 1, res)
+    check("keep awake did not stop the lid: sleep went ahead with the block held", res["block_held"] == 1 and not res["lid_blocked"], res)
     # By the time the inhibitor is released, the hand-off is done: look at once.
     j = job(jid)
     check("before sleep the job went back to queued, claimed by nobody", j["state"] == "queued" and j["claimed_at"] is None, j)
     check("the job's history records the hand-off", "handed_off" in j["history"], j["history"])
     wait("the job's agent process has stopped", lambda: not agent_pids(jid), timeout=5)
+    wait("keep awake: the hand-off stopped the agent, and its fd is closed",
+         lambda: keep_awake_events("inhibitor_released") and not held_blocks(), timeout=10)
     time.sleep(3)
     check("nothing is claimed while asleep", job(jid)["state"] == "queued", job(jid))
 
@@ -159,14 +203,26 @@ def main():
     wait("after the wake the app takes a new inhibitor", lambda: len(events("inhibitor_taken")) >= 2, timeout=10)
     wait("after the wake the app re-checks its leases", lambda: "woke up: re-checking leases" in app_log(), timeout=10)
     wait("after the wake the app resumes and claims the job again", lambda: job(jid)["state"] == "running", timeout=30)
+    wait("keep awake: the block is taken again while the job runs again",
+         lambda: len(keep_awake_events("inhibitor_taken")) == 2 and held_blocks(), timeout=10)
     time.sleep(5)
     after = notify_log()[mark:]
     check("no 'offline' notification after the wake", "offline" not in after.lower(), after[-2000:])
 
+    # The job ends (its agent exits 0): the block goes; the app and its delay inhibitor stay.
+    with open(done_file, "w"):
+        pass
+    wait("the job completes", lambda: job(jid)["state"] == "completed", timeout=30)
+    wait("keep awake: the fd is closed when the job ends", lambda: len(keep_awake_events("inhibitor_released")) == 2, timeout=10)
+    held = fake("Held")
+    check("only the sleep delay inhibitor is left, the app still running",
+          [(i["what"], i["mode"]) for i in held] == [("sleep", "delay")] and app.poll() is None, held)
+
     # Quit: SIGTERM hands off; the inhibitor goes with the process.
     app.terminate()
     app.wait(30)
-    wait("the inhibitor is released when the app exits", lambda: len(events("inhibitor_released")) >= 2, timeout=10)
+    wait("the inhibitor is released when the app exits",
+         lambda: len([e for e in events("inhibitor_released") if e["mode"] == "delay"]) >= 2 and not fake("Held"), timeout=10)
     with open(os.path.join(ART, "sleep-events.json"), "w") as f:
         json.dump(events(), f, indent=1)
     log("sleep: ALL CHECKS PASSED")

@@ -571,10 +571,12 @@ impl Machine {
         let mut running: Vec<RunningJob> =
             self.slots.values().map(|s| RunningJob { job: s.job.clone(), started_unix_ms: s.started }).collect();
         running.sort_by_key(|r| r.job.id);
-        let paused_for_secs = match self.wishes.paused {
-            Some(Paused::Until(t)) => Some(t.saturating_duration_since(Instant::now()).as_secs()),
+        let left = match self.wishes.paused {
+            Some(Paused::Until(t)) => Some(t.saturating_duration_since(Instant::now())),
             _ => None,
         };
+        let paused_for_secs = left.map(|d| d.as_secs());
+        let paused_until_unix_ms = left.map(|d| (unix_ms() + d.as_millis() as u64 + 500) / 1000 * 1000);
         let state = self.state();
         let message = match (&self.problem, self.db.online) {
             (_, false) => self.db.error.clone(),
@@ -590,6 +592,7 @@ impl Machine {
             s.dispatch_enabled = self.wishes.enabled;
             s.paused = self.wishes.paused.is_some();
             s.paused_for_secs = paused_for_secs;
+            s.paused_until_unix_ms = paused_until_unix_ms;
             s.running = running;
             s.db_online = self.db.online;
             *s != before

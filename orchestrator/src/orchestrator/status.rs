@@ -183,6 +183,11 @@ pub struct Status {
     pub paused: bool,
     /// Seconds until an automatic resume; `None` while paused means "until resumed".
     pub paused_for_secs: Option<u64>,
+    /// When that automatic resume is due, by this machine's wall clock (ms since the epoch,
+    /// whole seconds), for "paused until 14:30". Derived from the remaining time at each
+    /// publish, so it follows the pause's real end (the timer is monotonic: it does not run
+    /// while the machine sleeps) and changes only when the pause does.
+    pub paused_until_unix_ms: Option<u64>,
     pub running: Vec<RunningJob>,
     pub db_online: bool,
     /// The environment variables overriding the settings file.
