@@ -595,7 +595,8 @@ impl Engine {
                 r
             };
             let conn = match retry::transient("opening the database", Budget::CONNECT, open).await {
-                Ok(c) => Queue::new(c).pooled(named.pooled()),
+                // Unprepared until the LISTEN probe proves no pooler is in between.
+                Ok(c) => Queue::new(c).pooled(true),
                 Err(e) => {
                     if me.generation.load(Ordering::SeqCst) == gen {
                         me.set_problem(MachineState::Error, format!("{e}. Fix the database settings."));
@@ -627,7 +628,7 @@ impl Engine {
                 return;
             }
             // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
-            let hints = if conn.is_pooled() { None } else { crate::listen::spawn(&named, &settings.orchestrator_id) };
+            let hints = if named.pooled() { None } else { crate::listen::spawn(&named, &settings.orchestrator_id) };
             let (handle, _join) = orchestrator::spawn_into(
                 conn,
                 cfg,

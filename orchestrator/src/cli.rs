@@ -385,8 +385,9 @@ async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled: bo
         url = url.with_pooled();
     }
     let conn = db::open(&url, &pool).await?;
-    let pooled = url.pooled();
-    Ok((Queue::new(conn).pooled(pooled), url))
+    // Unprepared until proven safe (see Queue::pooled): a one-shot command gains nothing from
+    // prepared statements, and `run`'s LISTEN probe switches its machine over.
+    Ok((Queue::new(conn).pooled(true), url))
 }
 
 async fn dispatch(cli: Cli) -> Result<()> {
@@ -640,7 +641,8 @@ async fn run(a: RunArgs) -> Result<()> {
     let (queue, url) =
         retry::transient("connecting", Budget::CONNECT, || open_queue_named(pool.clone(), Some(&name), a.poll_only))
             .await?;
-    let hints = if queue.is_pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator) };
+    // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
+    let hints = if url.pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator) };
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();
     tokio::spawn(async move {

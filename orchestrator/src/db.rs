@@ -173,9 +173,10 @@ impl DbUrl {
             }
             _ => {
                 let mut url = self.url.clone();
+                // libpq 16's `sslrootcert=system` is what sqlx does without one: the system's roots.
                 let pairs: Vec<(String, String)> = url
                     .query_pairs()
-                    .filter(|(k, _)| k != POOLED_PARAM)
+                    .filter(|(k, v)| k != POOLED_PARAM && !(ROOT_CERT_KEYS.contains(&k.as_ref()) && v == "system"))
                     .map(|(k, v)| (k.into_owned(), v.into_owned()))
                     .collect();
                 if pairs.is_empty() {
@@ -313,8 +314,9 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
     }
     if url.pooled() {
         // A transaction-mode pooler: the queue's statements go unprepared (see
-        // [`query_simple`]), and what still goes through sea-orm (the migrations) must not
-        // reuse a statement prepared on another server. Nor is extra_float_digits sent: a
+        // [`query_simple`]). What still goes through sea-orm (the migrations, pinned to one
+        // transaction) must not reuse a cached statement; sqlx still names each one (sqlx_s_N)
+        // and leaves it prepared, which `migrate` deallocates. Nor is extra_float_digits sent: a
         // pooler refuses startup parameters it does not know unless told to ignore them.
         opts.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0).extra_float_digits(None));
     }
@@ -323,11 +325,15 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
     Ok(db)
 }
 
+/// The spellings sqlx takes for a root certificate file.
+const ROOT_CERT_KEYS: &[&str] = &["sslrootcert", "ssl-root-cert", "ssl-ca"];
+
 /// A root certificate (or client certificate) the URL names must exist: the driver would
 /// only say "No such file" as if the network had failed.
 fn check_tls_files(url: &DbUrl) -> Result<()> {
-    for key in ["sslrootcert", "sslcert", "sslkey"] {
-        if let Some(path) = url.param(key) {
+    let keys = ROOT_CERT_KEYS.iter().chain(&["sslcert", "ssl-cert", "sslkey", "ssl-key"]);
+    for key in keys {
+        if let Some(path) = url.param(key).filter(|p| !(ROOT_CERT_KEYS.contains(key) && p == "system")) {
             if !std::path::Path::new(&path).is_file() {
                 return Err(Error::BadUrl(format!("{key}={path}: no such file")));
             }
@@ -341,9 +347,15 @@ fn check_tls_files(url: &DbUrl) -> Result<()> {
 /// may hand the Bind to another server than the Parse (sqlx prepares every statement, even
 /// unnamed ones, in a round trip of its own). `sql` carries its values inline (see
 /// [`inline_values`]). PostgreSQL only.
+///
+/// Each goes after an `UNLISTEN *`, in the same implicit transaction. A server connection of a
+/// pooler may still LISTEN for another client (an older machine, another app) that is long
+/// gone; our own trigger's NOTIFY would then be delivered to us at the commit, and the driver
+/// would fail a statement that has committed. Unlistening in the same transaction means
+/// nothing is delivered; on a connection that listens for nothing it costs nothing.
 pub(crate) async fn query_simple(db: &DatabaseConnection, sql: String) -> Result<Vec<QueryResult>, DbErr> {
     let pool = db.get_postgres_connection_pool();
-    let rows = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))
+    let rows = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(format!("UNLISTEN *; {sql}")))
         .fetch_all(pool)
         .await
         .map_err(|e| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e))))?;
@@ -353,7 +365,7 @@ pub(crate) async fn query_simple(db: &DatabaseConnection, sql: String) -> Result
 /// [`query_simple`] for a statement whose rows are not wanted: how many it touched.
 pub(crate) async fn exec_simple(db: &DatabaseConnection, sql: String) -> Result<u64, DbErr> {
     let pool = db.get_postgres_connection_pool();
-    let done = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))
+    let done = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(format!("UNLISTEN *; {sql}")))
         .execute(pool)
         .await
         .map_err(|e| DbErr::Exec(RuntimeErr::SqlxError(Arc::new(e))))?;
@@ -428,8 +440,16 @@ pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
     let pinned = async {
         let txn = db.begin().await?;
         txn.execute_unprepared(DEALLOCATE_SQLX).await?;
-        Migrator::up(&txn, None).await?;
+        // In a savepoint, so that after a failed migration the transaction is still alive to
+        // deallocate (PREPARE and DEALLOCATE are not undone by a rollback).
+        let inner = txn.begin().await?;
+        let applied = Migrator::up(&inner, None).await;
+        match &applied {
+            Ok(()) => inner.commit().await?,
+            Err(_) => inner.rollback().await?,
+        }
         txn.execute_unprepared(DEALLOCATE_SQLX).await?;
+        applied?;
         txn.commit().await
     };
     pinned.await.map_err(|e| classify(url, e))
@@ -439,7 +459,7 @@ pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
 /// a pooler that tracks prepared statements itself (PgBouncer 1.21+) names its own
 /// differently, and they are left alone.
 const DEALLOCATE_SQLX: &str = "DO $$DECLARE s text; BEGIN
-    FOR s IN SELECT name FROM pg_prepared_statements WHERE name LIKE 'sqlx\\_s\\_%' LOOP
+    FOR s IN SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'sqlx_s_') LOOP
         EXECUTE format('DEALLOCATE %I', s);
     END LOOP;
 END$$";

@@ -143,13 +143,21 @@ pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
     }
     let Some(x) = sqlx_of(&e) else { return Error::Db(e) };
     match x {
+        // Only a refusal of the server's identity is a TLS error that waiting cannot fix; a TLS
+        // record broken mid-session is the network's.
         Sqlx::Io(io) => match rustls_of(io) {
-            Some(r) => tls(tls_reason(r, target)),
+            Some(r) if is_refusal(r) => tls(tls_reason(r, target)),
+            Some(r) => unreachable(format!("TLS: {r}")),
             None => unreachable(io_reason(io)),
         },
         Sqlx::PoolTimedOut => unreachable("timed out waiting for a connection".into()),
         Sqlx::PoolClosed | Sqlx::WorkerCrashed => unreachable("the connection was closed".into()),
-        Sqlx::Tls(t) => tls(rustls_of(t.as_ref()).map_or_else(|| t.to_string(), |r| tls_reason(r, target))),
+        Sqlx::Tls(t) => match rustls_of(t.as_ref()) {
+            Some(r) if !is_refusal(r) => unreachable(format!("TLS: {r}")),
+            Some(r) => tls(tls_reason(r, target)),
+            // sqlx's own: the server offers no TLS, a root certificate file that is not PEM.
+            None => tls(t.to_string()),
+        },
         Sqlx::Database(d) => match d.code().as_deref() {
             Some("28P01") | Some("28000") => Error::Auth { user: user.to_string() },
             Some("3D000") => Error::NoDatabase { target: target.to_string() },
@@ -159,6 +167,13 @@ pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
                  database URL"
             )),
             Some(c) if c.starts_with("57P0") => unreachable(format!("the server is shutting down or starting ({c})")),
+            // PgBouncer refusing a startup parameter it was not told to ignore: no retry helps.
+            Some("08P01") if d.message().starts_with("unsupported startup parameter") => Error::Invalid(format!(
+                "the pooler in front of {target} refused the login: {}; add pooled=true to the database URL \
+                 (DevPilot then sends no such parameter), or `ignore_startup_parameters = extra_float_digits` \
+                 to pgbouncer.ini",
+                d.message()
+            )),
             Some(c) if c.starts_with("08") => unreachable(format!("connection failure ({c})")),
             // SQLITE_CANTOPEN: the file or its directory cannot be opened.
             Some("14") => unreachable("unable to open the database file".into()),
@@ -185,6 +200,17 @@ fn rustls_of<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls:
     None
 }
 
+/// Whether the handshake refused the server's identity (rather than failing in transit).
+fn is_refusal(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::UnsupportedNameType
+            | rustls::Error::PeerIncompatible(_)
+    )
+}
+
 /// Why the handshake failed, in words: a refused certificate says so, and why.
 fn tls_reason(e: &rustls::Error, target: &str) -> String {
     use rustls::CertificateError as C;
@@ -194,14 +220,20 @@ fn tls_reason(e: &rustls::Error, target: &str) -> String {
             C::UnknownIssuer => "it is not signed by a CA this machine trusts (set sslrootcert to the \
                                  server's CA file, or add that CA to the system's roots)"
                 .to_string(),
-            C::NotValidForName | C::NotValidForNameContext { .. } => {
-                format!("it does not name the host {host} (connect by a name the certificate has)")
+            C::NotValidForNameContext { presented, .. } => {
+                format!("it does not name the host {host}, only {} (connect by one of those)", presented.join(", "))
             }
+            C::NotValidForName => format!("it does not name the host {host} (connect by a name the certificate has)"),
             C::Expired | C::ExpiredContext { .. } => "it has expired".to_string(),
             C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet (check this clock)".to_string(),
             C::Revoked => "it has been revoked".to_string(),
+            C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+                "it is not a server certificate (its extended key usage lacks serverAuth)".to_string()
+            }
+            C::BadSignature | C::BadEncoding => "it is malformed or its signature does not verify".to_string(),
             other => format!("{other:?}"),
         },
+        rustls::Error::NoCertificatesPresented => "the server presented none".to_string(),
         other => return format!("the TLS handshake failed: {other}"),
     };
     format!("the server's certificate was refused: {why}")

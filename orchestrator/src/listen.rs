@@ -34,10 +34,13 @@ pub enum Hint {
     Release,
     /// LISTEN is (again) in place, and anything may have been missed: poll, and renew.
     Resync,
-    /// LISTEN is in place but hears nothing, not even its own probe: the connection goes
-    /// through a transaction-mode pooler. The listener has stopped; the machine polls, and
-    /// its queue stops preparing statements (see [`crate::Queue::pooled`]).
+    /// LISTEN hears nothing, not even its own probe: the connection goes through a
+    /// transaction-mode pooler. The listener has stopped; the machine polls, and its queue
+    /// prepares no statement (see [`crate::Queue::pooled`]).
     Deaf,
+    /// LISTEN heard its own probe: nothing between here and the database moves a session to
+    /// another server, so the queue may prepare its statements.
+    Direct,
 }
 
 /// How long a probe NOTIFY may take to come back before LISTEN is judged deaf. A direct
@@ -78,71 +81,82 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
     let (tx, rx) = mpsc::channel(16);
     let orch = orchestrator_id.to_string();
     let target = url.expose();
-    tokio::spawn(async move {
-        let mut wait = Duration::from_millis(200);
-        loop {
-            if tx.is_closed() {
+    tokio::spawn(listen_loop(pool, target, orch, tx));
+    Some(rx)
+}
+
+/// Listens until the machine stops (its receiver is gone), reconnecting with a backoff. Each
+/// new connection is first probed: one that hears its own probe is direct (or session-pooled),
+/// and only then does it LISTEN for the queue's hints and say [`Hint::Direct`]. One that fails
+/// the probe twice in a row, on two connections, is a transaction-mode pooler's: it says
+/// [`Hint::Deaf`] and ends, having never LISTENed on the queue's channel there.
+async fn listen_loop(pool: sea_orm::sqlx::PgPool, target: String, orch: String, tx: mpsc::Sender<Hint>) {
+    const FIRST: Duration = Duration::from_millis(200);
+    let mut wait = FIRST;
+    let mut deaf = 0;
+    while !tx.is_closed() {
+        let connected = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            let heard = probe(&mut listener, &target, &orch, &tx).await?;
+            if heard {
+                listener.listen(CHANNEL).await?;
+            }
+            Ok::<_, sea_orm::sqlx::Error>((listener, heard))
+        };
+        let mut listener = match connected.await {
+            Ok((l, true)) => l,
+            Ok((_, false)) if deaf == 0 => {
+                deaf += 1;
+                continue;
+            }
+            Ok((_, false)) => {
+                tracing::warn!(
+                    "LISTEN hears nothing on this connection (a transaction-mode pooler such as \
+                     PgBouncer?): polling only, with no prepared statements; add pooled=true to the \
+                     database URL (or set poll_only) to start that way"
+                );
+                let _ = tx.send(Hint::Deaf).await;
                 return;
             }
-            let mut listener = match PgListener::connect_with(&pool).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::debug!(error = %e, "LISTEN connection failed; polling only for now");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(30));
-                    continue;
-                }
-            };
-            if let Err(e) = listener.listen(CHANNEL).await {
-                tracing::debug!(error = %e, "LISTEN failed; polling only for now");
+            Err(e) => {
+                tracing::debug!(error = %e, "LISTEN connection failed; polling only for now");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(30));
                 continue;
             }
-            wait = Duration::from_millis(200);
-            match probe(&mut listener, &target, &orch, &tx).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!(
-                        "LISTEN hears nothing on this connection (a transaction-mode pooler such as \
-                         PgBouncer?): polling only, with no prepared statements; add pooled=true to the \
-                         database URL (or set poll_only) to start that way"
-                    );
-                    let _ = tx.try_send(Hint::Deaf);
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "LISTEN probe failed; trying again");
-                    tokio::time::sleep(wait).await;
-                    continue;
+        };
+        (wait, deaf) = (FIRST, 0);
+        let _ = tx.send(Hint::Direct).await;
+        // We may have missed hints while (re)connecting.
+        let _ = tx.try_send(Hint::Resync);
+        relay(&mut listener, &orch, &tx).await;
+    }
+}
+
+/// Passes the orchestrator's hints on until the connection breaks for good or the machine
+/// stops listening.
+async fn relay(listener: &mut PgListener, orch: &str, tx: &mpsc::Sender<Hint>) {
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(n)) => {
+                if let Some(hint) = Hint::parse(n.payload(), orch) {
+                    // A full channel means plenty of wake-ups are pending: fine.
+                    let _ = tx.try_send(hint);
                 }
             }
-            // We may have missed hints while (re)connecting.
-            let _ = tx.try_send(Hint::Resync);
-            loop {
-                match listener.try_recv().await {
-                    Ok(Some(n)) => {
-                        if let Some(hint) = Hint::parse(n.payload(), &orch) {
-                            // A full channel means plenty of wake-ups are pending: fine.
-                            let _ = tx.try_send(hint);
-                        }
-                    }
-                    Ok(None) => {
-                        // Connection lost; sqlx reconnects and re-LISTENs on the next call.
-                        let _ = tx.try_send(Hint::Resync);
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "LISTEN connection broke");
-                        break;
-                    }
-                }
-                if tx.is_closed() {
-                    return;
-                }
+            Ok(None) => {
+                // Connection lost; sqlx reconnects and re-LISTENs on the next call.
+                let _ = tx.try_send(Hint::Resync);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "LISTEN connection broke");
+                return;
             }
         }
-    });
-    Some(rx)
+        if tx.is_closed() {
+            return;
+        }
+    }
 }
 
 /// Whether this listener hears a NOTIFY sent from another connection: on a channel of its

@@ -726,9 +726,14 @@ impl Queue {
     /// over the simple query protocol with its values written inline as escaped literals,
     /// one round trip, as drivers do for such poolers (pgx's simple protocol, libpq's
     /// PQexec). Every statement of this module is one statement on PostgreSQL (history rides
-    /// in a CTE), so none needs a transaction across round trips. Without this, a queue that
-    /// meets a pooler's symptom (a prepared statement that already exists, or has vanished)
-    /// switches itself, once, and says so in the log. No-op on SQLite.
+    /// in a CTE), so none needs a transaction across round trips.
+    ///
+    /// Unprepared is the safe side: through a transaction pooler a prepared statement's Bind
+    /// may reach a server where another client prepared a statement of the same name, and run
+    /// that. So the CLI's commands and a machine start this way, and a machine prepares only
+    /// once its LISTEN has heard its own probe ([`crate::listen::Hint::Direct`]). A queue that
+    /// prepares and still meets a pooler's symptom (a prepared statement that already exists,
+    /// or has vanished) switches back, and says so in the log. No-op on SQLite.
     pub fn pooled(self, on: bool) -> Self {
         self.set_pooled(on);
         self

@@ -30,6 +30,8 @@ impl PgBouncer {
     pub fn start(pg: &PgCluster, pool_mode: &str) -> PgBouncer {
         let dir = tempfile::Builder::new().prefix("devpilot-pgbouncer-").tempdir().expect("tempdir").keep();
         let port = free_port();
+        // Each test database gets a pool of its own: max_user_connections caps them all, below
+        // the cluster's max_connections, and idle servers close within 30 s.
         // A plain-text password in the auth file lets PgBouncer do SCRAM with the client and
         // log in to the server with the same password.
         std::fs::write(dir.join("userlist.txt"), format!("\"postgres\" \"{}\"\n", pg.password)).expect("userlist");
@@ -40,6 +42,7 @@ impl PgBouncer {
              pool_mode = {pool_mode}\n\
              ignore_startup_parameters = extra_float_digits\n\
              max_client_conn = 2000\ndefault_pool_size = 20\nmax_db_connections = 60\n\
+             max_user_connections = 150\nserver_idle_timeout = 30\n\
              logfile = {dir}/pgbouncer.log\npidfile = {dir}/pgbouncer.pid\n",
             pg_port = pg.port,
             dir = dir.display(),

@@ -93,11 +93,10 @@ async fn four_runners_drain_1000_jobs_through_pgbouncer_exactly_once() {
     }
 }
 
-/// A URL without `pooled=true` through the same pooler: the queue meets the pooler's symptom
-/// (a prepared statement on the wrong server), switches itself to pooled mode, and the CLI
-/// and a runner work all the same.
+/// A URL without `pooled=true` through the same pooler: the CLI never prepares, and a runner
+/// stays unprepared because its LISTEN probe never comes back; both work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plain_url_through_pgbouncer_switches_itself_to_pooled_mode() {
+async fn a_plain_url_through_pgbouncer_works_unprepared() {
     let bouncer = shared_pgbouncer();
     let name = empty_database("plain").await;
     let home = tempfile::tempdir().unwrap();
@@ -115,6 +114,10 @@ async fn a_plain_url_through_pgbouncer_switches_itself_to_pooled_mode() {
     flags.extend(["--concurrency", "2", "--until-empty"]);
     let mut runner = spawn_runner(home.path(), &plain, orch, "plain", &flags, &agent.script, &[]);
     assert_eq!(runner.wait_timeout(Duration::from_secs(120)), Some(0));
+    // (It may drain the queue before its probe's verdict: a_listen_that_never_delivers_is_detected
+    // covers that part.)
+    let log = std::fs::read_to_string(&runner.log).unwrap();
+    assert!(!log.contains("prepared statement"), "it never met a prepared statement: {log}");
     assert_eq!(agent.records().iter().filter(|r| r.kind == "end").count(), 20, "every job ran once");
     let (code, out, err) = run_cli(home.path(), &plain, &["status", "--orchestrator", orch, "--json"], None);
     assert_eq!(code, 0, "{err}");
@@ -137,7 +140,8 @@ async fn a_listen_that_never_delivers_is_detected() {
     let direct = DbUrl::parse(&shared_pg().url(&name)).unwrap();
     let mut rx = devpilot::listen::spawn(&direct, "deaf").unwrap();
     let first = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.expect("an answer within 30 s");
-    assert_eq!(first, Some(Hint::Resync), "directly, the probe comes back");
+    assert_eq!(first, Some(Hint::Direct), "directly, the probe comes back");
+    assert_eq!(rx.recv().await, Some(Hint::Resync), "and LISTEN is in place");
 }
 
 /// In pooled mode values travel as literals: quotes, backslashes, a `$1`, a newline, a NUL-free
@@ -154,4 +158,24 @@ async fn pooled_mode_round_trips_awkward_values() {
     assert_eq!(stored, payload);
     assert_eq!(job.title.as_deref(), Some(title));
     assert_eq!(db.scalar("SELECT COUNT(*) FROM dispatch_queue").await, Some(1), "the table is still there");
+}
+
+/// A server connection of the pooler that still LISTENs for a client long gone (an older
+/// machine, another app): our trigger's NOTIFY must not reach us at the commit of a write
+/// there, or the driver fails a statement that did commit. A hundred writes, all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_listen_on_the_pooler_breaks_no_write() {
+    use sea_orm::sqlx::Connection;
+    let db = devpilot_tests::TestDb::new(devpilot_tests::Backend::Pooled).await;
+    let name = db.url.target().rsplit('/').next().unwrap().to_string();
+    for _ in 0..3 {
+        let mut c = sea_orm::sqlx::postgres::PgConnection::connect(&shared_pgbouncer().plain_url(&name)).await.unwrap();
+        sea_orm::sqlx::raw_sql("LISTEN devpilot_dispatch").execute(&mut c).await.unwrap();
+        c.close().await.unwrap();
+    }
+    let orch = db.orch("leftover");
+    for i in 0..100 {
+        db.queue.enqueue(&orch, &json!({"n": i})).await.unwrap_or_else(|e| panic!("write #{i}: {e}"));
+    }
+    assert_eq!(db.queue.counts(&orch).await.unwrap().queued, 100);
 }

@@ -5,14 +5,36 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use devpilot_tests::tls::tls_pg;
 use devpilot_tests::{devpilot, run_cli, shared_pg};
 
-/// The TLS cluster's database `postgres` at `host`, with these query parameters.
+/// A new database of its own on the TLS cluster (tests that migrate must not share one),
+/// at `host`, with these query parameters.
 fn url(host: &str, params: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
     let (pg, _) = tls_pg();
-    format!("postgres://postgres:{}@{host}:{}/postgres?{params}", pg.password, pg.port)
+    let name = format!("tls_{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst));
+    let admin = format!("{}?sslmode=disable", pg.url("postgres"));
+    create_database(&admin, &name);
+    format!("postgres://postgres:{}@{host}:{}/{name}?{params}", pg.password, pg.port)
+}
+
+/// `CREATE DATABASE name` over `admin` (on a thread of its own: the tests are synchronous).
+fn create_database(admin: &str, name: &str) {
+    let (admin, name) = (admin.to_string(), name.to_string());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            use sea_orm::ConnectionTrait;
+            let u = devpilot::db::DbUrl::parse(&admin).unwrap();
+            let c = devpilot::db::connect(&u, &devpilot::db::PoolSettings::default()).await.unwrap();
+            c.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+        })
+    })
+    .join()
+    .unwrap();
 }
 
 /// `devpilot migrate` with `url` (and extra environment): exit code and stderr.

@@ -531,6 +531,7 @@ impl Machine {
                 tracing::info!("pooled mode: polling only, statements unprepared");
                 self.queue.set_pooled(true);
             }
+            Hint::Direct => self.queue.set_pooled(false),
             Hint::Resync => {
                 self.poller.now();
                 if !self.slots.is_empty() {
