@@ -55,6 +55,8 @@ cleanup() {
   sleep 0.5
   cp -f "$WORK"/*.log "$ART"/ 2>/dev/null || true
   cp -rf "$XDG_DATA_HOME"/devpilot*/logs "$ART"/app-logs 2>/dev/null || true
+  # What is worth keeping is in $ART now; the work dir (a cluster, worktrees) is ~40 MB a run.
+  rm -rf "$WORK"
   echo "== artifacts in $ART (exit $rc)"
   exit $rc
 }
