@@ -661,7 +661,7 @@ async fn latency(env: &Env, backend: Backend, notify: bool, samples: usize) -> V
     let mut cfg = RunConfig::new(ORCH, "lat", AgentSpec::NoOp, dir.clone());
     let hints = if notify {
         // The CLI defaults: poll every 2 s, idle backoff up to 5 min. NOTIFY does the work.
-        devpilot::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH)
+        devpilot::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH, &machine_q)
     } else {
         cfg.poll_interval = Duration::from_millis(200);
         cfg.max_poll_interval = Duration::from_millis(200);
@@ -726,7 +726,7 @@ async fn idle(env: &Env, plan: &Plan) -> Value {
     cfg.max_poll_interval = Duration::from_secs(300) / scale;
     cfg.presence_every = Duration::from_secs(30) / scale;
     cfg.sweep_every = Duration::from_secs(60) / scale;
-    let hints = devpilot::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH);
+    let hints = devpilot::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH, &q);
     let (h, _j) = orchestrator::spawn(q.clone(), cfg.clone(), hints);
     // Backoff 20 ms doubling to 3 s: at the ceiling after ~5.1 s; warm up past it.
     tokio::time::sleep(Duration::from_secs(9)).await;

@@ -628,7 +628,8 @@ impl Engine {
                 return;
             }
             // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
-            let hints = if named.pooled() { None } else { crate::listen::spawn(&named, &settings.orchestrator_id) };
+            let hints =
+                if named.pooled() { None } else { crate::listen::spawn(&named, &settings.orchestrator_id, &conn) };
             let (handle, _join) = orchestrator::spawn_into(
                 conn,
                 cfg,

@@ -642,7 +642,7 @@ async fn run(a: RunArgs) -> Result<()> {
         retry::transient("connecting", Budget::CONNECT, || open_queue_named(pool.clone(), Some(&name), a.poll_only))
             .await?;
     // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
-    let hints = if url.pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator) };
+    let hints = if url.pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator, &queue) };
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();
     tokio::spawn(async move {

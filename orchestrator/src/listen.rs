@@ -17,6 +17,7 @@ use sea_orm::sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::mpsc;
 
 use crate::db::DbUrl;
+use crate::Queue;
 
 /// The channel the schema's trigger notifies on.
 pub const CHANNEL: &str = "devpilot_dispatch";
@@ -67,7 +68,7 @@ impl Hint {
 
 /// Starts a listener for `orchestrator_id`. Returns `None` on SQLite. The listener has its
 /// own one-connection pool, so a machine holds at most its query pool plus this one.
-pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>> {
+pub fn spawn(url: &DbUrl, orchestrator_id: &str, queue: &Queue) -> Option<mpsc::Receiver<Hint>> {
     if url.is_sqlite() {
         return None;
     }
@@ -80,8 +81,7 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
     // Room for a few hints: a due time must not be lost behind a pending "poll now".
     let (tx, rx) = mpsc::channel(16);
     let orch = orchestrator_id.to_string();
-    let target = url.expose();
-    tokio::spawn(listen_loop(pool, target, orch, tx));
+    tokio::spawn(listen_loop(pool, queue.clone(), orch, tx));
     Some(rx)
 }
 
@@ -90,18 +90,18 @@ pub fn spawn(url: &DbUrl, orchestrator_id: &str) -> Option<mpsc::Receiver<Hint>>
 /// and only then does it LISTEN for the queue's hints and say [`Hint::Direct`]. One that fails
 /// the probe twice in a row, on two connections, is a transaction-mode pooler's: it says
 /// [`Hint::Deaf`] and ends, having never LISTENed on the queue's channel there.
-async fn listen_loop(pool: sea_orm::sqlx::PgPool, target: String, orch: String, tx: mpsc::Sender<Hint>) {
+async fn listen_loop(pool: sea_orm::sqlx::PgPool, queue: Queue, orch: String, tx: mpsc::Sender<Hint>) {
     const FIRST: Duration = Duration::from_millis(200);
     let mut wait = FIRST;
     let mut deaf = 0;
     while !tx.is_closed() {
         let connected = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            let heard = probe(&mut listener, &target, &orch, &tx).await?;
+            let mut listener = PgListener::connect_with(&pool).await.map_err(|e| e.to_string())?;
+            let heard = probe(&mut listener, &queue, &orch, &tx).await?;
             if heard {
-                listener.listen(CHANNEL).await?;
+                listener.listen(CHANNEL).await.map_err(|e| e.to_string())?;
             }
-            Ok::<_, sea_orm::sqlx::Error>((listener, heard))
+            Ok::<_, String>((listener, heard))
         };
         let mut listener = match connected.await {
             Ok((l, true)) => l,
@@ -163,28 +163,19 @@ async fn relay(listener: &mut PgListener, orch: &str, tx: &mpsc::Sender<Hint>) {
 /// own, so no other machine wakes for it. Through a transaction-mode pooler the LISTEN stays
 /// on a server connection this client no longer holds, and the probe never arrives. Hints
 /// for the orchestrator that arrive meanwhile are passed on.
-async fn probe(
-    listener: &mut PgListener,
-    url: &str,
-    orch: &str,
-    tx: &mpsc::Sender<Hint>,
-) -> Result<bool, sea_orm::sqlx::Error> {
+async fn probe(listener: &mut PgListener, queue: &Queue, orch: &str, tx: &mpsc::Sender<Hint>) -> Result<bool, String> {
     let channel = format!("devpilot_probe_{:016x}", rand::random::<u64>());
-    listener.listen(&channel).await?;
-    // A connection of its own, just for the probe: a session hears its own NOTIFY, which
-    // proves nothing about a pooler. The channel name is ours and plain, so it is written in.
-    // It is a listener too: through a pooler it may be handed the server connection that
-    // holds our LISTEN, and so receive the probe itself, which a plain connection treats as
-    // a protocol error.
-    let mut sender = PgListener::connect(url).await?;
-    sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(format!("NOTIFY {channel}"))).execute(&mut sender).await?;
-    drop(sender);
+    listener.listen(&channel).await.map_err(|e| e.to_string())?;
+    // Sent on the machine's query connection: a session hears its own NOTIFY, which proves
+    // nothing about a pooler, and a connection of the probe's own would break the machine's
+    // budget of two.
+    queue.notify(&channel).await.map_err(|e| e.to_string())?;
     let deadline = tokio::time::Instant::now() + PROBE_WAIT;
     let heard = loop {
         match tokio::time::timeout_at(deadline, listener.recv()).await {
             Err(_) => break false,
             Ok(n) => {
-                let n = n?;
+                let n = n.map_err(|e| e.to_string())?;
                 if n.channel() == channel {
                     break true;
                 }
@@ -194,7 +185,7 @@ async fn probe(
             }
         }
     };
-    listener.unlisten(&channel).await?;
+    listener.unlisten(&channel).await.map_err(|e| e.to_string())?;
     Ok(heard)
 }
 

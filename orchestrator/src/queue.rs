@@ -921,6 +921,12 @@ impl Queue {
         self.stmt(&sql, values)
     }
 
+    /// Sends an empty NOTIFY on `channel`: the LISTEN probe's (see [`crate::listen`]), on this
+    /// queue's pool, so that the probe costs a machine no connection of its own.
+    pub async fn notify(&self, channel: &str) -> Result<()> {
+        self.query("SELECT pg_notify($1, '') IS NULL AS sent", vec![channel.into()]).await.map(drop)
+    }
+
     /// The database clock, in milliseconds since the epoch.
     pub async fn now_ms(&self) -> Result<i64> {
         let rows = self.query("SELECT {NOW} AS now", vec![]).await?;

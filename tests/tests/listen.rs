@@ -50,7 +50,7 @@ async fn notify_wakes_idle_machines_and_survives_a_restart() {
         let mut cfg = RunConfig::new(orch, "idle-box", AgentSpec::NoOp, dir.path().to_path_buf());
         cfg.poll_interval = Duration::from_secs(30);
         cfg.max_poll_interval = Duration::from_secs(30);
-        let hints = if listen { devpilot::listen::spawn(&url, orch) } else { None };
+        let hints = if listen { devpilot::listen::spawn(&url, orch, &queue) } else { None };
         orchestrator::spawn(queue.clone(), cfg, hints)
     };
 
