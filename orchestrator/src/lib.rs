@@ -18,8 +18,10 @@
 //! - [`preset`]: the built-in agents (claude, codex, aider, gemini) and their argv.
 //! - [`worktree`]: a git worktree per job, and the hand-off that commits and pushes its work.
 //! - [`listen`]: LISTEN/NOTIFY hints on PostgreSQL (work now, work due in N ms, a cancel);
-//!   polling stays the fallback.
-//! - [`db`]: URLs (with redaction), pools, migrations, and driver errors in plain words.
+//!   polling stays the fallback. Its probe tells a direct connection from a transaction
+//!   pooler's, where nothing may be prepared ([`Queue::pooled`]).
+//! - [`db`]: URLs (with redaction, TLS files, pooled mode), pools, migrations, the
+//!   unprepared statements of pooled mode, and driver errors in plain words.
 //! - [`config`]: settings file, paths, durations.
 //! - [`secrets`]: the database password in the OS keychain.
 //! - [`cli`]: the `devpilot` command line.

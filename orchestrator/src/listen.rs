@@ -10,6 +10,11 @@
 //! timer, so it wakes when the job is due and not before; a cancel asked for a running job
 //! makes its holder renew at once, which is where it learns of the cancel (a release asked
 //! of a machine works the same way).
+//!
+//! Through a transaction-mode pooler a LISTEN hears nothing: the session that ran it goes
+//! back to the pool. So each new connection first LISTENs on a channel of its own and sends
+//! itself a NOTIFY from the machine's query connection. Heard: [`Hint::Direct`], and the queue
+//! may prepare its statements. Not heard, twice: [`Hint::Deaf`], and the listener ends.
 
 use std::time::Duration;
 
