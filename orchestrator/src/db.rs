@@ -89,21 +89,11 @@ impl DbUrl {
     /// The URL with every query parameter that carries a password replaced (`Some`) or
     /// removed (`None`).
     fn map_query_password(url: &mut url::Url, replacement: Option<&str>) {
-        if !url.query_pairs().any(|(k, _)| is_password_key(&k)) {
-            return;
-        }
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .filter_map(|(k, v)| match (is_password_key(&k), replacement) {
-                (false, _) => Some((k.into_owned(), v.into_owned())),
-                (true, Some(r)) => Some((k.into_owned(), r.to_string())),
-                (true, None) => None,
-            })
-            .collect();
-        if pairs.is_empty() {
-            url.set_query(None);
-        } else {
-            url.query_pairs_mut().clear().extend_pairs(pairs);
+        if url.query_pairs().any(|(k, _)| is_password_key(&k)) {
+            rewrite_query(
+                url,
+                |k, v| if is_password_key(k) { replacement.map(str::to_string) } else { Some(v.to_string()) },
+            );
         }
     }
 
@@ -123,12 +113,8 @@ impl DbUrl {
     pub fn with_application_name(&self, name: &str) -> Self {
         let mut url = self.url.clone();
         if self.backend == DbBackend::Postgres {
-            let pairs: Vec<(String, String)> = url
-                .query_pairs()
-                .filter(|(k, _)| k != "application_name")
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            url.query_pairs_mut().clear().extend_pairs(pairs).append_pair("application_name", name);
+            rewrite_query(&mut url, |k, v| (k != "application_name").then(|| v.to_string()));
+            url.query_pairs_mut().append_pair("application_name", name);
         }
         Self { url, backend: self.backend }
     }
@@ -174,16 +160,10 @@ impl DbUrl {
             _ => {
                 let mut url = self.url.clone();
                 // libpq 16's `sslrootcert=system` is what sqlx does without one: the system's roots.
-                let pairs: Vec<(String, String)> = url
-                    .query_pairs()
-                    .filter(|(k, v)| k != POOLED_PARAM && !(ROOT_CERT_KEYS.contains(&k.as_ref()) && v == "system"))
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect();
-                if pairs.is_empty() {
-                    url.set_query(None);
-                } else {
-                    url.query_pairs_mut().clear().extend_pairs(pairs);
-                }
+                rewrite_query(&mut url, |k, v| {
+                    let ours = k == POOLED_PARAM || (ROOT_CERT_KEYS.contains(&k) && v == "system");
+                    (!ours).then(|| v.to_string())
+                });
                 url.to_string()
             }
         }
@@ -193,12 +173,8 @@ impl DbUrl {
     pub fn with_pooled(&self) -> Self {
         let mut url = self.url.clone();
         if self.backend == DbBackend::Postgres && !self.pooled() {
-            let pairs: Vec<(String, String)> = url
-                .query_pairs()
-                .filter(|(k, _)| k != POOLED_PARAM)
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            url.query_pairs_mut().clear().extend_pairs(pairs).append_pair(POOLED_PARAM, "true");
+            rewrite_query(&mut url, |k, v| (k != POOLED_PARAM).then(|| v.to_string()));
+            url.query_pairs_mut().append_pair(POOLED_PARAM, "true");
         }
         Self { url, backend: self.backend }
     }
@@ -226,6 +202,18 @@ impl DbUrl {
 
     pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
         self.is_sqlite().then(|| std::path::PathBuf::from(sqlite_path_of(&self.url)))
+    }
+}
+
+/// Rewrites the query string pair by pair: `f` returns the new value, or `None` to drop the
+/// pair. An empty result leaves no bare `?`.
+fn rewrite_query(url: &mut url::Url, mut f: impl FnMut(&str, &str) -> Option<String>) {
+    let pairs: Vec<(String, String)> =
+        url.query_pairs().filter_map(|(k, v)| f(&k, &v).map(|nv| (k.into_owned(), nv))).collect();
+    if pairs.is_empty() {
+        url.set_query(None);
+    } else {
+        url.query_pairs_mut().clear().extend_pairs(pairs);
     }
 }
 
@@ -591,6 +579,26 @@ mod tests {
         assert!(!DbUrl::parse("postgres://a@x-pooler.example/d?pooled=false").unwrap().pooled());
         let e = DbUrl::parse("postgres://a@h/d?pooled=maybe").unwrap_err().to_string();
         assert!(e.contains("pooled=maybe: expected true or false"), "{e}");
+    }
+
+    /// The query rewrites keep every other parameter, replace rather than repeat their own,
+    /// and leave no bare `?` when nothing is left.
+    #[test]
+    fn query_rewrites_keep_the_rest() {
+        let u = DbUrl::parse("postgres://a:pw@h/d?pooled=true&sslrootcert=system").unwrap();
+        assert_eq!(u.expose(), "postgres://a:pw@h/d");
+        let u = DbUrl::parse("postgres://a@h/d?sslmode=verify-full&sslrootcert=/ca.pem&pooled=false").unwrap();
+        assert_eq!(u.expose(), "postgres://a@h/d?sslmode=verify-full&sslrootcert=%2Fca.pem");
+        assert_eq!(
+            u.with_pooled().to_string(),
+            "postgres://a@h/d?sslmode=verify-full&sslrootcert=%2Fca.pem&pooled=true"
+        );
+        let named = u.with_application_name("x").with_application_name("devpilot m1");
+        assert_eq!(named.param("application_name").as_deref(), Some("devpilot m1"));
+        assert_eq!(named.to_string().matches("application_name").count(), 1);
+        assert_eq!(named.param("sslmode").as_deref(), Some("verify-full"));
+        let bare = DbUrl::parse("postgres://a@h/d?password=pw").unwrap().without_password();
+        assert_eq!(bare.to_string(), "postgres://a@h/d");
     }
 
     /// SQLite URLs map to file paths in the usual spellings.
