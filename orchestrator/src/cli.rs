@@ -568,7 +568,7 @@ async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orchestr
     }
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let pruned = queue.prune(orchestrator, &r, 500).await?;
-    let dirs = vec![paths.job_log_dir(), paths.data_dir.join("payloads")];
+    let dirs = vec![paths.job_log_dir(), orchestrator::payload_dir(&paths.data_dir)];
     let files = tokio::task::spawn_blocking(move || orchestrator::prune_files(&dirs, orchestrator::file_retention(&r)))
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;

@@ -107,6 +107,18 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// The poller's base interval. A drain that ends when the queue is empty
+    /// (`until_empty`) looks again within 50 ms: its last jobs, or another process's, may
+    /// still be finishing, and it should exit then, not a whole poll interval later (that
+    /// was 2 s of every `devpilot run --until-empty`, most of a 2,000-job drain's time).
+    pub fn poll_base(&self) -> Duration {
+        if self.until_empty {
+            self.poll_interval.min(Duration::from_millis(50))
+        } else {
+            self.poll_interval
+        }
+    }
+
     pub fn new(orchestrator_id: &str, machine: &str, agent: AgentSpec, data_dir: PathBuf) -> Self {
         Self {
             orchestrator_id: orchestrator_id.into(),
@@ -126,7 +138,7 @@ impl RunConfig {
             claim_mode: ClaimMode::Pick,
             agent,
             log_dir: data_dir.join("logs").join("jobs"),
-            payload_dir: data_dir.join("payloads"),
+            payload_dir: payload_dir(&data_dir),
             start_enabled: true,
             repos: BTreeMap::new(),
             labels: vec![],
@@ -177,6 +189,24 @@ pub fn worktree_root(data_dir: &std::path::Path, orchestrator_id: &str) -> PathB
     let safe: String =
         orchestrator_id.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
     data_dir.join("worktrees").join(safe)
+}
+
+/// Where the agents' payload files go: the session's runtime dir (`XDG_RUNTIME_DIR`, a
+/// tmpfs private to the user) when there is one, else `<data dir>/payloads`. A payload file
+/// lives only while its agent runs. Written and deleted once per job on ext4, its inode
+/// churn was the largest cost of a short job besides the agent itself (ext4 scans past
+/// recently deleted inodes to allocate a new one; `bench/NOTES.md`), and on tmpfs the
+/// payload never reaches a disk. One dir per data dir, so two setups never share one.
+pub fn payload_dir(data_dir: &std::path::Path) -> PathBuf {
+    use md5::{Digest, Md5};
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(rt) if rt.is_absolute() && rt.is_dir() => {
+            let digest = Md5::digest(data_dir.as_os_str().as_encoded_bytes());
+            let tag: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+            rt.join("devpilot").join(format!("payloads-{tag}"))
+        }
+        _ => data_dir.join("payloads"),
+    }
 }
 
 /// The bound on every database call of a machine with this heartbeat: shorter than the
@@ -238,7 +268,7 @@ pub fn spawn_into(
     let problem = cfg.agent.check().err().map(|e| Problem::new(&e, cfg.problem_recheck()));
     let m = Machine {
         wishes: Wishes { enabled: cfg.start_enabled, paused: None },
-        poller: Poller::new(cfg.poll_interval, cfg.max_poll_interval),
+        poller: Poller::new(cfg.poll_base(), cfg.max_poll_interval),
         ctx: Arc::new(job_ctx(&queue, &cfg, &events, done_tx.clone(), orders.clone())),
         queue,
         cfg,
@@ -708,7 +738,7 @@ impl Machine {
         let _ = self.sweep_cfg.send(sweep_cfg(&self.queue, &self.cfg));
         self.maintenance.set_every(self.cfg.sweep_every, self.cfg.prune_every);
         self.ctx = Arc::new(job_ctx(&self.queue, &self.cfg, &self.events, self.done_tx.clone(), self.keeper.clone()));
-        self.poller.retime(self.cfg.poll_interval, self.cfg.max_poll_interval);
+        self.poller.retime(self.cfg.poll_base(), self.cfg.max_poll_interval);
         if self.problem.is_some() {
             self.recheck_problem();
         }

@@ -203,8 +203,9 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     drop(agent);
     if let Some(t) = tail {
         t.abort();
-        // The last words, on a task of its own: no outcome waits on a slow database.
-        if let Some(s) = span.clone() {
+        // The last words, on a task of its own: no outcome waits on a slow database. An
+        // agent that printed nothing has no words to store (that was one statement per job).
+        if let Some(s) = span.clone().filter(|s| s.written() > 0) {
             let ctx = ctx.clone();
             tokio::spawn(async move { store_tail(&ctx, (id, token), &s).await });
         }
@@ -301,7 +302,9 @@ fn with_summary(result: Option<AgentResult>, span: Option<&LogSpan>) -> Option<A
 fn spawn_log_tail(ctx: &Arc<JobCtx>, pair: (i64, i64), span: LogSpan) -> tokio::task::JoinHandle<()> {
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        let mut last = None;
+        // Nothing is worth storing until the agent writes something: our header line alone
+        // would cost a statement per job.
+        let mut last = Some(0);
         let mut tick = tokio::time::interval(ctx.log_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
