@@ -16,6 +16,8 @@
 //! - `m20261203_000001_agents`: routing columns (`repo`, `requires`, and each machine's
 //!   `repos` and `labels`), hand-off columns (`resume_branch`, `resumed_from`, release
 //!   requests, a kept `worktree`) and `job_logs`, the tail of each running agent's output.
+//! - `m20261204_000001_channels`: each orchestrator's NOTIFY hints on a channel of its own
+//!   (`devpilot_channel()`), so a listener wakes only for its orchestrator.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -37,6 +39,7 @@ mod m20261130_000001_claim_order;
 mod m20261201_000001_job_attempts;
 mod m20261202_000001_job_model;
 mod m20261203_000001_agents;
+mod m20261204_000001_channels;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -50,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000001_job_attempts::Migration),
             Box::new(m20261202_000001_job_model::Migration),
             Box::new(m20261203_000001_agents::Migration),
+            Box::new(m20261204_000001_channels::Migration),
         ]
     }
 }

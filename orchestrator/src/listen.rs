@@ -24,8 +24,19 @@ use tokio::sync::mpsc;
 use crate::db::DbUrl;
 use crate::Queue;
 
-/// The channel the schema's trigger notifies on.
+/// The channel every orchestrator's hints went to before the schema gave each orchestrator
+/// its own (migration `m20261204_000001_channels`). A listener still LISTENs on it, so a
+/// database not yet migrated keeps waking its machines.
 pub const CHANNEL: &str = "devpilot_dispatch";
+
+/// The orchestrator's own channel, as the schema's `devpilot_channel()` names it: only its
+/// machines hear its hints, instead of every listener of the database.
+pub fn channel_of(orchestrator_id: &str) -> String {
+    use md5::{Digest, Md5};
+    let digest = Md5::digest(orchestrator_id.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{CHANNEL}_{hex}")
+}
 
 /// What a notification means for a machine of the orchestrator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +115,7 @@ async fn listen_loop(pool: sea_orm::sqlx::PgPool, queue: Queue, orch: String, tx
             let mut listener = PgListener::connect_with(&pool).await.map_err(|e| e.to_string())?;
             let heard = probe(&mut listener, &queue, &orch, &tx).await?;
             if heard {
-                listener.listen(CHANNEL).await.map_err(|e| e.to_string())?;
+                listener.listen_all([CHANNEL, &channel_of(&orch)]).await.map_err(|e| e.to_string())?;
             }
             Ok::<_, String>((listener, heard))
         };
@@ -197,6 +208,15 @@ async fn probe(listener: &mut PgListener, queue: &Queue, orch: &str, tx: &mpsc::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The orchestrator's channel is the one the schema's md5() names, and fits PostgreSQL's
+    /// 63-byte limit whatever the id's length.
+    #[test]
+    fn channel_names_match_the_schema() {
+        // SELECT 'devpilot_dispatch_' || md5('eng') in PostgreSQL:
+        assert_eq!(channel_of("eng"), "devpilot_dispatch_74e6a8b111ea7da1a7d0a596f4c35208");
+        assert_eq!(channel_of(&"x".repeat(500)).len(), 50);
+    }
 
     /// The triggers' four payloads parse; another orchestrator's (even a prefix) does not.
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use devpilot::agent::AgentSpec;
 use devpilot::db::{self, DbUrl, PoolSettings};
 use devpilot::orchestrator::{self, Event, RunConfig, StopMode};
+use devpilot::listen::Hint;
 use devpilot::Queue;
 use devpilot_tests::PgCluster;
 use sea_orm::ConnectionTrait;
@@ -90,4 +91,57 @@ async fn notify_wakes_idle_machines_and_survives_a_restart() {
     assert!(wait_claimed(&mut events, id3, Duration::from_secs(5)).await.is_some(), "a poll still finds it");
     h.stop(StopMode::HandOff).await;
     pg.stop();
+}
+
+/// A hint goes to its orchestrator's own channel, named alike by the schema and the engine,
+/// so another orchestrator's listener never hears it; a database still on the schema before
+/// per-orchestrator channels wakes a machine through the shared channel, and so does the
+/// same database once migrated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
+    use devpilot_migrations::{Migrator, MigratorTrait};
+    use sea_orm::sqlx::postgres::PgListener;
+    let db = devpilot_tests::TestDb::new(devpilot_tests::Backend::Postgres).await;
+    let (a, b) = (db.orch("chan-a"), db.orch("chan-b"));
+    let url = db.raw_url.clone();
+    let listener = |orch: String| {
+        let url = url.clone();
+        async move {
+            let mut l = PgListener::connect(&url).await.unwrap();
+            l.listen_all([devpilot::listen::CHANNEL, &devpilot::listen::channel_of(&orch)]).await.unwrap();
+            l
+        }
+    };
+    let (mut la, mut lb) = (listener(a.clone()).await, listener(b.clone()).await);
+    let same = format!("SELECT (devpilot_channel('{a}') = '{}')::int::bigint", devpilot::listen::channel_of(&a));
+    assert_eq!(db.scalar(&same).await, Some(1), "the schema and the engine name the channel alike");
+
+    db.queue.enqueue(&a, &json!({"n": 1})).await.unwrap();
+    db.queue.enqueue(&b, &json!({"n": 2})).await.unwrap();
+    let got = la.recv().await.unwrap();
+    assert_eq!((got.channel(), got.payload()), (devpilot::listen::channel_of(&a).as_str(), a.as_str()));
+    // Notifications arrive in commit order: b's listener's first one is b's, so it never got a's.
+    let got = lb.recv().await.unwrap();
+    assert_eq!((got.channel(), got.payload()), (devpilot::listen::channel_of(&b).as_str(), b.as_str()));
+
+    // Back to the schema before per-orchestrator channels: the shared channel still wakes.
+    Migrator::down(db.admin(), Some(1)).await.unwrap();
+    db.queue.enqueue(&a, &json!({"n": 3})).await.unwrap();
+    let got = la.recv().await.unwrap();
+    assert_eq!((got.channel(), got.payload()), (devpilot::listen::CHANNEL, a.as_str()));
+
+    // And the engine's listener, on the old schema and then on the migrated one, passes on
+    // a hint both times.
+    let mut hints = devpilot::listen::spawn(&db.url, &a, &db.queue).unwrap();
+    assert_eq!(next(&mut hints).await, Hint::Direct, "the probe came back");
+    assert_eq!(next(&mut hints).await, Hint::Resync, "LISTEN is in place");
+    db.queue.enqueue(&a, &json!({"n": 4})).await.unwrap();
+    assert_eq!(next(&mut hints).await, Hint::Work, "woken on the old schema");
+    Migrator::up(db.admin(), None).await.unwrap();
+    db.queue.enqueue(&a, &json!({"n": 5})).await.unwrap();
+    assert_eq!(next(&mut hints).await, Hint::Work, "woken on the migrated schema");
+}
+
+async fn next(hints: &mut tokio::sync::mpsc::Receiver<Hint>) -> Hint {
+    tokio::time::timeout(Duration::from_secs(20), hints.recv()).await.expect("a hint in time").expect("listening")
 }
