@@ -18,6 +18,8 @@
 //!   requests, a kept `worktree`) and `job_logs`, the tail of each running agent's output.
 //! - `m20261204_000001_channels`: each orchestrator's NOTIFY hints on a channel of its own
 //!   (`devpilot_channel()`), so a listener wakes only for its orchestrator.
+//! - `m20261204_000002_hot_renewals`: no index holds `heartbeat_at`, so a renewal is a HOT
+//!   update that touches no index.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -40,6 +42,7 @@ mod m20261201_000001_job_attempts;
 mod m20261202_000001_job_model;
 mod m20261203_000001_agents;
 mod m20261204_000001_channels;
+mod m20261204_000002_hot_renewals;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -54,6 +57,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000001_job_model::Migration),
             Box::new(m20261203_000001_agents::Migration),
             Box::new(m20261204_000001_channels::Migration),
+            Box::new(m20261204_000002_hot_renewals::Migration),
         ]
     }
 }

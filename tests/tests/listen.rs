@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use devpilot::agent::AgentSpec;
 use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::orchestrator::{self, Event, RunConfig, StopMode};
 use devpilot::listen::Hint;
+use devpilot::orchestrator::{self, Event, RunConfig, StopMode};
 use devpilot::Queue;
 use devpilot_tests::PgCluster;
 use sea_orm::ConnectionTrait;
@@ -125,7 +125,7 @@ async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
     assert_eq!((got.channel(), got.payload()), (devpilot::listen::channel_of(&b).as_str(), b.as_str()));
 
     // Back to the schema before per-orchestrator channels: the shared channel still wakes.
-    Migrator::down(db.admin(), Some(1)).await.unwrap();
+    Migrator::down(db.admin(), Some(2)).await.unwrap();
     db.queue.enqueue(&a, &json!({"n": 3})).await.unwrap();
     let got = la.recv().await.unwrap();
     assert_eq!((got.channel(), got.payload()), (devpilot::listen::CHANNEL, a.as_str()));

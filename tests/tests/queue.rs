@@ -531,3 +531,29 @@ async fn a_stopped_machine_stays_stopped(backend: Backend) {
         assert_eq!(me.status, "stopped", "round {round}: {me:?}");
     }
 }
+
+/// No index of the queue mentions `heartbeat_at` (as a key, an expression or a predicate),
+/// so a renewal, which writes only that column, can be a HOT update on PostgreSQL; and the
+/// renewals of a held job really are HOT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_touch_no_index() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let indexed = "SELECT count(*) FROM pg_index i
+                    WHERE i.indrelid = 'dispatch_queue'::regclass
+                      AND (EXISTS (SELECT 1 FROM pg_attribute a
+                                    WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                                      AND a.attname = 'heartbeat_at')
+                           OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%heartbeat_at%'
+                           OR pg_get_expr(i.indpred, i.indrelid) LIKE '%heartbeat_at%')";
+    assert_eq!(db.scalar(indexed).await, Some(0), "an index holds heartbeat_at: renewals cannot be HOT");
+    let orch = db.orch("hot");
+    db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().pop().unwrap();
+    // The same session renews and then reads its own, not yet flushed, counters.
+    let hot = format!(
+        "WITH r AS (UPDATE dispatch_queue SET heartbeat_at = heartbeat_at + 1 WHERE id = {} RETURNING 1)
+         SELECT pg_stat_get_xact_tuples_hot_updated('dispatch_queue'::regclass) FROM r",
+        c.id
+    );
+    assert_eq!(db.scalar(&hot).await, Some(1), "the renewal was a HOT update");
+}
