@@ -12,7 +12,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("full_page_writes", "on"),
     ("synchronous_commit", "off"),
     ("shared_buffers", "256MB"),
-    ("max_connections", "400"),
+    ("max_connections", "1000"),
     ("max_wal_size", "4GB"),
     ("checkpoint_timeout", "30min"),
     ("shared_preload_libraries", "pg_stat_statements"),
@@ -29,19 +29,17 @@ pub fn start() -> Cluster {
 
 /// CPU time (user + system, ms) of every process named `postgres`.
 pub fn postgres_cpu_ms() -> f64 {
-    let mut total = 0.0;
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.filter_map(|e| e.ok()) {
-            let name = e.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            if let Some((comm, ms)) = proc_cpu(pid) {
-                if comm == "postgres" {
-                    total += ms;
-                }
-            }
-        }
-    }
-    total
+    processes().filter(|(comm, _)| comm == "postgres").map(|(_, ms)| ms).sum()
+}
+
+/// (comm, user+system CPU in ms) of every process on the machine.
+pub fn processes() -> impl Iterator<Item = (String, f64)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter_map(proc_cpu)
 }
 
 /// (comm, user+system CPU in ms) of one process.

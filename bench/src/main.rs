@@ -6,6 +6,9 @@
 //! # Layout
 //! - [`cluster`]: the throwaway PostgreSQL and CPU accounting from /proc.
 //! - [`measure`]: measurements a to h.
+//! - [`agent_path`]: (e) as a user runs it, `devpilot run` processes spawning a shell agent per job.
+//! - [`fleet`]: one PostgreSQL and thousands of machines: an idle pooled fleet, a listening one.
+//! - [`peers`]: Graphile Worker and pg-boss (`bench/peers/peer.js`) on the same cluster.
 //! - [`report`]: the Markdown report, the JSON file and the chart.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
 //!   `/bin/true`) agent, driven by the parent over stdin/stdout, for the multi-process drains.
@@ -14,8 +17,11 @@
 // the right tool here (the workspace warns on them for library and CLI code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agent_path;
 mod cluster;
+mod fleet;
 mod measure;
+mod peers;
 mod report;
 mod worker;
 

@@ -1,7 +1,6 @@
 //! Measurements a to h. Every figure is collected into one JSON value that the report renders.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +12,6 @@ use devpilot::Queue;
 use rand::Rng;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::cluster::{self, Cluster};
 
@@ -34,16 +32,18 @@ impl Backend {
 
 /// Run lengths. `quick` only checks the machinery.
 #[derive(Clone, Copy)]
-struct Plan {
-    secs: u64,
-    repeats: usize,
-    pgbench_prefill: i64,
-    drain_jobs_pg: i64,
-    drain_jobs_sqlite: i64,
-    agent_jobs: i64,
-    latency_samples: usize,
-    poll_samples: usize,
-    idle_window: u64,
+pub struct Plan {
+    pub secs: u64,
+    pub repeats: usize,
+    pub pgbench_prefill: i64,
+    pub drain_jobs_pg: i64,
+    pub drain_jobs_sqlite: i64,
+    pub agent_jobs: i64,
+    pub latency_samples: usize,
+    pub poll_samples: usize,
+    pub idle_window: u64,
+    /// The peers' idle window: real time, as their timers are not scaled.
+    pub peer_idle_window: u64,
 }
 
 const QUICK: Plan = Plan {
@@ -56,6 +56,7 @@ const QUICK: Plan = Plan {
     latency_samples: 20,
     poll_samples: 5,
     idle_window: 8,
+    peer_idle_window: 20,
 };
 
 const FULL: Plan = Plan {
@@ -64,22 +65,23 @@ const FULL: Plan = Plan {
     pgbench_prefill: 120_000,
     drain_jobs_pg: 12_000,
     drain_jobs_sqlite: 6_000,
-    agent_jobs: 2_000,
+    agent_jobs: 4_000,
     latency_samples: 200,
     poll_samples: 30,
     idle_window: 30,
+    peer_idle_window: 130,
 };
 
 pub struct Env {
     pub pg: Cluster,
-    admin: DatabaseConnection,
-    tmp: PathBuf,
+    pub admin: DatabaseConnection,
+    pub tmp: PathBuf,
     seq: AtomicU32,
 }
 
-static ORCH: &str = "bench";
+pub static ORCH: &str = "bench";
 
-async fn connect(url: &str, n: u32) -> DatabaseConnection {
+pub async fn connect(url: &str, n: u32) -> DatabaseConnection {
     db::connect(
         &DbUrl::parse(url).unwrap(),
         &PoolSettings { max_connections: n, connect_timeout: Duration::from_secs(30), ..PoolSettings::default() },
@@ -88,16 +90,16 @@ async fn connect(url: &str, n: u32) -> DatabaseConnection {
     .unwrap()
 }
 
-async fn scalar(db: &DatabaseConnection, sql: &str) -> i64 {
+pub async fn scalar(db: &DatabaseConnection, sql: &str) -> i64 {
     let r = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap().unwrap();
     r.try_get::<i64>("", "n").unwrap()
 }
 
-async fn exec(db: &DatabaseConnection, sql: &str) {
+pub async fn exec(db: &DatabaseConnection, sql: &str) {
     db.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -105,7 +107,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
+pub fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -113,14 +115,14 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn log(msg: impl AsRef<str>) {
+pub fn log(msg: impl AsRef<str>) {
     eprintln!("[bench] {}", msg.as_ref());
 }
 
 impl Env {
     /// A fresh, migrated database: a new PostgreSQL database cloned from the migrated
     /// template, or a new SQLite file. Returns its URL.
-    async fn fresh(&self, backend: Backend) -> String {
+    pub async fn fresh(&self, backend: Backend) -> String {
         let n = self.seq.fetch_add(1, Ordering::SeqCst);
         match backend {
             Backend::Pg => {
@@ -138,7 +140,19 @@ impl Env {
         }
     }
 
-    fn dbname(url: &str) -> String {
+    /// A new, empty PostgreSQL database (for the peers, which install their own schema).
+    pub async fn empty_db(&self, prefix: &str) -> String {
+        let name = format!("{prefix}_{}", self.next());
+        exec(&self.admin, &format!("CREATE DATABASE {name}")).await;
+        self.pg.url(&name)
+    }
+
+    /// A number unique in this run, for names.
+    pub fn next(&self) -> u32 {
+        self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub fn dbname(url: &str) -> String {
         url.rsplit('/').next().unwrap().to_string()
     }
 }
@@ -171,6 +185,21 @@ async fn prefill(db: &DatabaseConnection, n: i64) {
             exec(db, "ANALYZE").await;
         }
     }
+}
+
+/// Pre-fills `n` jobs in the database at `url`, over a connection of its own.
+pub async fn prefill_url(url: &str, n: i64) {
+    let c = connect(url, 1).await;
+    prefill(&c, n).await;
+    c.close().await.ok();
+}
+
+/// How many jobs of the database at `url` are completed.
+pub async fn completed(url: &str) -> i64 {
+    let c = connect(url, 1).await;
+    let n = scalar(&c, "SELECT count(*) AS n FROM dispatch_queue WHERE state = 'completed'").await;
+    c.close().await.ok();
+    n
 }
 
 /// 1 while any job is queued or running, else 0; served by the pick and running indexes.
@@ -237,6 +266,8 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
         }
     }
     out["e"] = json!(e);
+    log("(e) as a user runs it: 4 `devpilot run` processes x concurrency 8, a /bin/sh agent per job");
+    out["e_cli"] = crate::agent_path::measure(&env, &plan).await;
     log("(f) pickup latency");
     out["f"] = json!({
         "notify": latency(&env, Backend::Pg, true, plan.latency_samples).await,
@@ -244,6 +275,13 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     });
     log("(g) idle cost");
     out["g"] = idle(&env, &plan).await;
+    log("(p) the peers: Graphile Worker and pg-boss on the same cluster");
+    out["peers"] = crate::peers::all(&env, &plan).await;
+    let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
+    log("(i) one PostgreSQL, thousands of machines: an idle pooled fleet");
+    out["fleet_idle"] = crate::fleet::idle(&env, fleet_plan).await;
+    log("(j) a listening fleet: pickup and the cost of one NOTIFY");
+    out["fleet_listening"] = crate::fleet::listening(&env, fleet_plan).await;
     log("(h) SQLite");
     out["h"] = json!({
         "c_single": claim_matrix(&env, Backend::Sqlite, Mode::Pick(1), &plan).await,
@@ -546,37 +584,38 @@ async fn drain(
     let per_proc = claimers / procs;
     let conc = if batched { per_proc.min(16) } else { 1 };
     let machines = per_proc / conc;
-    let exe = std::env::current_exe().unwrap();
-    let n = env.seq.fetch_add(1, Ordering::SeqCst);
+    let n = env.next();
     let mut children = vec![];
     for p in 0..procs {
         let dir = env.tmp.join(format!("drain{n}-p{p}"));
-        let mut child = tokio::process::Command::new(&exe)
-            .args(["worker", "--url", &url, "--orch", ORCH, "--name", &format!("p{p}")])
-            .args(["--machines", &machines.to_string(), "--concurrency", &conc.to_string(), "--agent", agent])
-            .arg("--data-dir")
-            .arg(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = lines.next_line().await.unwrap();
-        assert_eq!(ready.as_deref(), Some("ready"));
-        children.push((child, stdin, dir, lines));
+        let args: Vec<String> = [
+            "--orch",
+            ORCH,
+            "--name",
+            &format!("p{p}"),
+            "--machines",
+            &machines.to_string(),
+            "--concurrency",
+            &conc.to_string(),
+            "--agent",
+            agent,
+            "--data-dir",
+            &dir.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        children.push((crate::worker::Proc::spawn(&url, &args).await, dir));
     }
-    let pids: Vec<u32> = children.iter().filter_map(|(c, _, _, _)| c.id()).collect();
+    let pids: Vec<u32> = children.iter().map(|(c, _)| c.pid()).collect();
     if profile {
         exec(&env.admin, "SELECT pg_stat_statements_reset()").await;
     }
     let pg_cpu0 = if backend == Backend::Pg { cluster::postgres_cpu_ms() } else { 0.0 };
     let cli_cpu0: f64 = pids.iter().filter_map(|p| cluster::proc_cpu(*p)).map(|(_, ms)| ms).sum();
     let start = Instant::now();
-    for (_, stdin, _, _) in children.iter_mut() {
-        stdin.write_all(b"go\n").await.unwrap();
-        stdin.flush().await.unwrap();
+    for (c, _) in children.iter_mut() {
+        c.go().await;
     }
     let limit = Duration::from_secs(180);
     let mut done = 0;
@@ -599,14 +638,8 @@ async fn drain(
     let cli_cpu: f64 = pids.iter().filter_map(|p| cluster::proc_cpu(*p)).map(|(_, ms)| ms).sum::<f64>() - cli_cpu0;
     let statements = if profile { top_statements(env, &Env::dbname(&url)).await } else { json!(null) };
     let mut stats = vec![];
-    for (mut child, mut stdin, dir, mut lines) in children {
-        let _ = stdin.write_all(b"stop\n").await;
-        drop(stdin);
-        if let Ok(Ok(Some(l))) = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await {
-            stats.push(serde_json::from_str::<Value>(&l).unwrap_or(json!(null)));
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-        let _ = child.kill().await;
+    for (c, dir) in children {
+        stats.push(c.stop().await);
         let _ = std::fs::remove_dir_all(dir);
     }
     let sum = |k: &str| stats.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();

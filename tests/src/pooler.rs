@@ -41,7 +41,7 @@ impl PgBouncer {
              auth_type = scram-sha-256\nauth_file = {dir}/userlist.txt\n\
              pool_mode = {pool_mode}\n\
              ignore_startup_parameters = extra_float_digits\n\
-             max_client_conn = 2000\ndefault_pool_size = 20\nmax_db_connections = 60\n\
+             max_client_conn = 2500\ndefault_pool_size = 20\nmax_db_connections = 60\n\
              max_user_connections = 150\nserver_idle_timeout = 30\n\
              logfile = {dir}/pgbouncer.log\npidfile = {dir}/pgbouncer.pid\n",
             pg_port = pg.port,
