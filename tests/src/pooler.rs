@@ -48,15 +48,19 @@ impl PgBouncer {
             dir = dir.display(),
         );
         std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
-        // PgBouncer refuses to run as root.
+        // PgBouncer refuses to run as root. Its soft limit on open files (1,024 under
+        // runuser's pam_limits) would cap it below max_client_conn: raise it to the hard one.
+        let raise = ["sh", "-c", "ulimit -n \"$(ulimit -Hn)\" 2>/dev/null; exec \"$0\" \"$@\""];
         let mut cmd = if is_root() {
             let st = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().expect("chown");
             assert!(st.success());
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(pgbouncer_bin());
+            c.args(["-u", "postgres", "--"]).args(raise).arg(pgbouncer_bin());
             c
         } else {
-            Command::new(pgbouncer_bin())
+            let mut c = Command::new(raise[0]);
+            c.args(&raise[1..]).arg(pgbouncer_bin());
+            c
         };
         let child = cmd
             .arg(dir.join("pgbouncer.ini"))
