@@ -143,6 +143,36 @@ const pgboss = (() => {
 const PEERS = { graphile, pgboss }
 
 // ---------------------------------------------------------------- measures
+// CPU (user + system, ms) of every process named postgres on this machine, from /proc.
+function postgresCpuMs () {
+  const fs = require('fs')
+  const tck = 100 // USER_HZ on Linux
+  let ms = 0
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'))
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      if (comm === 'postgres') ms += ((Number(rest[11]) + Number(rest[12])) * 1000) / tck
+    } catch { /* the process ended */ }
+  }
+  return ms
+}
+
+// The database's statements by total execution time (pg_stat_statements lives in "postgres").
+async function statementTotals (url) {
+  const statsUrl = new URL(url)
+  const dbName = statsUrl.pathname.slice(1)
+  statsUrl.pathname = '/postgres'
+  const c = new pg.Client(statsUrl.toString())
+  await c.connect()
+  const { rows } = await c.query(`select queryid::text as id, calls::bigint as calls, total_exec_time as ms,
+      left(btrim(regexp_replace(query, '\\s+', ' ', 'g')), 70) as query
+      from pg_stat_statements where dbid = (select oid from pg_database where datname = $1)`, [dbName])
+  await c.end()
+  return new Map(rows.map((r) => [r.id, { calls: Number(r.calls), ms: r.ms, query: r.query }]))
+}
+
 async function drain (peer, opts) {
   let handled = 0
   const task = opts.mode === 'batched' && peer === pgboss
@@ -152,6 +182,8 @@ async function drain (peer, opts) {
   const client = new pg.Client(opts.url)
   await client.connect()
   log(`drain: ${opts.jobs} jobs queued; starting workers`)
+  const stmts0 = await statementTotals(opts.url)
+  const cpu0 = postgresCpuMs()
   const t0 = performance.now()
   await run.start()
   for (;;) {
@@ -160,10 +192,22 @@ async function drain (peer, opts) {
     await sleep(Math.max(0, 10 - (performance.now() - polled)))
   }
   const secs = (performance.now() - t0) / 1000
+  const cpu = postgresCpuMs() - cpu0
   await client.end()
   await run.stop()
   if (handled !== opts.jobs) throw new Error(`handler ran ${handled} times for ${opts.jobs} jobs`)
-  return { mode: opts.mode, workers: opts.workers, jobs: opts.jobs, secs: round(secs, 3), jobs_per_s: round(opts.jobs / secs, 1), handled, connections: run.connections, config: run.config }
+  // What the drain cost the database: its statements (our 10 ms completion check included,
+  // as the Rust side's is in ours) and PostgreSQL's CPU while it ran.
+  const top = [...(await statementTotals(opts.url)).entries()]
+    .map(([id, s]) => ({ calls: s.calls - (stmts0.get(id)?.calls ?? 0), total_ms: round(s.ms - (stmts0.get(id)?.ms ?? 0), 1), query: s.query }))
+    .filter((s) => s.calls > 0)
+    .sort((a, b) => b.total_ms - a.total_ms)
+  const statements = top.reduce((n, s) => n + s.calls, 0)
+  return {
+    mode: opts.mode, workers: opts.workers, jobs: opts.jobs, secs: round(secs, 3), jobs_per_s: round(opts.jobs / secs, 1), handled,
+    postgres_cpu_ms_per_1k_jobs: round((cpu / opts.jobs) * 1000, 1), statements_per_job: round(statements / opts.jobs, 3),
+    top: top.slice(0, 6), connections: run.connections, config: run.config
+  }
 }
 
 async function pickup (peer, opts) {

@@ -10,6 +10,7 @@
 //! - [`fleet`]: one PostgreSQL and thousands of machines: an idle pooled fleet, a listening one.
 //! - [`peers`]: Graphile Worker and pg-boss (`bench/peers/peer.js`) on the same cluster.
 //! - [`report`]: the Markdown report, the JSON file and the chart.
+//! - [`report_peers`]: the report's side-by-side with the peers, the ratios and their chart.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
 //!   `/bin/true`) agent, driven by the parent over stdin/stdout, for the multi-process drains.
 
@@ -23,6 +24,7 @@ mod fleet;
 mod measure;
 mod peers;
 mod report;
+mod report_peers;
 mod worker;
 
 use std::path::PathBuf;

@@ -245,6 +245,14 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
         "plan": { "claim_secs": plan.secs, "repeats": plan.repeats, "quick": quick },
     });
 
+    if std::env::var("DEVPILOT_BENCH_ONLY").as_deref() == Ok("fleet") {
+        // For working on the fleet measurements alone (a partial report).
+        let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
+        out["fleet_idle"] = crate::fleet::idle(&env, fleet_plan).await;
+        out["fleet_listening"] = crate::fleet::listening(&env, fleet_plan).await;
+        env.pg.stop();
+        return (out, vec![env.pg.dir.clone(), env.tmp.clone()]);
+    }
     log("(a) pgbench: the SKIP LOCKED claim statement alone");
     out["a"] = pgbench_all(&env, &plan, &pgbench_script(), &[]).await;
     log("(a') pgbench: the previous pick (FIFO by created_at, on its own index), for an A/B in this run");

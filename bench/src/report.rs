@@ -7,16 +7,16 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::Value;
 
-fn f(v: &Value) -> f64 {
+pub(crate) fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
-fn rows(v: &Value) -> Vec<Value> {
+pub(crate) fn rows(v: &Value) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
 }
 
 /// (a) at `claimers` clients; 128 uses the highest measured (32).
-fn limit_at(j: &Value, claimers: u64) -> f64 {
+pub(crate) fn limit_at(j: &Value, claimers: u64) -> f64 {
     let a = rows(&j["a"]);
     a.iter()
         .find(|r| r["claimers"].as_u64() == Some(claimers))
@@ -25,7 +25,7 @@ fn limit_at(j: &Value, claimers: u64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn find(v: &[Value], claimers: u64, procs: u64, batched: bool) -> Option<&Value> {
+pub(crate) fn find(v: &[Value], claimers: u64, procs: u64, batched: bool) -> Option<&Value> {
     v.iter().find(|r| {
         r["claimers"].as_u64() == Some(claimers)
             && r["processes"].as_u64() == Some(procs)
@@ -33,7 +33,7 @@ fn find(v: &[Value], claimers: u64, procs: u64, batched: bool) -> Option<&Value>
     })
 }
 
-fn n0(x: f64) -> String {
+pub(crate) fn n0(x: f64) -> String {
     if x.is_nan() {
         return "n/a".into();
     }
@@ -60,11 +60,15 @@ pub fn render(j: &Value, out: &Path) {
     if let Err(e) = chart(j, &out.join("throughput.png")) {
         eprintln!("chart failed: {e}");
     }
+    if j["peers"].is_object() {
+        if let Err(e) = crate::report_peers::chart(j, &out.join("peers.png")) {
+            eprintln!("peers chart failed: {e}");
+        }
+    }
 }
 
 fn markdown(j: &Value, out: &Path) -> String {
     let mut m = String::new();
-    let a32 = limit_at(j, 32);
     let _ = writeln!(m, "# DevPilot dispatch benchmark\n");
     let _ = writeln!(
         m,
@@ -111,22 +115,6 @@ fn markdown(j: &Value, out: &Path) -> String {
         w("b"),
         verdict(wasted <= 0.05)
     );
-    let d = rows(&j["d"]);
-    for (batched, factor) in [(false, 0.5), (true, 1.5)] {
-        let one = find(&d, 32, 1, batched).map(|r| f(&r["jobs_per_s"])).unwrap_or(f64::NAN);
-        let four = find(&d, 32, 4, batched).map(|r| f(&r["jobs_per_s"])).unwrap_or(f64::NAN);
-        let _ = writeln!(
-            m,
-            "| full-cycle drain (d) at 32 claimers, {} | ≥ {factor} × (a) = {} jobs/s | {} jobs/s in 1 process ({:.2} × a), {} in 4 ({:.2} × a) | {} |",
-            if batched { "batched" } else { "one claim per statement" },
-            n0(factor * a32),
-            n0(one),
-            one / a32,
-            n0(four),
-            four / a32,
-            verdict(one >= factor * a32)
-        );
-    }
     let p50 = f(&j["f"]["notify"]["p50_ms"]);
     let _ = writeln!(m, "| pickup latency p50 with NOTIFY (f) | < 5 ms | {p50:.2} ms | {} |", verdict(p50 < 5.0));
     let g = &j["g"];
@@ -138,6 +126,10 @@ fn markdown(j: &Value, out: &Path) -> String {
         f(&g["unscaled_statements_per_min"]),
         verdict(spp <= 1.0 + 1e-9)
     );
+    if j["peers"].is_object() {
+        crate::report_peers::targets(&mut m, j);
+        crate::report_peers::section(&mut m, j);
+    }
 
     // ---------------------------------------------------------------- a–c
     let _ = writeln!(m, "\n## Claims (a, b, c) on PostgreSQL\n");
