@@ -786,6 +786,9 @@ impl Engine {
         } else {
             match q.log_tail(id).await? {
                 Some(t) => (t.tail, Some(t.machine)),
+                // Its holder stores a tail once the agent prints something: until then the
+                // log is the holder's, and empty, so the window keeps following it.
+                None if held_elsewhere => (String::new(), job.claimed_by.clone()),
                 None => (local, None),
             }
         };
