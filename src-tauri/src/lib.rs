@@ -12,6 +12,7 @@
 //! - [`awake`]: with `keep_awake` on, a logind idle-sleep block inhibitor while agents run.
 //! - [`logind`]: the logind D-Bus calls both use.
 //! - [`window`]: opening the window, and what closing it does.
+//! - [`display`]: whether there is a graphical session at all, asked before the toolkit is.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use tauri::{AppHandle, Emitter, Manager, RunEvent, Runtime};
 
 pub mod awake;
 pub mod commands;
+pub mod display;
 pub mod logind;
 pub mod notify;
 pub mod sleep;
@@ -81,6 +83,11 @@ fn init_logging(paths: &Paths) -> Option<tracing_appender::non_blocking::WorkerG
 /// Runs the app until the user quits.
 pub fn run() -> std::process::ExitCode {
     window::tune_webkit_env();
+    // Before anything is written or started: with no display there is nothing to show.
+    if let Err(why) = display::check() {
+        eprintln!("{why}");
+        return std::process::ExitCode::FAILURE;
+    }
     let paths = match Paths::for_app(PROFILE) {
         Ok(p) => p,
         Err(e) => {

@@ -1,0 +1,48 @@
+//! Is there a graphical session to start in? Asked before the GUI toolkit is: tao's event
+//! loop panics (exit 101, with a backtrace) when GTK cannot open a display, which tells a user
+//! on SSH or a server nothing about what to do instead.
+
+/// What the rest of the message says, whatever the reason: the headless way in.
+const HEADLESS: &str = "On a headless machine (a server, or over SSH), run the engine on its own: `devpilot run`, \
+or the systemd user unit the package installs (`systemctl --user enable --now devpilot`; see contrib/systemd). \
+It is the same engine: it claims, runs and hands off jobs just as the tray app does.";
+
+/// Ok when GTK can open the session's display (Wayland or X11); else the paragraph to print.
+/// Call on the main thread, before the app is built: GTK stays initialised on it, and tao
+/// then reuses that.
+pub fn check() -> Result<(), String> {
+    let set = |v: &str| std::env::var_os(v).is_some_and(|s| !s.is_empty());
+    if !set("DISPLAY") && !set("WAYLAND_DISPLAY") {
+        return Err(format!(
+            "devpilot-tray: there is no graphical session here (neither DISPLAY nor WAYLAND_DISPLAY is set), \
+             so the tray app cannot start. {HEADLESS}"
+        ));
+    }
+    init_toolkit().map_err(|why| {
+        format!(
+            "devpilot-tray: cannot open the graphical session ({}: {why}), so the tray app cannot start. {HEADLESS}",
+            session()
+        )
+    })
+}
+
+/// Which session GTK was pointed at, for the message.
+fn session() -> String {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    match (var("WAYLAND_DISPLAY"), var("DISPLAY")) {
+        (Some(w), Some(d)) => format!("WAYLAND_DISPLAY={w}, DISPLAY={d}"),
+        (Some(w), None) => format!("WAYLAND_DISPLAY={w}"),
+        (None, Some(d)) => format!("DISPLAY={d}"),
+        (None, None) => "no display".into(),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn init_toolkit() -> Result<(), String> {
+    gtk::init().map_err(|e| e.message.to_string())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn init_toolkit() -> Result<(), String> {
+    Ok(())
+}
