@@ -402,6 +402,12 @@ function show(section) {
   }
 }
 
+// No tray host: the header says so (and closing asks; see window.rs).
+function renderTrayHost(present) {
+  $('tray-notice').hidden = !!present;
+  if (present && current() === 'close') location.hash = '#fleet';
+}
+
 function current() { return (location.hash || '#fleet').slice(1); }
 
 async function quit(mode) {
@@ -450,11 +456,15 @@ document.addEventListener('DOMContentLoaded', async () => {
     renderSetAside(null);
   });
   $('quit-handoff').addEventListener('click', () => quit('hand_off'));
+  $('close-quit').addEventListener('click', () => quit('hand_off'));
+  $('close-background').addEventListener('click', () => invoke('close_window').catch((e) => alert(errText(e))));
+  $('close-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
   $('quit-drain').addEventListener('click', () => quit('drain'));
   $('quit-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
 
   await T.event.listen('status', (e) => renderStatus(e.payload));
   await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
+  await T.event.listen('tray-host', (e) => renderTrayHost(e.payload));
   await T.event.listen('navigate', (e) => { if (current() === e.payload) show(e.payload); else location.hash = '#' + e.payload; });
   let pending = null;
   await T.event.listen('engine-event', (e) => {
@@ -471,5 +481,6 @@ document.addEventListener('DOMContentLoaded', async () => {
   });
   await refreshStatus();
   try { renderSetAside(await invoke('set_aside_config')); } catch (e) { console.error(e); }
+  try { renderTrayHost(await invoke('tray_host')); } catch (e) { console.error(e); }
   show(current());
 });

@@ -42,6 +42,8 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         open_logs,
         set_aside_config,
         dismiss_set_aside,
+        tray_host,
+        close_window,
     ]
 }
 
@@ -245,6 +247,18 @@ pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mod
 }
 
 /// The notifications sent so far (newest last), for the window and for tests.
+/// Whether a tray host shows the icon (without one the window says so, and closing asks).
+#[tauri::command]
+pub fn tray_host(state: State<'_, AppState>) -> bool {
+    state.tray_host.present()
+}
+
+/// "Keep running in the background": the window goes, the app stays.
+#[tauri::command]
+pub fn close_window<R: Runtime>(app: AppHandle<R>) {
+    crate::window::close(&app);
+}
+
 #[tauri::command]
 pub fn recent_notifications(state: State<'_, AppState>) -> Vec<Sent> {
     state.notifier.recent()

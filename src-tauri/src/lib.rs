@@ -6,6 +6,7 @@
 //!
 //! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in).
 //! - [`tray`]: the icon (five states), the menu and the hover text, kept current from the engine's status.
+//! - [`tray_host`]: whether a tray host shows the icon at all; without one the window is the face.
 //! - [`tray_text`]: what the tray says (state line, job lines, hover text), as pure functions.
 //! - [`notify`]: notifications per event, coalesced, sent off the async worker threads.
 //! - [`sleep`]: logind's PrepareForSleep: hand off (or pause) before sleep, re-check after wake.
@@ -29,6 +30,7 @@ pub mod logind;
 pub mod notify;
 pub mod sleep;
 pub mod tray;
+pub mod tray_host;
 pub mod tray_text;
 pub mod window;
 
@@ -42,12 +44,13 @@ pub struct AppState {
     pub notifier: notify::Notifier,
     /// Set once the user chose to quit, so closing the last window is not mistaken for it.
     pub quitting: AtomicBool,
+    pub tray_host: tray_host::TrayHost,
 }
 
 impl AppState {
     pub fn new(engine: Arc<Engine>) -> Self {
         let notifier = notify::Notifier::new(engine.clone());
-        Self { engine, notifier, quitting: AtomicBool::new(false) }
+        Self { engine, notifier, quitting: AtomicBool::new(false), tray_host: tray_host::TrayHost::default() }
     }
 }
 
@@ -171,6 +174,8 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
         }));
     }
     tray::install(app);
+    // No host to show the icon: the window is the only way in, so it opens.
+    let show_window = !tray_host::start(app) || show_window;
     spawn_status_forwarder(app);
     spawn_set_aside_forwarder(app);
     sleep::spawn(engine.clone());

@@ -22,8 +22,18 @@ pub fn tune_webkit_env() {
     }
 }
 
-/// Window events: when the last window is gone, end WebKit's network helper too.
+/// Window events. Closing with no tray host asks first (the window is the only way back in);
+/// when the last window is gone, WebKit's network helper ends too.
 pub fn on_event<R: Runtime>(window: &Window<R>, event: &WindowEvent) {
+    if let WindowEvent::CloseRequested { api, .. } = event {
+        let state = window.app_handle().state::<crate::AppState>();
+        if !state.tray_host.present() && !state.quitting.load(std::sync::atomic::Ordering::SeqCst) {
+            api.prevent_close();
+            tracing::info!("close asked with no tray host: asking whether to quit or keep running");
+            let _ = window.emit("navigate", "close");
+        }
+        return;
+    }
     if let WindowEvent::Destroyed = event {
         #[cfg(target_os = "linux")]
         {
@@ -213,6 +223,20 @@ pub fn open<R: Runtime>(app: &AppHandle<R>, section: Option<&str>) {
     {
         Ok(_) => tracing::info!(section, "window opened"),
         Err(e) => tracing::warn!(error = %e, "cannot open the window"),
+    }
+}
+
+/// Closes the window, the app staying up (with no tray host, "keep running in the
+/// background": a second launch of devpilot-tray brings the window back).
+pub fn close<R: Runtime>(app: &AppHandle<R>) {
+    if let Some(w) = app.get_webview_window(LABEL) {
+        // destroy, not close: close would ask again.
+        match w.destroy() {
+            Ok(()) => {
+                tracing::info!("window closed; still running in the background (run devpilot-tray again to open it)")
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot close the window"),
+        }
     }
 }
 
