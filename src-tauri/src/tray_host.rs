@@ -81,10 +81,11 @@ impl Probe {
     /// The watcher exists and says a host registered with it.
     async fn sni_host(&self) -> bool {
         let Some(bus) = &self.bus else { return false };
-        let owned = match zbus::fdo::DBusProxy::new(bus).await {
-            Ok(d) => d.name_has_owner(WATCHER.try_into().expect("a valid bus name")).await.unwrap_or(false),
-            Err(_) => false,
+        let (Ok(dbus), Ok(name)) = (zbus::fdo::DBusProxy::new(bus).await, zbus::names::BusName::try_from(WATCHER))
+        else {
+            return false;
         };
+        let owned = dbus.name_has_owner(name).await.unwrap_or(false);
         if !owned {
             return false;
         }
@@ -143,8 +144,10 @@ fn xembed_tray() -> bool {
             if d.is_null() {
                 return false;
             }
-            let name = std::ffi::CString::new(format!("_NET_SYSTEM_TRAY_S{}", (x.XDefaultScreen)(d))).expect("no NUL");
-            let atom = (x.XInternAtom)(d, name.as_ptr(), 1);
+            let atom = match std::ffi::CString::new(format!("_NET_SYSTEM_TRAY_S{}", (x.XDefaultScreen)(d))) {
+                Ok(name) => (x.XInternAtom)(d, name.as_ptr(), 1),
+                Err(_) => 0,
+            };
             let owner = if atom == 0 { 0 } else { (x.XGetSelectionOwner)(d, atom) };
             (x.XCloseDisplay)(d);
             owner != 0
