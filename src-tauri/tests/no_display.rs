@@ -1,5 +1,6 @@
 //! The tray app on a machine with no graphical session (SSH, a server): the real binary, in
 //! its own process, with the display variables taken away or pointing nowhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
 
