@@ -394,6 +394,7 @@ function show(section) {
   if (name === 'queue') refreshJobs();
   if (name === 'settings') loadSettings();
   if (name === 'new') loadNewJob();
+  if (name === 'guide') showGuide();
   if (name === 'quit') {
     const n = status ? status.running.length : 0;
     $('quit-text').textContent = n

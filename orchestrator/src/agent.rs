@@ -443,7 +443,7 @@ fn describe_status(s: std::process::ExitStatus) -> String {
 }
 
 /// The program of `preset` on PATH, or the error that names the preset and the PATH searched.
-fn resolve_preset(preset: Preset) -> Result<PathBuf> {
+pub(crate) fn resolve_preset(preset: Preset) -> Result<PathBuf> {
     resolve_program(preset.program()).map_err(|_| preset_missing(preset))
 }
 

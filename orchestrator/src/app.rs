@@ -29,6 +29,8 @@ use crate::queue::{Counts, JobEvent, JobRow, MachineRow, Queue};
 use crate::retry::{self, Budget};
 use crate::secrets;
 
+pub mod guide;
+
 /// How long the demo agent takes.
 pub const DEMO_DURATION: Duration = Duration::from_secs(4);
 
@@ -290,6 +292,8 @@ pub struct Engine {
     generation: AtomicU64,
     woke_at: Mutex<Option<Instant>>,
     paused_for_sleep: AtomicBool,
+    /// No settings file when this engine was made: the window's first-run guide may show.
+    first_run: bool,
 }
 
 fn lock_err<T>(_: T) -> Error {
@@ -302,7 +306,6 @@ impl Engine {
         let (events, _) = broadcast::channel(1024);
         let status_tx = watch::Sender::new(Status::default());
         Arc::new(Self {
-            paths,
             service: service.to_string(),
             overrides,
             demo_duration: DEMO_DURATION,
@@ -316,6 +319,8 @@ impl Engine {
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),
             paused_for_sleep: AtomicBool::new(false),
+            first_run: !paths.config_file().exists(),
+            paths,
         })
     }
 
@@ -927,21 +932,7 @@ impl Engine {
         if let Some(url) = url.as_ref().filter(|u| !u.is_sqlite()) {
             let changed = old.database_url != new.database_url || password.is_some();
             if changed {
-                // Verify with the new password, or the stored one.
-                let full = match &password {
-                    Some(pw) => url.with_password(pw)?,
-                    None => {
-                        let (service, u) = (self.service.clone(), url.clone());
-                        let stored = keychain(move || secrets::load_password(&service, &u)).await?;
-                        match stored {
-                            Some(pw) => url.with_password(&pw)?,
-                            None => url.clone(),
-                        }
-                    }
-                };
-                probe(&full).await?;
-                let conn = db::connect(&full, &PoolSettings::default()).await?;
-                drop(conn);
+                self.verify_login(url, password.as_deref()).await?;
             }
             if let Some(pw) = password {
                 let (service, u) = (self.service.clone(), url.clone());
@@ -986,6 +977,30 @@ impl Engine {
             self.set_dispatch(new.dispatch_enabled).await?;
         }
         Ok(())
+    }
+
+    /// Connects to `url` with `password`, or the one stored for it, or none: the errors are
+    /// the CLI's (unreachable, refused login, missing database, TLS).
+    async fn verify_login(&self, url: &DbUrl, password: Option<&str>) -> Result<()> {
+        drop(self.connect_with(url, password).await?);
+        Ok(())
+    }
+
+    /// A connection to `url` as [`Engine::verify_login`] makes it, and the URL it used.
+    async fn connect_with(&self, url: &DbUrl, password: Option<&str>) -> Result<(DbUrl, sea_orm::DatabaseConnection)> {
+        let full = match password {
+            Some(pw) => url.with_password(pw)?,
+            None => {
+                let (service, u) = (self.service.clone(), url.clone());
+                match keychain(move || secrets::load_password(&service, &u)).await? {
+                    Some(pw) => url.with_password(&pw)?,
+                    None => url.clone(),
+                }
+            }
+        };
+        probe(&full).await?;
+        let conn = db::connect(&full, &PoolSettings::default()).await?;
+        Ok((full, conn))
     }
 
     /// Forgets the stored password for the configured PostgreSQL URL.

@@ -466,12 +466,7 @@ pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection
 }
 
 async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
-    // The simple protocol on every backend connection kind: this runs before the queue has
-    // had a chance to learn that it is behind a pooler.
-    let sql = "SELECT to_regclass('dispatch_queue') IS NOT NULL AS present".to_string();
-    let rows = query_simple(db, sql).await.map_err(|e| classify(url, e))?;
-    let present = rows.first().map(|r| r.try_get::<bool>("", "present")).transpose()?.unwrap_or(false);
-    if present {
+    if schema_present(url, db).await? {
         Ok(())
     } else {
         Err(Error::Invalid(format!(
@@ -479,6 +474,15 @@ async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
             url.target()
         )))
     }
+}
+
+/// Whether DevPilot's tables exist in this database (the first-run guide offers to create them).
+pub async fn schema_present(url: &DbUrl, db: &DatabaseConnection) -> Result<bool> {
+    // The simple protocol on every backend connection kind: this runs before the queue has
+    // had a chance to learn that it is behind a pooler.
+    let sql = "SELECT to_regclass('dispatch_queue') IS NOT NULL AS present".to_string();
+    let rows = query_simple(db, sql).await.map_err(|e| classify(url, e))?;
+    Ok(rows.first().map(|r| r.try_get::<bool>("", "present")).transpose()?.unwrap_or(false))
 }
 
 /// Turns a driver error into one of the engine's errors (by driver variant and SQLSTATE, see

@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use devpilot::app::guide::Tested;
 use devpilot::app::{DbForm, Fleet, JobDetail, NewJob, Status};
 use devpilot::config::{SetAside, Settings};
 use devpilot::orchestrator::StopMode;
@@ -44,6 +45,11 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         dismiss_set_aside,
         tray_host,
         close_window,
+        guide_state,
+        skip_guide,
+        test_connection,
+        set_up_database,
+        check_agent,
     ]
 }
 
@@ -200,11 +206,15 @@ pub struct SettingsInput {
 
 impl Drop for SettingsInput {
     fn drop(&mut self) {
-        // Best effort: do not leave the password lying around in freed memory longer than needed.
-        if let Some(p) = self.password.take() {
-            let mut bytes = p.into_bytes();
-            bytes.iter_mut().for_each(|b| *b = 0);
-        }
+        wipe(&mut self.password);
+    }
+}
+
+/// Best effort: do not leave a password lying around in freed memory longer than needed.
+fn wipe(password: &mut Option<String>) {
+    if let Some(p) = password.take() {
+        let mut bytes = p.into_bytes();
+        bytes.iter_mut().for_each(|b| *b = 0);
     }
 }
 
@@ -247,6 +257,50 @@ pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mod
 }
 
 /// The notifications sent so far (newest last), for the window and for tests.
+/// The first-run guide: whether it shows, and what its first steps offer.
+#[tauri::command]
+pub fn guide_state(state: State<'_, AppState>) -> devpilot::app::guide::GuideState {
+    state.engine.guide()
+}
+
+/// The guide skipped: default settings are written, so it never comes back.
+#[tauri::command]
+pub fn skip_guide(state: State<'_, AppState>) -> Result<()> {
+    state.engine.skip_guide()
+}
+
+#[derive(Deserialize, Debug)]
+pub struct ConnectionInput {
+    pub db: DbForm,
+    pub password: Option<String>,
+}
+
+impl Drop for ConnectionInput {
+    fn drop(&mut self) {
+        wipe(&mut self.password);
+    }
+}
+
+/// The guide's (and Settings') "Test connection": connects as saving would, saves nothing.
+#[tauri::command]
+pub async fn test_connection(state: State<'_, AppState>, mut input: ConnectionInput) -> Result<Tested> {
+    let password = input.password.take();
+    state.engine.test_connection(&input.db, password).await
+}
+
+/// The guide's "Set up DevPilot's tables here" on a new PostgreSQL (`devpilot migrate`).
+#[tauri::command]
+pub async fn set_up_database(state: State<'_, AppState>, mut input: ConnectionInput) -> Result<Tested> {
+    let password = input.password.take();
+    state.engine.set_up_database(&input.db, password).await
+}
+
+/// Where the agent's program was found on PATH, or why it was not.
+#[tauri::command]
+pub fn check_agent(line: String) -> Result<String> {
+    devpilot::app::guide::find_agent(&line)
+}
+
 /// Whether a tray host shows the icon (without one the window says so, and closing asks).
 #[tauri::command]
 pub fn tray_host(state: State<'_, AppState>) -> bool {

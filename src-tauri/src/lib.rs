@@ -99,7 +99,6 @@ pub fn run() -> std::process::ExitCode {
         }
     };
     let _log_guard = init_logging(&paths);
-    let first_run = !paths.config_file().exists();
     tracing::info!(profile = PROFILE, config = %paths.config_file().display(), "starting");
     let mut ctx = tauri::generate_context!();
     if cfg!(debug_assertions) {
@@ -107,7 +106,8 @@ pub fn run() -> std::process::ExitCode {
         ctx.config_mut().identifier = "dev.devpilot.tray.dev".into();
     }
     let engine = Engine::new(paths, PROFILE, Overrides::from_env());
-    let show_at_start = first_run || std::env::args().any(|a| a == "--show");
+    // The first start opens on the guide; --show opens the window whatever else is true.
+    let show_at_start = engine.guide().needed || std::env::args().any(|a| a == "--show");
     let built = tauri::Builder::default()
         // First: a second launch only opens the first instance's window.
         .plugin(tauri_plugin_single_instance::init(|app, _argv, _cwd| {
@@ -183,7 +183,7 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     sync_autostart(app);
     spawn_signal_handler(app);
     if show_window {
-        window::open(app, None);
+        window::open(app, engine.guide().needed.then_some("guide"));
     } else {
         window::page_out_when_idle(app);
     }

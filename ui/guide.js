@@ -1,0 +1,199 @@
+// The first-run guide (the window opens on it when there is no settings file): where jobs
+// live, which agent runs them, a first job. Finishing saves the settings (the same command as
+// the Settings tab, with its checks); skipping saves the defaults. Either way a settings file
+// exists afterwards, so the guide never shows again. Uses app.js's invoke, $ and errText.
+'use strict';
+
+const guide = { step: 1, state: null };
+
+function gPick(name) {
+  const c = document.querySelector(`input[name="${name}"]:checked`);
+  return c ? c.value : null;
+}
+
+function gSay(id, text, cls) {
+  $(id).textContent = text;
+  $(id).className = cls || '';
+}
+
+function gShared() { return gPick('g-db') === 'postgres'; }
+
+function gDb() {
+  if (!gShared()) return { mode: 'embedded' };
+  return {
+    mode: 'postgres',
+    host: $('g-host').value.trim(),
+    port: $('g-port').value ? parseInt($('g-port').value, 10) : null,
+    database: $('g-name').value.trim(),
+    user: $('g-user').value.trim(),
+    sslmode: $('g-sslmode').value,
+  };
+}
+
+// The agent setting: null for the demo agent, a preset's name, or the command line.
+function gAgent() {
+  const v = gPick('g-agent');
+  if (v === 'demo' || v == null) return null;
+  return v === 'command' ? $('g-command').value.trim() : v;
+}
+
+function gChoice(value, title, text) {
+  const input = el('input', { type: 'radio', name: 'g-agent', value });
+  return el('label', { class: 'check' }, input, ' ', el('span', {}, el('b', {}, title), ' ', text));
+}
+
+function gRender() {
+  const shared = gShared();
+  $('g-pg').hidden = !shared;
+  // A shared queue never gets the demo agent (its jobs are real work for a real agent).
+  const demo = document.querySelector('input[name="g-agent"][value="demo"]');
+  if (demo) {
+    demo.disabled = shared;
+    if (shared && demo.checked) document.querySelector('input[name="g-agent"][value="claude"]').checked = true;
+  }
+  const agent = gPick('g-agent');
+  $('g-command').disabled = agent !== 'command';
+  $('g-check').hidden = agent === 'demo';
+  // The demo job is the demo agent's; a real agent gets a real job.
+  const demoJob = document.querySelector('input[name="g-job"][value="demo"]');
+  demoJob.disabled = agent !== 'demo';
+  $('g-demo-choice').classList.toggle('muted', demoJob.disabled);
+  if (demoJob.disabled && demoJob.checked) document.querySelector('input[name="g-job"][value="real"]').checked = true;
+  $('g-real').hidden = gPick('g-job') !== 'real';
+  $('g-job-agent').textContent = agent === 'command' ? 'your command' : (agent === 'demo' ? 'the demo agent' : agent);
+  for (const li of document.querySelectorAll('#g-steps li')) {
+    const n = parseInt(li.dataset.step, 10);
+    li.classList.toggle('on', n === guide.step);
+    li.classList.toggle('done', n < guide.step);
+  }
+  for (const s of document.querySelectorAll('#guide .step')) s.hidden = parseInt(s.dataset.step, 10) !== guide.step;
+  $('g-back').hidden = guide.step === 1;
+  $('g-next').textContent = guide.step === 3 ? 'Finish' : 'Next';
+}
+
+function gConnection() {
+  return { input: { db: gDb(), password: $('g-password').value || null } };
+}
+
+// What a test found: works, or connected to a new database that needs DevPilot's tables.
+function gTested(r) {
+  $('g-setup').hidden = !r.needs_schema;
+  if (r.needs_schema) gSay('g-db-msg', `Connected to ${r.text.replace(/^connected to /, '')}, but this database has no DevPilot tables yet.`, 'warn');
+  else gSay('g-db-msg', `Works: ${r.text}.`, 'ok');
+  return !r.needs_schema;
+}
+
+async function gTest() {
+  gSay('g-db-msg', 'Connecting…');
+  $('g-setup').hidden = true;
+  try {
+    return gTested(await invoke('test_connection', gConnection()));
+  } catch (e) {
+    gSay('g-db-msg', errText(e), 'err');
+    return false;
+  }
+}
+
+async function gSetUp() {
+  gSay('g-db-msg', 'Setting up…');
+  try {
+    return gTested(await invoke('set_up_database', gConnection()));
+  } catch (e) {
+    gSay('g-db-msg', errText(e), 'err');
+    return false;
+  }
+}
+
+async function gCheck() {
+  const line = gAgent();
+  if (line === null) return true;
+  try {
+    gSay('g-agent-msg', `Found: ${await invoke('check_agent', { line })}`, 'ok');
+    return true;
+  } catch (e) {
+    gSay('g-agent-msg', errText(e), 'err');
+    return false;
+  }
+}
+
+async function gNext() {
+  gSay('g-msg', '');
+  if (guide.step === 1 && gShared() && !(await gTest())) return;
+  if (guide.step === 2 && !(await gCheck())) return;
+  if (guide.step < 3) {
+    guide.step += 1;
+    gRender();
+    return;
+  }
+  $('g-next').disabled = true;
+  try {
+    await gFinish();
+  } catch (e) {
+    gSay('g-msg', errText(e), 'err');
+  } finally {
+    $('g-next').disabled = false;
+  }
+}
+
+// Saving restarts the engine on the chosen database; a job can be added once it is up.
+async function gConnected() {
+  for (let i = 0; i < 60; i++) {
+    const st = await invoke('get_status');
+    if (st.state !== 'starting') return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function gFinish() {
+  const job = gPick('g-job');
+  if (job === 'real' && !$('g-title').value.trim()) throw new Error('give the job a title (or choose "No job for now")');
+  gSay('g-msg', 'Saving…');
+  const view = await invoke('get_settings');
+  const settings = Object.assign({}, view.settings, { agent: gAgent() });
+  await invoke('save_settings', { input: { settings, db: gDb(), password: $('g-password').value || null } });
+  $('g-password').value = '';
+  await gConnected();
+  let added = null;
+  if (job === 'demo') added = await invoke('enqueue_demo', { key: null });
+  if (job === 'real') {
+    added = await invoke('enqueue_job', {
+      job: { title: $('g-title').value, prompt: $('g-prompt').value, repo: null, labels: '', priority: 0, key: null },
+    });
+  }
+  gSay('g-msg', 'Saved.', 'ok');
+  location.hash = added ? `#job-${added.id}` : '#fleet';
+}
+
+async function gSkip() {
+  try {
+    await invoke('skip_guide');
+    location.hash = '#fleet';
+  } catch (e) {
+    gSay('g-msg', errText(e), 'err');
+  }
+}
+
+// Called by app.js's show() when the guide's section is shown.
+async function showGuide() {
+  try { guide.state = await invoke('guide_state'); } catch (e) { console.error(e); return; }
+  if (!guide.state.needed) { location.hash = '#fleet'; return; }
+  $('g-embedded-path').textContent = guide.state.embedded_path;
+  gRender();
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  const presets = {
+    claude: 'Claude Code (the claude CLI).', codex: 'OpenAI Codex CLI (codex).',
+    aider: 'Aider (aider).', gemini: 'Gemini CLI (gemini).',
+  };
+  const demo = gChoice('demo', 'The demo agent.', 'Built in: it logs each job and succeeds after a few seconds (this machine only).');
+  demo.querySelector('input').checked = true;
+  $('g-agents').append(demo, ...Object.entries(presets).map(([name, text]) => gChoice(name, name, text)));
+  for (const input of document.querySelectorAll('#guide input[type=radio]')) input.addEventListener('change', gRender);
+  $('g-test').addEventListener('click', gTest);
+  $('g-setup').addEventListener('click', gSetUp);
+  $('g-check').addEventListener('click', gCheck);
+  $('g-next').addEventListener('click', gNext);
+  $('g-back').addEventListener('click', () => { guide.step = Math.max(1, guide.step - 1); gRender(); });
+  $('g-skip').addEventListener('click', gSkip);
+});
