@@ -20,6 +20,8 @@ PACKAGES=(
   # the headless desktop session for end-to-end tests
   xvfb xauth dbus-x11 dunst gnome-keyring libsecret-tools imagemagick xdotool x11-utils
   xfce4-panel webkit2gtk-driver at-spi2-core
+  # the desktop tests' Wayland run: a headless compositor (and its screenshooter)
+  weston
   # the logind test double of the sleep-hook e2e (tests/desktop/fake_logind.py) and the tray
   # menu reader of the e2e (tests/desktop/dbusmenu.py), both run with /usr/bin/python3
   python3-gi gir1.2-glib-2.0

@@ -90,3 +90,116 @@ def close_window(name="DevPilot"):
     x.XFlush(d)
     x.XCloseDisplay(d)
     return len(ids)
+
+
+class WebDriver:
+    """A small WebDriver client for tauri-driver (which starts the app and hands the session
+    to WebKitWebDriver): raw requests, retried when the connection drops, plus the few
+    commands the desktop tests use on the app's page."""
+
+    def __init__(self, url="http://127.0.0.1:4444", log=print):
+        self.url, self.log, self.session = url, log, None
+
+    def request(self, method, path, body=None):
+        """One request, sent again when the connection drops. The drop seen here is
+        tauri-driver's pooled connection to WebKitWebDriver going stale while a test waited on
+        something else (tauri-driver logs `client error (SendRequest) ... Connection reset by
+        peer`): the request never reached the browser, so sending it again is safe."""
+        import http.client
+        import json
+        import urllib.request
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(3):
+            req = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    return json.loads(r.read() or b"{}").get("value")
+            except (ConnectionError, http.client.HTTPException) as e:
+                if attempt == 2:
+                    raise
+                self.log(f"webdriver {method} {path} dropped ({e!r}); sending it again")
+                time.sleep(2)
+
+    def start(self, app, args=()):
+        """Starts the app through tauri-driver; returns once its window's page is there."""
+        caps = {"capabilities": {"alwaysMatch": {"tauri:options": {"application": app, "args": list(args)}}}}
+        self.session = self.request("POST", "/session", caps)["sessionId"]
+        return self.session
+
+    def exec(self, script, *args):
+        return self.request("POST", f"/session/{self.session}/execute/sync", {"script": script, "args": list(args)})
+
+    def invoke(self, cmd, args=None):
+        """Calls a Tauri command from inside the page; raises with the command's error."""
+        r = self.request("POST", f"/session/{self.session}/execute/async", {
+            "script": "const [c, a, done] = arguments;"
+                      "window.__TAURI__.core.invoke(c, a).then(v => done({ok: v}), e => done({err: e}));",
+            "args": [cmd, args or {}],
+        })
+        if "err" in r:
+            raise RuntimeError(f"{cmd}: {r['err']}")
+        return r["ok"]
+
+    def text(self, css):
+        return self.exec("const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", css)
+
+    def visible(self, css):
+        return self.exec("const e = document.querySelector(arguments[0]);"
+                         "return !!e && !e.hidden && e.offsetHeight > 0;", css)
+
+    def click(self, css):
+        return self.exec("const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;", css)
+
+    def set(self, css, value):
+        self.exec("const e = document.querySelector(arguments[0]); e.value = arguments[1];"
+                  "e.dispatchEvent(new Event('change', {bubbles: true}));", css, value)
+
+    def painted(self):
+        """Waits until the page has rendered two more frames, so a screenshot shows the DOM as
+        it is now (under load, WebKit's software compositing can paint a second or more late)."""
+        try:
+            self.request("POST", f"/session/{self.session}/execute/async", {
+                "script": "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));",
+                "args": []})
+        except Exception:  # noqa: BLE001 (no page any more: just take the shot)
+            pass
+        time.sleep(0.5)
+
+    def screenshot(self, path):
+        """The page as WebKit rendered it (a snapshot of the web view, whatever the display)."""
+        import base64
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(self.request("GET", f"/session/{self.session}/screenshot")))
+        return path
+
+    def end(self):
+        if self.session:
+            try:
+                self.request("DELETE", f"/session/{self.session}")
+            except Exception:  # noqa: BLE001 (the app may be gone already)
+                pass
+            self.session = None
+
+
+def colours(png):
+    """How many distinct colours a PNG has: a painted window has many, a blank surface few."""
+    out = subprocess.run(["convert", png, "-format", "%k", "info:"], capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+def sni_items():
+    """The StatusNotifierWatcher's registered items, as gdbus prints them ('' if none)."""
+    r = subprocess.run(
+        ["gdbus", "call", "--session", "--dest", "org.kde.StatusNotifierWatcher", "--object-path",
+         "/StatusNotifierWatcher", "--method", "org.freedesktop.DBus.Properties.Get",
+         "org.kde.StatusNotifierWatcher", "RegisteredStatusNotifierItems"],
+        capture_output=True, text=True, timeout=10)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def bus_name_owned(name):
+    r = subprocess.run(["gdbus", "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path",
+                        "/org/freedesktop/DBus", "--method", "org.freedesktop.DBus.NameHasOwner", name],
+                       capture_output=True, text=True, timeout=10)
+    return "true" in r.stdout

@@ -5,7 +5,6 @@ asserts on what it observes: D-Bus, the X screen, the window's DOM (WebDriver), 
 
 Every check prints PASS/FAIL; the first failure ends the run with exit code 1.
 """
-import http.client
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 
 import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
 
@@ -40,6 +38,7 @@ time.tzset()
 
 STARTED = []  # (name, Popen) we started, ended by pid at exit
 CHECKS = desk.Checks()
+DRIVER = desk.WebDriver(WD, log=print)
 RESULTS = CHECKS.results
 log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 
@@ -157,22 +156,9 @@ SESSION = None
 
 
 def wd(method, path, body=None, idempotent=False):
-    """One WebDriver request, retried when the connection drops. The drop seen here is
-    tauri-driver's pooled connection to WebKitWebDriver going stale while the test waited on
-    something else (tauri-driver logs `client error (SendRequest) ... Connection reset by
-    peer`): the request never reached the browser, so sending it again is safe. The app stays
-    up throughout (the final screenshots show it). `idempotent` is kept as documentation."""
-    data = None if body is None else json.dumps(body).encode()
-    for attempt in range(3):
-        req = urllib.request.Request(WD + path, data=data, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return json.loads(r.read() or b"{}").get("value")
-        except (ConnectionError, http.client.HTTPException) as e:
-            if attempt == 2:
-                raise
-            log(f"webdriver {method} {path} dropped ({e!r}); sending it again")
-            time.sleep(2)
+    """One WebDriver request (desk.WebDriver.request: sent again when the connection drops).
+    `idempotent` is kept as documentation."""
+    return DRIVER.request(method, path, body)
 
 
 def wd_exec(script, args=None, idempotent=False):
@@ -210,13 +196,7 @@ def wd_set(css, value):
 
 # ------------------------------------------------------------------ tray
 
-def sni_items():
-    r = subprocess.run(
-        ["gdbus", "call", "--session", "--dest", "org.kde.StatusNotifierWatcher", "--object-path",
-         "/StatusNotifierWatcher", "--method", "org.freedesktop.DBus.Properties.Get",
-         "org.kde.StatusNotifierWatcher", "RegisteredStatusNotifierItems"],
-        capture_output=True, text=True, timeout=10)
-    return r.stdout if r.returncode == 0 else ""
+sni_items = desk.sni_items
 
 
 def sni_item():

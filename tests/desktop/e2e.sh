@@ -7,10 +7,11 @@
 #
 # Usage:  bash tests/desktop/e2e.sh            (from the repository root)
 # Env:    CARGO_TARGET_DIR   (default /root/.cache/devpilot-target)
+#         E2E_ONLY           only these of the session's scripts, e.g. "first_run_test wayland_test"
 #         E2E_ARTIFACTS      (default: a new temp dir; screenshots and logs land here)
 #         E2E_PROFILE        debug (default) or release
 # Needs the apt packages listed in docs (xvfb dbus-x11 dunst gnome-keyring libsecret-tools
-# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql python3-gi openssl) and installs
+# imagemagick xdotool x11-utils xfce4-panel webkit2gtk-driver postgresql python3-gi openssl weston) and installs
 # tauri-driver with `cargo install --locked` when it is missing.
 set -euo pipefail
 
@@ -20,7 +21,7 @@ HERE="$ROOT/tests/desktop"
 if [[ "${1:-}" != "--inner" ]]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/devpilot-target}"
   PROFILE="${E2E_PROFILE:-debug}"
-  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus openssl; do
+  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus openssl weston weston-screenshooter; do
     command -v "$tool" >/dev/null || { echo "e2e: missing $tool (see docs: apt packages for the desktop tests)" >&2; exit 2; }
   done
   PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
@@ -32,6 +33,19 @@ if [[ "${1:-}" != "--inner" ]]; then
   if ! command -v tauri-driver >/dev/null; then
     echo "== installing tauri-driver"
     cargo install tauri-driver --locked
+  fi
+  if [[ "$PROFILE" == release ]]; then
+    # The README's first command on a machine with no display (SSH, a server): it must say
+    # what to do instead, with exit 1 and no panic. run.sh builds this same release build.
+    echo "== ./scripts/run.sh with no display"
+    rc=0
+    out="$(env -u DISPLAY -u WAYLAND_DISPLAY RUST_BACKTRACE=1 "$ROOT/scripts/run.sh" 2>&1)" || rc=$?
+    last="$(printf '%s\n' "$out" | tail -1)"
+    if [[ $rc -ne 1 || "$last" != *"there is no graphical session here"*"devpilot run"* || "$out" == *panicked* ]]; then
+      printf 'FAIL: run.sh with no display (exit %s):\n%s\n' "$rc" "$out" >&2
+      exit 1
+    fi
+    echo "PASS: run.sh with no display exits 1 and says: $last"
   fi
   export E2E_TRAY_BIN="$CARGO_TARGET_DIR/$PROFILE/devpilot-tray"
   export E2E_CLI_BIN="$CARGO_TARGET_DIR/$PROFILE/devpilot"
@@ -89,8 +103,14 @@ pgopts="-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1 -c ssl=on -c ssl
 runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "$pgopts" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw" E2E_CA_CERT="$TLS/ca.crt" E2E_OTHER_CA_CERT="$TLS/other-ca.crt"
 
-python3 "$HERE/e2e.py"
+run() { if [[ -z "${E2E_ONLY:-}" || " $E2E_ONLY " == *" $1 "* ]]; then python3 "$HERE/$1.py"; fi; }
+run e2e
 # The sleep hook, against a logind test double on a private "system bus" (see sleep_test.py).
-python3 "$HERE/sleep_test.py"
+run sleep_test
 # Closing the window pages its libraries out, and reopening brings it back whole.
-python3 "$HERE/window_cycle_test.py"
+run window_cycle_test
+# A new user on a desktop with no tray host: the window, its notice, the first-run guide,
+# closing asks; then a host arrives. It stops the session's panel, so it runs after the above.
+run first_run_test
+# The core checks again, the app a Wayland client of a headless Weston.
+run wayland_test

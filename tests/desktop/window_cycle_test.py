@@ -75,11 +75,6 @@ def app_log():
     return text
 
 
-def colours(png):
-    out = subprocess.run(["convert", png, "-format", "%k", "info:"], capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
-
-
 def main():
     e = env()
     logf = open(os.path.join(ART, "window-cycle-app.log"), "w")
@@ -111,7 +106,7 @@ def main():
 
         def painted():
             subprocess.run(["import", "-window", wid, shot], check=False, env=ENV)
-            n = colours(shot)
+            n = desk.colours(shot)
             return n if n > 50 else None
         n = wait("the reopened window is painted", painted, timeout=30, every=1)
         log(f"reopened window: {n} colours")
