@@ -38,21 +38,39 @@ trait StatusNotifierWatcher {
     fn is_status_notifier_host_registered(&self) -> zbus::Result<bool>;
 }
 
+/// A second close within this of the first goes through without asking again.
+const ASK_AGAIN: Duration = Duration::from_secs(10);
+
 /// Whether a tray host shows the icon, as last seen. Starts as "yes" so nothing asks before
 /// the first check has answered.
 pub struct TrayHost {
     tx: watch::Sender<bool>,
+    /// When closing the window last asked (see [`TrayHost::asked_recently`]).
+    asked: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Default for TrayHost {
     fn default() -> Self {
-        Self { tx: watch::Sender::new(true) }
+        Self { tx: watch::Sender::new(true), asked: std::sync::Mutex::new(None) }
     }
 }
 
 impl TrayHost {
     pub fn present(&self) -> bool {
         *self.tx.borrow()
+    }
+
+    /// A close is being asked about now: true when one was asked within [`ASK_AGAIN`]
+    /// before (then this one goes through), else it is remembered and false.
+    pub fn asked_recently(&self) -> bool {
+        let Ok(mut last) = self.asked.lock() else { return false };
+        let now = std::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < ASK_AGAIN) {
+            *last = None;
+            return true;
+        }
+        *last = Some(now);
+        false
     }
 }
 
@@ -74,8 +92,28 @@ impl Probe {
         Self { bus, x11 }
     }
 
-    async fn present(&self) -> bool {
+    /// On the main thread (at start): the XEmbed check may talk Xlib here.
+    async fn present_here(&self) -> bool {
         self.sni_host().await || (self.x11 && xembed_tray())
+    }
+
+    /// From a background task: the XEmbed check runs on the main thread, where GTK's own
+    /// Xlib calls are (Xlib was not initialised for threads).
+    async fn present<R: Runtime>(&self, app: &AppHandle<R>) -> bool {
+        if self.sni_host().await {
+            return true;
+        }
+        if !self.x11 {
+            return false;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Err(e) = app.run_on_main_thread(move || {
+            let _ = tx.send(xembed_tray());
+        }) {
+            tracing::debug!(error = %e, "cannot look for an XEmbed tray");
+            return false;
+        }
+        rx.await.unwrap_or(false)
     }
 
     /// The watcher exists and says a host registered with it.
@@ -83,9 +121,13 @@ impl Probe {
         let Some(bus) = &self.bus else { return false };
         let (Ok(dbus), Ok(name)) = (zbus::fdo::DBusProxy::new(bus).await, zbus::names::BusName::try_from(WATCHER))
         else {
+            tracing::debug!("cannot ask the session bus about the StatusNotifierWatcher");
             return false;
         };
-        let owned = dbus.name_has_owner(name).await.unwrap_or(false);
+        let owned = dbus.name_has_owner(name).await.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "NameHasOwner failed");
+            false
+        });
         if !owned {
             return false;
         }
@@ -93,8 +135,14 @@ impl Probe {
             StatusNotifierWatcherProxy::builder(bus).cache_properties(zbus::proxy::CacheProperties::No).build().await;
         match watcher {
             // A watcher that cannot say is taken at its word that it exists.
-            Ok(w) => w.is_status_notifier_host_registered().await.unwrap_or(true),
-            Err(_) => true,
+            Ok(w) => w.is_status_notifier_host_registered().await.unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "the StatusNotifierWatcher cannot say whether a host registered");
+                true
+            }),
+            Err(e) => {
+                tracing::debug!(error = %e, "no proxy for the StatusNotifierWatcher");
+                true
+            }
         }
     }
 
@@ -135,13 +183,19 @@ fn xembed_tray() -> bool {
     {
         use std::sync::OnceLock;
         static XLIB: OnceLock<Option<x11_dl::xlib::Xlib>> = OnceLock::new();
-        let Some(x) = XLIB.get_or_init(|| x11_dl::xlib::Xlib::open().ok()) else { return false };
+        let xlib = XLIB.get_or_init(|| {
+            x11_dl::xlib::Xlib::open()
+                .inspect_err(|e| tracing::info!(error = %e, "cannot load libX11: no XEmbed tray check"))
+                .ok()
+        });
+        let Some(x) = xlib else { return false };
         // SAFETY: a private connection of our own, opened, asked two questions and closed
         // here; every pointer passed is either it or a NUL-terminated string that outlives
         // the call.
         unsafe {
             let d = (x.XOpenDisplay)(std::ptr::null());
             if d.is_null() {
+                tracing::debug!("cannot open the X display to look for an XEmbed tray");
                 return false;
             }
             let atom = match std::ffi::CString::new(format!("_NET_SYSTEM_TRAY_S{}", (x.XDefaultScreen)(d))) {
@@ -163,11 +217,23 @@ fn xembed_tray() -> bool {
 /// left to reach the app.
 pub fn start<R: Runtime>(app: &AppHandle<R>) -> bool {
     let x11 = gdk_is_x11();
-    let (probe, present) = tauri::async_runtime::block_on(async move {
-        let probe = Probe::new(x11).await;
-        let present = tokio::time::timeout(START_CHECK, probe.present()).await.unwrap_or(false);
-        (probe, present)
+    // All of it under the limit: a session bus that does not answer must not hold up the
+    // start (the GTK main thread waits here).
+    let checked = tauri::async_runtime::block_on(async move {
+        tokio::time::timeout(START_CHECK, async move {
+            let probe = Probe::new(x11).await;
+            let present = probe.present_here().await;
+            (probe, present)
+        })
+        .await
     });
+    let (probe, present) = match checked {
+        Ok(found) => found,
+        Err(_) => {
+            tracing::warn!("the tray host check did not answer within {START_CHECK:?}; taking it there is none");
+            (Probe { bus: None, x11 }, false)
+        }
+    };
     set(app, present);
     if present {
         tracing::info!(x11, "a tray host shows the icon");
@@ -181,6 +247,12 @@ pub fn start<R: Runtime>(app: &AppHandle<R>) -> bool {
 
 async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) {
     let mut changes = probe.changes().await;
+    if changes.is_none() {
+        tracing::info!(
+            "not following the tray host's bus signals; looking again every {:?}",
+            if probe.x11 { XEMBED_POLL } else { BUS_POLL }
+        );
+    }
     let poll = if probe.x11 { XEMBED_POLL } else { BUS_POLL };
     loop {
         tokio::select! {
@@ -189,7 +261,7 @@ async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) 
             }
             () = tokio::time::sleep(poll) => {}
         }
-        let now = probe.present().await;
+        let now = probe.present(&app).await;
         if now == present {
             continue;
         }
@@ -198,8 +270,8 @@ async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) 
         if now {
             tracing::info!("a tray host appeared: the icon is shown there");
         } else {
-            tracing::warn!("the tray host went away: opening the window, the only way left to reach the app");
-            crate::window::open(&app, None);
+            tracing::warn!("the tray host went away: showing the window, the only way left to reach the app");
+            crate::window::raise(&app);
         }
     }
 }

@@ -28,9 +28,17 @@ pub fn on_event<R: Runtime>(window: &Window<R>, event: &WindowEvent) {
     if let WindowEvent::CloseRequested { api, .. } = event {
         let state = window.app_handle().state::<crate::AppState>();
         if !state.tray_host.present() && !state.quitting.load(std::sync::atomic::Ordering::SeqCst) {
+            // A second close soon after the first goes through (the app keeps running): a
+            // page that cannot answer (hung, crashed) must not make the window unclosable.
+            if state.tray_host.asked_recently() {
+                tracing::info!("closed again while asked: the window closes, the app keeps running in the background");
+                return;
+            }
             api.prevent_close();
             tracing::info!("close asked with no tray host: asking whether to quit or keep running");
-            let _ = window.emit("navigate", "close");
+            if let Err(e) = window.emit("navigate", "close") {
+                tracing::warn!(error = %e, "cannot ask the page; a second close closes the window");
+            }
         }
         return;
     }
@@ -223,6 +231,19 @@ pub fn open<R: Runtime>(app: &AppHandle<R>, section: Option<&str>) {
     {
         Ok(_) => tracing::info!(section, "window opened"),
         Err(e) => tracing::warn!(error = %e, "cannot open the window"),
+    }
+}
+
+/// Brings the window to the front as it is (no navigation: whatever the user was doing
+/// stays), or opens it.
+pub fn raise<R: Runtime>(app: &AppHandle<R>) {
+    match app.get_webview_window(LABEL) {
+        Some(w) => {
+            let _ = w.unminimize();
+            let _ = w.show();
+            let _ = w.set_focus();
+        }
+        None => open(app, None),
     }
 }
 
