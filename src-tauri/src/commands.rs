@@ -196,7 +196,7 @@ pub async fn get_settings(state: State<'_, AppState>) -> Result<SettingsView> {
     })
 }
 
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize)]
 pub struct SettingsInput {
     pub settings: Settings,
     pub db: DbForm,
@@ -256,7 +256,6 @@ pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mod
     Ok(vec![])
 }
 
-/// The notifications sent so far (newest last), for the window and for tests.
 /// The first-run guide: whether it shows, and what its first steps offer.
 #[tauri::command]
 pub fn guide_state(state: State<'_, AppState>) -> devpilot::app::guide::GuideState {
@@ -269,10 +268,31 @@ pub fn skip_guide(state: State<'_, AppState>) -> Result<()> {
     state.engine.skip_guide()
 }
 
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize)]
 pub struct ConnectionInput {
     pub db: DbForm,
     pub password: Option<String>,
+}
+
+/// Never the password, whoever formats it.
+impl std::fmt::Debug for ConnectionInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionInput").field("db", &self.db).field("password", &redacted(&self.password)).finish()
+    }
+}
+
+impl std::fmt::Debug for SettingsInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettingsInput")
+            .field("settings", &self.settings)
+            .field("db", &self.db)
+            .field("password", &redacted(&self.password))
+            .finish()
+    }
+}
+
+fn redacted(p: &Option<String>) -> Option<&'static str> {
+    p.as_ref().map(|_| "***")
 }
 
 impl Drop for ConnectionInput {
@@ -313,6 +333,7 @@ pub fn close_window<R: Runtime>(app: AppHandle<R>) {
     crate::window::close(&app);
 }
 
+/// The notifications sent so far (newest last), for the window and for tests.
 #[tauri::command]
 pub fn recent_notifications(state: State<'_, AppState>) -> Vec<Sent> {
     state.notifier.recent()

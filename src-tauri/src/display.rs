@@ -8,22 +8,22 @@ or the systemd user unit the package installs (`systemctl --user enable --now de
 It is the same engine: it claims, runs and hands off jobs just as the tray app does.";
 
 /// Ok when GTK can open the session's display (Wayland or X11); else the paragraph to print.
-/// Call on the main thread, before the app is built: GTK stays initialised on it, and tao
-/// then reuses that.
+/// GTK decides (it also finds a Wayland socket through WAYLAND_SOCKET or the default
+/// `wayland-0`); the variables only word the message. Call on the main thread, before the
+/// app is built: GTK stays initialised on it, and tao then reuses that.
 pub fn check() -> Result<(), String> {
+    let Err(why) = init_toolkit() else { return Ok(()) };
     let set = |v: &str| std::env::var_os(v).is_some_and(|s| !s.is_empty());
-    if !set("DISPLAY") && !set("WAYLAND_DISPLAY") {
+    if !set("DISPLAY") && !set("WAYLAND_DISPLAY") && !set("WAYLAND_SOCKET") {
         return Err(format!(
             "devpilot-tray: there is no graphical session here (neither DISPLAY nor WAYLAND_DISPLAY is set), \
              so the tray app cannot start. {HEADLESS}"
         ));
     }
-    init_toolkit().map_err(|why| {
-        format!(
-            "devpilot-tray: cannot open the graphical session ({}: {why}), so the tray app cannot start. {HEADLESS}",
-            session()
-        )
-    })
+    Err(format!(
+        "devpilot-tray: cannot open the graphical session ({}: {why}), so the tray app cannot start. {HEADLESS}",
+        session()
+    ))
 }
 
 /// Which session GTK was pointed at, for the message.
