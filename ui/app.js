@@ -10,6 +10,7 @@ let status = null;
 let filter = 'all';
 let openJob = null;
 let logTimer = null;
+let beforeClose = null;
 
 function el(tag, props, ...children) {
   const e = document.createElement(tag);
@@ -459,14 +460,18 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('quit-handoff').addEventListener('click', () => quit('hand_off'));
   $('close-quit').addEventListener('click', () => quit('hand_off'));
   $('close-background').addEventListener('click', () => invoke('close_window').catch((e) => alert(errText(e))));
-  $('close-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
+  // Cancel goes back to what the window showed before the question (the guide, a form...).
+  $('close-cancel').addEventListener('click', () => { location.hash = '#' + (beforeClose || 'fleet'); });
   $('quit-drain').addEventListener('click', () => quit('drain'));
   $('quit-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
 
   await T.event.listen('status', (e) => renderStatus(e.payload));
   await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
   await T.event.listen('tray-host', (e) => renderTrayHost(e.payload));
-  await T.event.listen('navigate', (e) => { if (current() === e.payload) show(e.payload); else location.hash = '#' + e.payload; });
+  await T.event.listen('navigate', (e) => {
+    if (e.payload === 'close' && current() !== 'close') beforeClose = current();
+    if (current() === e.payload) show(e.payload); else location.hash = '#' + e.payload;
+  });
   let pending = null;
   await T.event.listen('engine-event', (e) => {
     const t = e.payload && e.payload.type;

@@ -49,7 +49,7 @@ function gRender() {
   const demo = document.querySelector('input[name="g-agent"][value="demo"]');
   if (demo) {
     demo.disabled = shared;
-    if (shared && demo.checked) document.querySelector('input[name="g-agent"][value="claude"]').checked = true;
+    if (shared && demo.checked) document.querySelector('#g-agents input:not([value="demo"])').checked = true;
   }
   const agent = gPick('g-agent');
   $('g-command').disabled = agent !== 'command';
@@ -71,8 +71,19 @@ function gRender() {
   $('g-next').textContent = guide.step === 3 ? 'Finish' : 'Next';
 }
 
+// The password only with PostgreSQL: typed and then switched to this machine only, it must
+// not reach the save (which refuses a password for the embedded database).
+function gPassword() { return gShared() ? ($('g-password').value || null) : null; }
+
 function gConnection() {
-  return { input: { db: gDb(), password: $('g-password').value || null } };
+  return { input: { db: gDb(), password: gPassword() } };
+}
+
+// One request at a time: the buttons wait while one is out.
+async function gBusy(f) {
+  const buttons = ['g-test', 'g-setup', 'g-check', 'g-next', 'g-back', 'g-skip'].map($);
+  for (const b of buttons) b.disabled = true;
+  try { return await f(); } finally { for (const b of buttons) b.disabled = false; }
 }
 
 // What a test found: works, or connected to a new database that needs DevPilot's tables.
@@ -107,6 +118,7 @@ async function gSetUp() {
 async function gCheck() {
   const line = gAgent();
   if (line === null) return true;
+  gSay('g-agent-msg', 'Checking…');
   try {
     gSay('g-agent-msg', `Found: ${await invoke('check_agent', { line })}`, 'ok');
     return true;
@@ -125,13 +137,10 @@ async function gNext() {
     gRender();
     return;
   }
-  $('g-next').disabled = true;
   try {
     await gFinish();
   } catch (e) {
     gSay('g-msg', errText(e), 'err');
-  } finally {
-    $('g-next').disabled = false;
   }
 }
 
@@ -150,7 +159,7 @@ async function gFinish() {
   gSay('g-msg', 'Saving…');
   const view = await invoke('get_settings');
   const settings = Object.assign({}, view.settings, { agent: gAgent() });
-  await invoke('save_settings', { input: { settings, db: gDb(), password: $('g-password').value || null } });
+  await invoke('save_settings', { input: { settings, db: gDb(), password: gPassword() } });
   $('g-password').value = '';
   await gConnected();
   let added = null;
@@ -165,6 +174,7 @@ async function gFinish() {
 }
 
 async function gSkip() {
+  $('g-password').value = '';
   try {
     await invoke('skip_guide');
     location.hash = '#fleet';
@@ -178,22 +188,28 @@ async function showGuide() {
   try { guide.state = await invoke('guide_state'); } catch (e) { console.error(e); return; }
   if (!guide.state.needed) { location.hash = '#fleet'; return; }
   $('g-embedded-path').textContent = guide.state.embedded_path;
+  if (!$('g-agents').children.length) gAgentChoices(guide.state.presets);
   gRender();
 }
 
-document.addEventListener('DOMContentLoaded', () => {
-  const presets = {
+// The demo agent, then the engine's presets (their CLIs, in words where we have them).
+function gAgentChoices(presets) {
+  const words = {
     claude: 'Claude Code (the claude CLI).', codex: 'OpenAI Codex CLI (codex).',
     aider: 'Aider (aider).', gemini: 'Gemini CLI (gemini).',
   };
   const demo = gChoice('demo', 'The demo agent.', 'Built in: it logs each job and succeeds after a few seconds (this machine only).');
   demo.querySelector('input').checked = true;
-  $('g-agents').append(demo, ...Object.entries(presets).map(([name, text]) => gChoice(name, name, text)));
+  $('g-agents').append(demo, ...presets.map((name) => gChoice(name, name, words[name] || 'a preset.')));
+  for (const input of $('g-agents').querySelectorAll('input')) input.addEventListener('change', gRender);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
   for (const input of document.querySelectorAll('#guide input[type=radio]')) input.addEventListener('change', gRender);
-  $('g-test').addEventListener('click', gTest);
-  $('g-setup').addEventListener('click', gSetUp);
-  $('g-check').addEventListener('click', gCheck);
-  $('g-next').addEventListener('click', gNext);
+  $('g-test').addEventListener('click', () => gBusy(gTest));
+  $('g-setup').addEventListener('click', () => gBusy(gSetUp));
+  $('g-check').addEventListener('click', () => gBusy(gCheck));
+  $('g-next').addEventListener('click', () => gBusy(gNext));
   $('g-back').addEventListener('click', () => { guide.step = Math.max(1, guide.step - 1); gRender(); });
   $('g-skip').addEventListener('click', gSkip);
 });

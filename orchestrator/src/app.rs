@@ -319,7 +319,9 @@ impl Engine {
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),
             paused_for_sleep: AtomicBool::new(false),
-            first_run: !paths.config_file().exists(),
+            // Not a first run either: a user who never saved settings but has run on the
+            // embedded default (its database file is there).
+            first_run: !paths.config_file().exists() && !paths.default_db().exists(),
             paths,
         })
     }
