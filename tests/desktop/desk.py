@@ -2,6 +2,8 @@
 footprint benchmark: PASS/FAIL checks and polling waits, and X11 window handling (find the
 app's window, close it the way a window manager's close button does)."""
 import ctypes
+import glob
+import os
 import subprocess
 import time
 
@@ -203,3 +205,16 @@ def bus_name_owned(name):
                         "/org/freedesktop/DBus", "--method", "org.freedesktop.DBus.NameHasOwner", name],
                        capture_output=True, text=True, timeout=10)
     return "true" in r.stdout
+
+
+# The app's profile (its config, data and keychain names): debug builds use their own.
+PROFILE_NAME = "devpilot-dev" if os.environ.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
+
+
+def app_log(data_home):
+    """The app's own log files (daily-rotated) under `data_home`, as one text."""
+    text = ""
+    for p in sorted(glob.glob(os.path.join(data_home, PROFILE_NAME, "logs", "devpilot-tray*"))):
+        with open(p, errors="replace") as f:
+            text += f.read()
+    return text

@@ -38,7 +38,7 @@ time.tzset()
 
 STARTED = []  # (name, Popen) we started, ended by pid at exit
 CHECKS = desk.Checks()
-DRIVER = desk.WebDriver(WD, log=print)
+DRIVER = desk.WebDriver(WD, log=CHECKS.log)
 RESULTS = CHECKS.results
 log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 

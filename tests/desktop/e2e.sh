@@ -103,6 +103,10 @@ pgopts="-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1 -c ssl=on -c ssl
 runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "$pgopts" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw" E2E_CA_CERT="$TLS/ca.crt" E2E_OTHER_CA_CERT="$TLS/other-ca.crt"
 
+SCRIPTS=" e2e sleep_test window_cycle_test first_run_test wayland_test "
+for name in ${E2E_ONLY:-}; do
+  [[ "$SCRIPTS" == *" $name "* ]] || { echo "e2e: E2E_ONLY names '$name'; the scripts are:$SCRIPTS" >&2; exit 2; }
+done
 run() { if [[ -z "${E2E_ONLY:-}" || " $E2E_ONLY " == *" $1 "* ]]; then python3 "$HERE/$1.py"; fi; }
 run e2e
 # The sleep hook, against a logind test double on a private "system bus" (see sleep_test.py).

@@ -19,7 +19,6 @@ no XEmbed tray), against the real app with no settings file:
 import os
 import subprocess
 import tempfile
-import time
 
 import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
 
@@ -28,7 +27,7 @@ WORK = tempfile.mkdtemp(prefix="first-run-", dir=ENV["E2E_WORK"])
 ART = ENV["E2E_ARTIFACTS"]
 TRAY = ENV["E2E_TRAY_BIN"]
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROFILE_NAME = "devpilot-dev" if ENV.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
+PROFILE_NAME = desk.PROFILE_NAME
 CFG = os.path.join(WORK, "config", PROFILE_NAME, "config.toml")
 PGPORT = ENV["E2E_PGPORT"]
 with open(ENV["E2E_PGPW_FILE"]) as f:
@@ -57,14 +56,7 @@ def app_env():
 
 
 def app_log():
-    d = os.path.join(WORK, "data", PROFILE_NAME, "logs")
-    text = ""
-    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-        if not name.startswith("devpilot-tray"):
-            continue  # jobs/, the agents' logs
-        with open(os.path.join(d, name), errors="replace") as f:
-            text += f.read()
-    return text
+    return desk.app_log(os.path.join(WORK, "data"))
 
 
 def shot(name):
@@ -120,8 +112,9 @@ def guide_database():
           cls == "warn" and f"127.0.0.1:{PGPORT}/guide" in text and "no DevPilot tables yet" in text, text)
     check("and offers to set them up", D.visible("#g-setup"))
     D.click("#g-next")
-    time.sleep(0.5)
-    check("Next waits for the tables", D.visible("#g-step-1") and not D.visible("#g-step-2"))
+    cls, text = message("#g-db-msg")
+    check("Next tests again and waits for the tables",
+          cls == "warn" and D.visible("#g-step-1") and not D.visible("#g-step-2"), text)
     D.click("#g-setup")
     cls, text = message("#g-db-msg")
     check("setting up creates them (devpilot migrate)", cls == "ok" and "tables are set up" in text, text)
@@ -143,8 +136,8 @@ def guide_agent():
     cls, text = message("#g-agent-msg")
     check("a missing program is named", cls == "err" and "'devpilot-no-such-agent' was not found" in text, text)
     D.click("#g-next")
-    time.sleep(0.5)
-    check("and Next stays on step 2", D.visible("#g-step-2") and not D.visible("#g-step-3"))
+    cls, text = message("#g-agent-msg")
+    check("and Next checks again and stays on step 2", cls == "err" and D.visible("#g-step-2") and not D.visible("#g-step-3"), text)
     D.set("#g-command", f"python3 {os.path.join(HERE, 'agent.py')}")
     D.click("#g-check")
     cls, text = message("#g-agent-msg")

@@ -23,7 +23,6 @@ ENV = os.environ
 WORK = tempfile.mkdtemp(prefix="wayland-", dir=ENV["E2E_WORK"])
 ART = ENV["E2E_ARTIFACTS"]
 TRAY = ENV["E2E_TRAY_BIN"]
-PROFILE_NAME = "devpilot-dev" if ENV.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
 SOCKET = "devpilot-e2e-wayland"
 ITEM = "tray_icon_tray_app_devpilot"
 
@@ -52,11 +51,7 @@ def app_env():
 
 
 def app_log():
-    text = ""
-    for p in glob.glob(os.path.join(WORK, "data", PROFILE_NAME, "logs", "devpilot-tray*")):
-        with open(p, errors="replace") as f:
-            text += f.read()
-    return text
+    return desk.app_log(os.path.join(WORK, "data"))
 
 
 def start(name, argv, env, cwd=None):

@@ -3,7 +3,8 @@
 
 In the e2e's headless session, against the real app (no WebDriver: the window is closed the
 way a window manager's close button does, WM_DELETE_WINDOW):
-- start devpilot-tray with its window shown and wait until the window is on screen;
+- start devpilot-tray with its window shown (once the tray host is up) and wait until the
+  window is on screen and the app has seen the host;
 - read how much of the window-only libraries (WebKitGTK, JavaScriptCore, Mesa, LLVM, ...) is
   resident in the app, by kind (/proc/PID/smaps);
 - close the window: the app stays up in the tray, logs that it paged those libraries out, and
@@ -77,11 +78,15 @@ def app_log():
 
 def main():
     e = env()
+    # This is the life of a window with a tray: without a host, closing would ask instead.
+    wait("the session's tray host is up", lambda: desk.bus_name_owned("org.kde.StatusNotifierWatcher"), timeout=30)
     logf = open(os.path.join(ART, "window-cycle-app.log"), "w")
     app = subprocess.Popen([TRAY, "--show"], env=e, stdout=logf, stderr=subprocess.STDOUT)
     try:
         wait("the window is on screen", desk.window_exists, timeout=60)
         wait("the app logged the window open", lambda: "window opened" in app_log(), timeout=20)
+        wait("the app sees the tray host",
+             lambda: "a tray host shows the icon" in app_log() or "a tray host appeared" in app_log(), timeout=30)
         time.sleep(2)  # let the page paint once, so the GL stack is really in use
         before = window_only_kb(app.pid)
         log(f"window-only libraries with the window open: {mb(before)}")
