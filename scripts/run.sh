@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/devpilot-target}"
 if [ -d src-tauri ]; then
-  cargo build --release --locked -p devpilot-tray
+  # The CLI too: it is what the tray points at when there is no display (`devpilot run`),
+  # and the same package set as the tests' release build, so neither rebuilds the other's.
+  cargo build --release --locked -p devpilot-tray -p devpilot-orchestrator --bins
   exec "$CARGO_TARGET_DIR/release/devpilot-tray" "$@"
 fi
 cargo build --release --locked -p devpilot-orchestrator
