@@ -153,6 +153,12 @@ class WebDriver:
     def click(self, css):
         return self.exec("const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;", css)
 
+    def click_soon(self, css):
+        """Clicks `css` just after this request has returned: for a click that ends the page
+        (closing the window), which would otherwise fail the request it came in."""
+        return self.exec("const e = document.querySelector(arguments[0]); if (!e) return false;"
+                         "setTimeout(() => e.click(), 100); return true;", css)
+
     def set(self, css, value):
         self.exec("const e = document.querySelector(arguments[0]); e.value = arguments[1];"
                   "e.dispatchEvent(new Event('change', {bubbles: true}));", css, value)
