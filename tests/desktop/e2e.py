@@ -161,37 +161,17 @@ def wd(method, path, body=None, idempotent=False):
     return DRIVER.request(method, path, body)
 
 
+# The page's commands, through desk.WebDriver on this run's session (set in main).
 def wd_exec(script, args=None, idempotent=False):
-    return wd("POST", f"/session/{SESSION}/execute/sync", {"script": script, "args": args or []}, idempotent=idempotent)
+    return DRIVER.exec(script, *(args or []))
 
 
 def wd_invoke(cmd, args=None):
-    """Calls a Tauri command from inside the page and returns {ok} or {err}."""
-    r = wd("POST", f"/session/{SESSION}/execute/async", {
-        "script": "const [c, a, done] = arguments;"
-                  "window.__TAURI__.core.invoke(c, a).then(v => done({ok: v}), e => done({err: e}));",
-        "args": [cmd, args or {}],
-    })
-    if "err" in r:
-        raise RuntimeError(f"{cmd}: {r['err']}")
-    return r["ok"]
+    """Calls a Tauri command from inside the page; raises with the command's error."""
+    return DRIVER.invoke(cmd, args)
 
 
-def wd_text(css):
-    return wd("POST", f"/session/{SESSION}/execute/sync", {
-        "script": "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
-        "args": [css],
-    }, idempotent=True)
-
-
-def wd_click(css):
-    return wd_exec("const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;", [css])
-
-
-def wd_set(css, value):
-    # Setting a field to a value twice is the same as once, so a dropped connection retries.
-    wd_exec("const e = document.querySelector(arguments[0]); e.value = arguments[1];"
-            "e.dispatchEvent(new Event('change', {bubbles: true}));", [css, value], idempotent=True)
+wd_text, wd_click, wd_set = DRIVER.text, DRIVER.click, DRIVER.set
 
 
 # ------------------------------------------------------------------ tray
@@ -375,6 +355,7 @@ def main():
             log(f"webdriver session failed ({e!r}); retrying")
             subprocess.run(["pkill", "-f", TRAY], capture_output=True)
             time.sleep(3)
+    DRIVER.session = SESSION
     log(f"webdriver session {SESSION}")
 
     # 1. The app starts, the window renders, the engine is idle on the e2e queue.
