@@ -1,0 +1,121 @@
+//! The runner keeps no secret where its agent can read it.
+//!
+//! An agent runs as the same user as its runner, so it can read the runner's
+//! `/proc/<pid>/environ` (where `DEVPILOT_DATABASE_URL`, with its password, would be) and,
+//! while the process is dumpable, its memory through `/proc/<pid>/mem` or ptrace. So at
+//! start, before any thread exists, [`seal`]:
+//! - takes the secret variables (`DEVPILOT_DATABASE_URL`, `PGPASSWORD`) out of the process's
+//!   environment: their values are kept in memory for this process, their bytes in the
+//!   original environment block (what `/proc/<pid>/environ` shows) are overwritten, and the
+//!   variables are removed, so no child inherits them either;
+//! - marks the process non-dumpable (`PR_SET_DUMPABLE` 0): `/proc/<pid>/environ`, `mem`
+//!   and `maps` then belong to root, and a process of the same user can no longer attach.
+//!
+//! What a same-user agent can still reach is the user's: the keychain, `~/.pgpass`, files.
+//! The README's security model says so; the agent CLI's own sandbox is what confines that.
+
+use std::sync::OnceLock;
+
+/// The variables taken out of the environment.
+const SECRET_VARS: [&str; 2] = ["DEVPILOT_DATABASE_URL", "PGPASSWORD"];
+
+/// What [`seal`] took, by variable (in the order of [`SECRET_VARS`]).
+static TAKEN: OnceLock<[Option<String>; 2]> = OnceLock::new();
+
+/// Takes the secrets out of this process's environment and makes it non-dumpable. Call it
+/// first thing in `main`, before any thread is started (the environment is not thread-safe).
+/// Idempotent.
+pub fn seal() {
+    TAKEN.get_or_init(|| {
+        let taken = SECRET_VARS.map(take);
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl(PR_SET_DUMPABLE) changes only this process's own flag.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        }
+        taken
+    });
+}
+
+/// Reads `name`, overwrites its value's bytes where the environment holds them, and removes
+/// it. The value, if it was set.
+fn take(name: &str) -> Option<String> {
+    let value = std::env::var(name).ok();
+    scrub(name);
+    // SAFETY (edition 2024 marks this unsafe): called from `seal`, before any thread exists.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::env::remove_var(name);
+    }
+    value
+}
+
+/// Zeroes the value of `name` in place in `environ` (for the variables set at exec, the
+/// block the kernel shows as `/proc/<pid>/environ`).
+fn scrub(name: &str) {
+    extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    let prefix = format!("{name}=");
+    // SAFETY: `environ` is a NULL-terminated array of NUL-terminated strings that this
+    // single-threaded process owns; each write stays within one string's own bytes.
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let s = std::ffi::CStr::from_ptr(*entry);
+            let bytes = s.to_bytes();
+            if bytes.starts_with(prefix.as_bytes()) {
+                let value = (*entry).add(prefix.len()).cast::<u8>();
+                std::ptr::write_bytes(value, 0, bytes.len() - prefix.len());
+            }
+            entry = entry.add(1);
+        }
+    }
+}
+
+/// `DEVPILOT_DATABASE_URL` as the process started with it: what [`seal`] took, or (in a
+/// process that did not seal, such as a test) the variable itself.
+pub fn env_database_url() -> Option<String> {
+    taken_or_env(0).filter(|u| !u.trim().is_empty())
+}
+
+/// `PGPASSWORD` as the process started with it (see [`env_database_url`]).
+pub fn env_pgpassword() -> Option<String> {
+    taken_or_env(1).filter(|p| !p.is_empty())
+}
+
+fn taken_or_env(i: usize) -> Option<String> {
+    match TAKEN.get() {
+        Some(taken) => taken[i].clone(),
+        None => std::env::var(SECRET_VARS[i]).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A sealed process is non-dumpable and its secret variables are gone from the
+    /// environment (children do not inherit them), while the values stay readable to it.
+    /// Run in a child process of its own, since sealing cannot be undone.
+    #[test]
+    fn sealing_takes_the_secrets_and_the_dumpable_flag() {
+        if std::env::var("DEVPILOT_SEAL_CHILD").is_ok() {
+            super::seal();
+            assert_eq!(super::env_database_url().as_deref(), Some("postgres://u:hunter2@h/d"));
+            assert!(std::env::var("DEVPILOT_DATABASE_URL").is_err());
+            let environ = std::fs::read("/proc/self/environ").unwrap();
+            assert!(!environ.windows(7).any(|w| w == b"hunter2"), "scrubbed in place");
+            // SAFETY: reads this process's own flag.
+            assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 0);
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "seal::tests::sealing_takes_the_secrets_and_the_dumpable_flag", "--nocapture"])
+            .env("DEVPILOT_SEAL_CHILD", "1")
+            .env("DEVPILOT_DATABASE_URL", "postgres://u:hunter2@h/d")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "the child ran the test");
+    }
+}
