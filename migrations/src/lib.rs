@@ -20,6 +20,10 @@
 //!   (`devpilot_channel()`), so a listener wakes only for its orchestrator.
 //! - `m20261204_000002_hot_renewals`: no index holds `heartbeat_at`, so a renewal is a HOT
 //!   update that touches no index.
+//! - `m20261205_000001_caps`: the payload, label, title and prompt caps, in a trigger, so a
+//!   plain SQL INSERT meets them too.
+//! - `m20261205_000002_presence_order`: each machine run numbers its presence writes, so a
+//!   late one never overwrites a later one (a stopped machine stays stopped).
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -43,6 +47,8 @@ mod m20261202_000001_job_model;
 mod m20261203_000001_agents;
 mod m20261204_000001_channels;
 mod m20261204_000002_hot_renewals;
+mod m20261205_000001_caps;
+mod m20261205_000002_presence_order;
 
 /// Applies the dispatch schema.
 pub struct Migrator;
@@ -58,6 +64,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000001_agents::Migration),
             Box::new(m20261204_000001_channels::Migration),
             Box::new(m20261204_000002_hot_renewals::Migration),
+            Box::new(m20261205_000001_caps::Migration),
+            Box::new(m20261205_000002_presence_order::Migration),
         ]
     }
 }

@@ -73,6 +73,8 @@ impl Error {
         match self {
             Error::Unreachable { .. } | Error::Timeout(_) => true,
             Error::Db(e) => match db_code(e) {
+                // A protocol violation in answer to a statement: sending it again repeats it.
+                Some(Code::Sqlstate(c)) if c == "08P01" => matches!(e, DbErr::Conn(_)),
                 Some(Code::Sqlstate(c)) => c.starts_with("08") || TRANSIENT_SQLSTATES.contains(&c.as_str()),
                 // SQLite's primary result code is the low byte: SQLITE_BUSY (5), SQLITE_LOCKED (6).
                 Some(Code::Sqlite(c)) => matches!(c & 0xff, 5 | 6),
@@ -174,6 +176,10 @@ pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
                  to pgbouncer.ini",
                 d.message()
             )),
+            // 08P01 in answer to a statement that was sent (a NUL in an inlined literal, say):
+            // the server read the message and refused it, and the same message is refused
+            // again. Only while connecting is it the connection's failure.
+            Some("08P01") if !matches!(e, DbErr::Conn(_)) => Error::Db(e),
             Some(c) if c.starts_with("08") => unreachable(format!("connection failure ({c})")),
             // SQLITE_CANTOPEN: the file or its directory cannot be opened.
             Some("14") => unreachable("unable to open the database file".into()),

@@ -33,7 +33,6 @@ use crate::entity::dispatch_queue as dq;
 use crate::error::{Error, Result};
 use crate::job::{event, state_in, JobState};
 use crate::retry::{self, Budget};
-use crate::spec::JobSpec;
 
 /// Milliseconds since the epoch, from the database's clock.
 const PG_NOW: &str = "((extract(epoch from now()) * 1000)::bigint)";
@@ -71,7 +70,7 @@ const CLAIM_PICKED: &str = "UPDATE dispatch_queue
 
 /// What a claim returns ([`claim_from_row`]).
 const CLAIM_COLUMNS: &str =
-    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from";
+    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from, repo";
 
 impl Detail {
     /// The detail as SQL over the changed row; a text becomes the next parameter of `values`.
@@ -94,17 +93,23 @@ const ATTEMPT: &str = "'attempt ' || attempts";
 /// The history of a claim: kind and detail over the claimed row.
 const CLAIMED: History<'static> = History { kind: "'claimed'", machine: None, detail: Detail::Attempt };
 
-/// A machine's presence row, $1..$10 in the order of [`presence_values`].
+/// A machine's presence row, $1..$12 in the order of [`presence_values`]. A write replaces
+/// the row only if it is a later write of the same run of the machine (`seq`), or a write of
+/// another run (a restart): a write that timed out here but committed late can never undo
+/// a later one, such as the final `stopped`.
 const PRESENCE_UPSERT: &str = "INSERT INTO machines
                  (orchestrator_id, machine, last_seen_at, status, dispatch_enabled, paused_until,
-                  running, concurrency, problem, repos, labels)
-             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7, $8, $9, $10)
+                  running, concurrency, problem, repos, labels, run_id, seq)
+             VALUES ($1, $2, {NOW}, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (orchestrator_id, machine) DO UPDATE SET
                  last_seen_at = excluded.last_seen_at, status = excluded.status,
                  dispatch_enabled = excluded.dispatch_enabled,
                  paused_until = excluded.paused_until, running = excluded.running,
                  concurrency = excluded.concurrency, problem = excluded.problem,
-                 repos = excluded.repos, labels = excluded.labels";
+                 repos = excluded.repos, labels = excluded.labels,
+                 run_id = excluded.run_id, seq = excluded.seq
+             WHERE excluded.run_id IS NULL OR machines.run_id IS NULL OR machines.seq IS NULL
+                OR machines.run_id <> excluded.run_id OR machines.seq < excluded.seq";
 
 /// The text of [`Queue::claim_next`] before dialect substitution ($1 orchestrator, $2
 /// machine, $3 limit), so the benchmark can hand pgbench exactly this statement.
@@ -248,6 +253,8 @@ fn presence_values(p: &Presence<'_>) -> Vec<Value> {
         p.problem.map(str::to_string).into(),
         p.route.and_then(|r| names_json(&r.repos)).into(),
         p.route.and_then(|r| names_json(&r.labels)).into(),
+        p.order.map(|(run, _)| run).into(),
+        p.order.map(|(_, seq)| seq).into(),
     ]
 }
 
@@ -285,6 +292,9 @@ pub struct Claim {
     pub resume_branch: Option<String>,
     /// The machine that handed it off.
     pub resumed_from: Option<String>,
+    /// The repo the pick routed it by (the `repo` column); the runner checks that the
+    /// payload says the same before it runs anything.
+    pub repo: Option<String>,
 }
 
 /// What a fenced failure did to the job.
@@ -464,6 +474,9 @@ pub struct Presence<'a> {
     pub problem: Option<&'a str>,
     /// What it can take (for `status`: which queued jobs no online machine can run).
     pub route: Option<&'a Route>,
+    /// This run of the machine and the number of this write in it: a write lands only
+    /// after the earlier ones of its run (see `PRESENCE_UPSERT`). `None`: always lands.
+    pub order: Option<(i64, i64)>,
 }
 
 /// What a poll does besides claiming; see [`Queue::claim_next_with`].
@@ -502,6 +515,16 @@ impl Counts {
     pub fn open(&self) -> i64 {
         self.queued + self.failed + self.running
     }
+}
+
+/// What is left for a machine that drains until empty ([`Queue::open_work`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OpenWork {
+    /// Running jobs (on any machine: they may come back), and claimable ones this machine
+    /// can take.
+    pub open: i64,
+    /// Claimable jobs this machine cannot take (another repo or label).
+    pub unroutable: i64,
 }
 
 /// The queue, over one sea-orm connection pool (PostgreSQL or SQLite).
@@ -823,6 +846,7 @@ impl Queue {
     }
 
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
+        let values = without_nul(values);
         self.bounded(async {
             if !self.is_pooled() {
                 match self.db.query_all_raw(self.stmt(sql, values.clone())).await {
@@ -836,6 +860,7 @@ impl Queue {
     }
 
     async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
+        let values = without_nul(values);
         self.bounded(async {
             if !self.is_pooled() {
                 match self.db.execute_raw(self.stmt(sql, values.clone())).await {
@@ -1131,7 +1156,7 @@ impl Queue {
             };
             return Ok(Polled { claims, stale: extras.stale_after.is_some(), next_due });
         }
-        // $1 orchestrator, $2 machine, then the presence values ($3..$8, as in
+        // $1 orchestrator, $2 machine, then the presence values ($3..$12, as in
         // PRESENCE_UPSERT), then the limit and the staleness threshold.
         let mut values: Vec<Value> = vec![orchestrator_id.into(), machine.into()];
         let mut ctes = String::new();
@@ -1981,6 +2006,26 @@ impl Queue {
         Ok(c)
     }
 
+    /// The orchestrator's open work as a machine with `route` sees it: what it may still
+    /// get (running anywhere, or claimable and routable to it), and what only another
+    /// machine can take.
+    pub async fn open_work(&self, orchestrator_id: &str, route: &Route) -> Result<OpenWork> {
+        let mut values: Vec<Value> = vec![orchestrator_id.into()];
+        let mine = format!("({{RUNNING}} OR ({}))", route.sql(&mut values));
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT COALESCE(SUM(CASE WHEN {mine} THEN 1 ELSE 0 END), 0) AS open,
+                            COALESCE(SUM(CASE WHEN {mine} THEN 0 ELSE 1 END), 0) AS unroutable
+                       FROM dispatch_queue
+                      WHERE orchestrator_id = $1 AND ({{RUNNING}} OR (claimed_at IS NULL AND {{CLAIMABLE}}))"
+                ),
+                values,
+            )
+            .await?;
+        Ok(OpenWork { open: first_i64(&rows, "open")?, unroutable: first_i64(&rows, "unroutable")? })
+    }
+
     /// Jobs of an orchestrator, newest first, optionally of one state.
     pub async fn jobs(&self, orchestrator_id: &str, state: Option<&str>, limit: u32) -> Result<Vec<JobRow>> {
         let mut values: Vec<Value> = vec![orchestrator_id.into(), i64::from(limit).into()];
@@ -2159,7 +2204,24 @@ fn claim_from_row(r: &QueryResult) -> Result<Claim> {
         attempt: r.try_get("", "attempts")?,
         resume_branch: r.try_get("", "resume_branch")?,
         resumed_from: r.try_get("", "resumed_from")?,
+        repo: r.try_get("", "repo")?,
     })
+}
+
+/// The last net under every statement: PostgreSQL cannot store a NUL in text (and through a
+/// pooler, inlined into the query string, it would end the statement early: SQLSTATE 08P01),
+/// so a NUL that got past the checks at the door is replaced by U+FFFD, never sent. Text
+/// from people is refused at enqueue ([`crate::spec::check_payload`]); text from agents is
+/// cleaned where it is read ([`crate::agent::clean_text`]).
+fn without_nul(mut values: Vec<Value>) -> Vec<Value> {
+    for v in &mut values {
+        if let Value::String(Some(s)) = v {
+            if s.contains('\0') {
+                *s = s.replace('\0', "\u{fffd}");
+            }
+        }
+    }
+    values
 }
 
 /// `($1, $2), ($3, $4), …` for a list of (id, token) pairs.
@@ -2181,13 +2243,13 @@ fn pair_list(pairs: &[(i64, i64)], offset: usize) -> (String, Vec<Value>) {
 /// A job's routing columns: `repo`, and `requires` as JSON.
 type RouteColumns = (Option<String>, Option<String>);
 
-/// Every payload must be a JSON object or array, and read as the schema says; the routing
-/// columns of each, in order.
+/// Every payload must be a JSON object or array within the caps, and read as the schema
+/// says ([`crate::spec::check_payload`]); the routing columns of each, in order.
 fn check_payloads(payloads: &[serde_json::Value]) -> Result<Vec<RouteColumns>> {
     if let Some(bad) = payloads.iter().position(|p| !(p.is_object() || p.is_array())) {
         return Err(Error::Payload(format!("payload {} is not a JSON object or array", bad + 1)));
     }
-    payloads.iter().map(|p| Ok(JobSpec::parse(p)?.route_columns())).collect()
+    payloads.iter().map(|p| Ok(crate::spec::check_payload(p)?.route_columns())).collect()
 }
 
 /// One INSERT of `payloads` with `opts`: claimable from `COALESCE(at, {NOW} + delay)`, and a

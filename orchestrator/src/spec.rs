@@ -16,11 +16,30 @@
 //! - `url`: where the task came from (an issue, a ticket); it goes into the prompt.
 //!
 //! `repo` and `requires` are copied into columns at enqueue, so the pick can route by them.
+//!
+//! Caps, checked at enqueue by [`check_payload`] and, for a plain SQL INSERT, by the
+//! database's trigger (`m20261205_000001_caps`): the payload is at most [`MAX_PAYLOAD`]
+//! bytes of JSON, `requires` at most [`MAX_LABELS`] labels of at most [`MAX_LABEL`] bytes,
+//! `title` at most [`MAX_TITLE`] bytes, `prompt` at most [`MAX_PROMPT`], `url` at most
+//! [`MAX_URL`]. No text in a payload may contain a NUL character.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+
+/// The largest payload, as JSON text: 1 MiB.
+pub const MAX_PAYLOAD: usize = 1024 * 1024;
+/// The most labels a job may require.
+pub const MAX_LABELS: usize = 32;
+/// The longest label, in bytes.
+pub const MAX_LABEL: usize = 64;
+/// The longest title, in bytes.
+pub const MAX_TITLE: usize = 1024;
+/// The longest prompt, in bytes: 256 KiB.
+pub const MAX_PROMPT: usize = 256 * 1024;
+/// The longest source URL, in bytes.
+pub const MAX_URL: usize = 2048;
 
 /// A payload read as the documented schema.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -57,12 +76,29 @@ impl JobSpec {
         if let Some(repo) = &spec.repo {
             validate_name("repo", repo)?;
         }
+        if spec.requires.len() > MAX_LABELS {
+            return Err(Error::Payload(format!(
+                "requires names {} labels; at most {MAX_LABELS} are allowed",
+                spec.requires.len()
+            )));
+        }
         for l in &spec.requires {
-            validate_name("label", l)?;
+            validate_label(l)?;
         }
         if let Some(base) = &spec.base {
-            if base.trim().is_empty() || base.starts_with('-') || base.chars().any(|c| c.is_whitespace()) {
-                return Err(Error::Payload(format!("base '{base}' is not a branch name")));
+            validate_base(base)?;
+        }
+        for (field, text, max) in
+            [("title", &spec.title, MAX_TITLE), ("prompt", &spec.prompt, MAX_PROMPT), ("url", &spec.url, MAX_URL)]
+        {
+            match text.as_deref() {
+                Some(t) if t.len() > max => {
+                    return Err(Error::Payload(format!("{field} is {} bytes long; at most {max} are allowed", t.len())))
+                }
+                Some(t) if t.contains('\0') => {
+                    return Err(Error::Payload(format!("{field} contains a NUL character, which text may not")))
+                }
+                _ => {}
             }
         }
         Ok(spec)
@@ -131,6 +167,70 @@ impl JobSpec {
     }
 }
 
+/// Checks a payload at the door: at most [`MAX_PAYLOAD`] bytes of JSON, no NUL character
+/// in any text (a key or a value), and the documented fields as [`JobSpec::parse`] reads
+/// them. The spec, for the routing columns.
+pub fn check_payload(payload: &Value) -> Result<JobSpec> {
+    let size = serde_json::to_vec(payload).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > MAX_PAYLOAD {
+        return Err(Error::Payload(format!(
+            "the payload is {size} bytes of JSON; at most {MAX_PAYLOAD} (1 MiB) are allowed"
+        )));
+    }
+    if let Some(at) = nul_at(payload, String::new()) {
+        return Err(Error::Payload(format!(
+            "the payload has a NUL character at {}; text may not contain NUL",
+            if at.is_empty() { "its top level" } else { &at }
+        )));
+    }
+    JobSpec::parse(payload)
+}
+
+/// The JSON pointer of the first text (key or string) with a NUL character in it.
+fn nul_at(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) if s.contains('\0') => Some(at),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| nul_at(x, format!("{at}/{i}"))),
+        Value::Object(map) => map.iter().find_map(|(k, x)| {
+            let here = format!("{at}/{}", k.replace('\0', "\\0"));
+            if k.contains('\0') {
+                Some(here)
+            } else {
+                nul_at(x, here)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// A branch to start from: what `git check-ref-format --branch` would take, and never
+/// something git could read as an option.
+pub fn validate_base(base: &str) -> Result<()> {
+    let bad = base.trim().is_empty()
+        || base.len() > 200
+        || base.starts_with(['-', '/', '.'])
+        || base.ends_with(['/', '.'])
+        || base.ends_with(".lock")
+        || base.contains("..")
+        || base.contains("@{")
+        || base.contains("//")
+        || base.contains("/.")
+        || base.chars().any(|c| c.is_whitespace() || c.is_control() || "~^:?*[\\".contains(c));
+    if bad {
+        return Err(Error::Payload(format!("base '{}' is not a branch name", base.escape_debug())));
+    }
+    Ok(())
+}
+
+/// A label: a name ([`validate_name`]) of at most [`MAX_LABEL`] bytes.
+pub fn validate_label(label: &str) -> Result<()> {
+    validate_name("label", label)?;
+    if label.len() > MAX_LABEL {
+        return Err(Error::Invalid(format!("label '{label}' is longer than {MAX_LABEL} bytes")));
+    }
+    Ok(())
+}
+
 /// Lower-case ASCII words joined by `-`, at most 40 characters, cut at a word.
 pub fn slugify(title: &str) -> String {
     let mut out = String::new();
@@ -163,11 +263,14 @@ pub fn validate_name(what: &str, name: &str) -> Result<()> {
 pub fn parse_labels(list: &str) -> Result<Vec<String>> {
     let mut labels = vec![];
     for l in list.split(',').map(str::trim).filter(|l| !l.is_empty()) {
-        validate_name("label", l)?;
+        validate_label(l)?;
         labels.push(l.to_string());
     }
     labels.sort();
     labels.dedup();
+    if labels.len() > MAX_LABELS {
+        return Err(Error::Invalid(format!("{} labels; at most {MAX_LABELS} are allowed", labels.len())));
+    }
     Ok(labels)
 }
 
@@ -190,6 +293,23 @@ mod tests {
         assert!(JobSpec::parse(&json!({"repo": "../etc"})).unwrap_err().to_string().contains("repo"));
         assert!(JobSpec::parse(&json!({"base": "--upload-pack=x"})).is_err());
         assert_eq!(JobSpec::parse(&json!([1, 2])).unwrap(), JobSpec::default());
+    }
+
+    /// The caps and the NUL rule name what is wrong; a payload at the caps is fine.
+    #[test]
+    fn caps_and_nul_are_refused_by_name() {
+        let err = |v: serde_json::Value| check_payload(&v).unwrap_err().to_string();
+        assert!(err(json!({"prompt": "x".repeat(MAX_PAYLOAD)})).contains("at most 1048576 (1 MiB)"));
+        assert!(err(json!({"prompt": "x".repeat(MAX_PROMPT + 1)})).contains("prompt is 262145 bytes"));
+        assert!(err(json!({"title": "t".repeat(MAX_TITLE + 1)})).contains("title is"));
+        let many: Vec<String> = (0..=MAX_LABELS).map(|i| format!("l{i}")).collect();
+        assert!(err(json!({"requires": many})).contains("at most 32"));
+        assert!(err(json!({"requires": ["x".repeat(MAX_LABEL + 1)]})).contains("longer than 64 bytes"));
+        assert!(err(json!({"prompt": "a\u{0}b"})).contains("NUL"));
+        assert!(err(json!({"extra": {"deep": ["ok", "a\u{0}"]}})).contains("/extra/deep/1"));
+        assert!(err(json!({"base": "main..x"})).contains("not a branch name"));
+        assert!(err(json!({"base": "a b"})).contains("not a branch name"));
+        assert!(check_payload(&json!({"prompt": "x".repeat(MAX_PROMPT), "base": "release/2.x"})).is_ok());
     }
 
     /// The prompt carries title, prompt, URL and the hand-off sentence; the branch is a slug.

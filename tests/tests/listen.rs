@@ -124,8 +124,9 @@ async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
     let got = lb.recv().await.unwrap();
     assert_eq!((got.channel(), got.payload()), (devpilot::listen::channel_of(&b).as_str(), b.as_str()));
 
-    // Back to the schema before per-orchestrator channels: the shared channel still wakes.
-    Migrator::down(db.admin(), Some(2)).await.unwrap();
+    // Back to the schema before per-orchestrator channels (past the HOT-renewal, caps and
+    // presence-order migrations): the shared channel still wakes.
+    Migrator::down(db.admin(), Some(4)).await.unwrap();
     db.queue.enqueue(&a, &json!({"n": 3})).await.unwrap();
     let got = la.recv().await.unwrap();
     assert_eq!((got.channel(), got.payload()), (devpilot::listen::CHANNEL, a.as_str()));

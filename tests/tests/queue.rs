@@ -390,6 +390,7 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
         concurrency: 2,
         problem: None,
         route: None,
+        order: None,
     };
     // Nothing queued, nothing stale: no claims, not stale (on PostgreSQL), presence written.
     let extras =

@@ -280,6 +280,7 @@ pub fn spawn_into(
         maintenance,
         sweep_cfg,
         last_presence: None,
+        presence_order: (rand::random::<i64>(), 0),
         db: Health { online: true, error: None },
         problem,
         work: TaskTracker::new(),
@@ -399,6 +400,8 @@ pub struct PresenceFields {
     paused_until: Option<i64>,
     running: i32,
     concurrency: i32,
+    /// (run, seq): see [`Presence::order`].
+    order: (i64, i64),
 }
 
 impl PresenceFields {
@@ -413,6 +416,7 @@ impl PresenceFields {
             running: self.running,
             concurrency: self.concurrency,
             problem: None,
+            order: Some(self.order),
         }
     }
 }
@@ -427,7 +431,7 @@ enum Net {
         sent: Duration,
         hold: TaskTrackerToken,
     },
-    OpenWork(Result<i64>),
+    OpenWork(Result<crate::queue::OpenWork>),
 }
 
 /// The machine's mailboxes.
@@ -454,6 +458,8 @@ struct Machine {
     maintenance: Maintenance,
     sweep_cfg: mpsc::UnboundedSender<SweepCfg>,
     last_presence: Option<Instant>,
+    /// This run's id and the number of its last presence write (see [`Presence::order`]).
+    presence_order: (i64, i64),
     db: Health,
     problem: Option<Problem>,
     /// Every job, poll and presence write of the current epoch (a hand-off starts a new one).
@@ -886,7 +892,14 @@ impl Machine {
     fn net(&mut self, net: Net) {
         match net {
             Net::Polled { result, asked, sent, hold } => self.polled(result, asked, sent, hold),
-            Net::OpenWork(Ok(0)) if self.slots.is_empty() && self.stop.is_none() => {
+            Net::OpenWork(Ok(w)) if w.open == 0 && self.slots.is_empty() && self.stop.is_none() => {
+                if w.unroutable > 0 {
+                    tracing::warn!(
+                        "no work this machine can take is left; {} queued job(s) wait for a machine with other \
+                         repos or labels (`devpilot status` says which, and why)",
+                        w.unroutable
+                    );
+                }
                 self.begin_stop(StopMode::HandOff, None);
                 self.publish();
             }
@@ -968,8 +981,9 @@ impl Machine {
 
     fn check_open_work(&self) {
         let (q, tx, orch) = (self.queue.clone(), self.net_tx.clone(), self.cfg.orchestrator_id.clone());
+        let route = self.cfg.route();
         self.work.spawn(async move {
-            let res = q.counts(&orch).await.map(|c| c.open());
+            let res = q.open_work(&orch, &route).await;
             let _ = tx.send(Net::OpenWork(res));
         });
     }
@@ -989,6 +1003,7 @@ impl Machine {
     /// What this machine reports about itself now; also marks presence as written.
     fn presence_fields(&mut self) -> PresenceFields {
         self.last_presence = Some(Instant::now());
+        self.presence_order.1 += 1;
         self.stats.presence_writes.fetch_add(1, Ordering::Relaxed);
         let status = match self.state() {
             _ if self.stop.is_some() => "handing_off",
@@ -1010,6 +1025,7 @@ impl Machine {
             paused_until,
             running: self.slots.len() as i32,
             concurrency: self.cfg.concurrency as i32,
+            order: self.presence_order,
         }
     }
 
