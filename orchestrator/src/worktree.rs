@@ -6,6 +6,17 @@
 //! starts the agent in it. When the agent is stopped by a hand-off, everything in the worktree
 //! is committed and the branch pushed within a time bound; the release then names the branch.
 //!
+//! What is trusted, and what is not (the README's security model says the same):
+//! - `base` resolves only from the remote's refs (freshly fetched, or the last fetched copy),
+//!   never from a local branch, which may be private.
+//! - `setup` runs only in a worktree created from the remote's base, which is not a branch
+//!   of DevPilot's own (`devpilot/…`, pushed by agents): never again on a reused or resumed
+//!   worktree, whose code an agent wrote, unless the repo says `setup_on_resume = true`.
+//! - The `copy` files are written without following a symlink anywhere on their way and
+//!   never outside the worktree ([`crate::safe_fs`]).
+//! - Every git call of DevPilot's own names the gitdir it recorded when it created the
+//!   worktree, and runs nothing the agent could have planted ([`crate::git`]).
+//!
 //! Cleanup never destroys work: a worktree is removed only when it has no uncommitted changes
 //! and no commit that is not on the remote; otherwise it is kept and the job says where.
 //!
@@ -25,6 +36,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+pub use crate::git::redact_credentials;
+use crate::git::Git;
 
 /// How a repo is configured in the settings (`[repos.webapp]`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -43,6 +56,10 @@ pub struct RepoSettings {
     pub setup: Vec<String>,
     /// Push the job's branch when the job completes.
     pub push: bool,
+    /// Run `setup` also in a reused or resumed worktree, whose code an agent wrote (by
+    /// default it runs only in a worktree created from the remote's base).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub setup_on_resume: bool,
 }
 
 /// A repo this machine can work on.
@@ -54,6 +71,7 @@ pub struct Repo {
     pub copy: Vec<String>,
     pub setup: Vec<String>,
     pub push: bool,
+    pub setup_on_resume: bool,
 }
 
 impl Repo {
@@ -75,6 +93,7 @@ impl Repo {
             copy: s.copy.clone(),
             setup: s.setup.clone(),
             push: s.push,
+            setup_on_resume: s.setup_on_resume,
         })
     }
 
@@ -103,6 +122,34 @@ pub struct Worktree {
     pub repo: Repo,
     pub path: PathBuf,
     pub branch: String,
+    /// Its gitdir (`<clone>/.git/worktrees/<name>`), as DevPilot found it when it created
+    /// the worktree: every git call names it, so the worktree's `.git` file is never read.
+    pub git_dir: PathBuf,
+    /// What its code came from.
+    pub start: StartedFrom,
+}
+
+/// What a worktree's code came from, which decides whether the repo's `setup` may run in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartedFrom {
+    /// Created from the remote's base branch: code people pushed.
+    Base(String),
+    /// Created from a branch an agent pushed or committed (a hand-off's, an earlier
+    /// attempt's, or a base under `devpilot/`), or reused from an earlier attempt here.
+    AgentWork(String),
+}
+
+impl Worktree {
+    /// Whether the repo's setup may run here: only on the remote's base, unless the repo
+    /// says `setup_on_resume`.
+    pub fn setup_allowed(&self) -> bool {
+        matches!(self.start, StartedFrom::Base(_)) || self.repo.setup_on_resume
+    }
+
+    /// Git in this worktree, with its gitdir named.
+    async fn git(&self) -> Git {
+        Git::worktree(&self.git_dir, &self.path).await
+    }
 }
 
 /// What a worktree's record says (`<root>/<job>.json`).
@@ -119,6 +166,9 @@ pub struct Record {
     /// Why the worktree was kept, if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// Its gitdir, as found when it was created (records of older versions have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitdir: Option<PathBuf>,
 }
 
 /// What a hand-off did with the work in progress.
@@ -156,6 +206,8 @@ pub struct Workspaces {
     pub machine: String,
     /// The bound on a hand-off's push (the sleep inhibitor gives a few seconds).
     pub push_bound: Duration,
+    /// What a setup command may see of the environment besides the allowlist.
+    pub pass_env: Vec<String>,
 }
 
 /// The in-process half of the per-repo lock, shared by every [`Workspaces`] of the process
@@ -184,7 +236,13 @@ const GIT_BOUND: Duration = Duration::from_secs(120);
 
 impl Workspaces {
     pub fn new(root: PathBuf, repos: BTreeMap<String, Repo>, machine: &str, push_bound: Duration) -> Self {
-        Self { root, repos, machine: machine.into(), push_bound }
+        Self { root, repos, machine: machine.into(), push_bound, pass_env: vec![] }
+    }
+
+    /// The same, with the settings' `pass_env` for setup commands.
+    pub fn with_pass_env(mut self, pass_env: Vec<String>) -> Self {
+        self.pass_env = pass_env;
+        self
     }
 
     /// Serialises git on `repo`: in this process, then across processes.
@@ -230,6 +288,7 @@ impl Workspaces {
             remote: wt.repo.remote.clone(),
             branch: wt.branch.clone(),
             path: wt.path.clone(),
+            gitdir: Some(wt.git_dir.clone()),
             ..Record::default()
         }
     }
@@ -253,18 +312,20 @@ impl Workspaces {
         if !repo.path.join(".git").exists() {
             return Err(format!("repo '{}': {} is not a git clone", repo.name, repo.path.display()));
         }
+        if let Some(r) = resume {
+            crate::spec::validate_base(r).map_err(|_| format!("the handed-off branch {r:?} is not a branch name"))?;
+        }
         let path = self.root.join(job.to_string());
-        let wt = Worktree { job, repo: repo.clone(), path: path.clone(), branch: branch.into() };
         let _lock = self.lock(&repo.path).await.map_err(|e| e.to_string())?;
         in_use().insert(path.clone());
-        let reusable =
-            path.join(".git").exists() && git(&path, &["rev-parse", "--verify", "HEAD"], GIT_BOUND).await.is_ok();
-        if reusable {
+        let clone = Git::clone_at(&repo.path).await;
+        if let Some(wt) = self.reusable(job, &repo, branch, &path, &clone).await {
             say(log, &format!("reusing the worktree of an earlier attempt at {}", path.display()));
             if let Some(r) = resume {
                 // Work handed off by another machine since: bring it in (fast-forward only).
-                let ff = fetch(&repo, r, log).await
-                    && git(&path, &["merge", "--ff-only", &format!("{}/{r}", repo.remote)], GIT_BOUND).await.is_ok();
+                let theirs = format!("{}/{r}", repo.remote);
+                let ff = fetch(&clone, &repo, r, log).await
+                    && wt.git().await.run(&["merge", "--ff-only", "--no-stat", &theirs], GIT_BOUND).await.is_ok();
                 if !ff {
                     say(log, &format!("could not bring in {r} (fast-forward only); this worktree keeps its own work"));
                 }
@@ -278,52 +339,94 @@ impl Workspaces {
             let _ = std::fs::remove_dir_all(&path);
         }
         let start = match resume {
-            Some(r) if fetch(&repo, r, log).await => format!("{}/{r}", repo.remote),
+            Some(r) if fetch(&clone, &repo, r, log).await => StartedFrom::AgentWork(format!("{}/{r}", repo.remote)),
             Some(r) => return Err(format!("cannot fetch the handed-off branch {r} from {}", repo.remote)),
             // The job's branch is on the remote already (pushed by an earlier attempt, or
             // later than its hand-off): go on from it rather than from the base.
-            None if fetch_quiet(&repo, branch).await => format!("{}/{branch}", repo.remote),
-            None => start_point(&repo, base, log).await?,
+            None if fetch_quiet(&clone, &repo, branch).await => {
+                StartedFrom::AgentWork(format!("{}/{branch}", repo.remote))
+            }
+            None => start_point(&clone, &repo, base, log).await?,
         };
-        std::fs::create_dir_all(&self.root).map_err(|e| e.to_string())?;
-        let _ = git(&repo.path, &["worktree", "prune"], GIT_BOUND).await;
+        let from = match &start {
+            StartedFrom::Base(r) | StartedFrom::AgentWork(r) => r.clone(),
+        };
+        crate::safe_fs::private_dir(&self.root).map_err(|e| e.to_string())?;
+        let _ = clone.run(&["worktree", "prune"], GIT_BOUND).await;
         let p = path.to_string_lossy().to_string();
-        let exists = git(&repo.path, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")], GIT_BOUND)
-            .await
-            .is_ok();
-        let args: Vec<&str> = if !exists {
-            vec!["worktree", "add", "-b", branch, &p, &start]
-        } else if git(&repo.path, &["merge-base", "--is-ancestor", branch, &start], GIT_BOUND).await.is_ok() {
-            vec!["worktree", "add", "-B", branch, &p, &start]
+        let local = format!("refs/heads/{branch}");
+        let exists = clone.run(&["rev-parse", "--verify", "--quiet", &local], GIT_BOUND).await.is_ok();
+        let (args, start): (Vec<&str>, StartedFrom) = if !exists {
+            (vec!["worktree", "add", "-b", branch, &p, &from], start)
+        } else if clone.run(&["merge-base", "--is-ancestor", branch, &from], GIT_BOUND).await.is_ok() {
+            (vec!["worktree", "add", "-B", branch, &p, &from], start)
         } else {
             // The local branch has commits the start point lacks: never reset them away.
             say(log, &format!("branch {branch} has local commits; keeping them"));
-            vec!["worktree", "add", &p, branch]
+            (vec!["worktree", "add", &p, branch], StartedFrom::AgentWork(local.clone()))
         };
-        git(&repo.path, &args, GIT_BOUND).await.map_err(|e| format!("cannot create the worktree: {e}"))?;
-        say(log, &format!("worktree {} on branch {branch} from {start}", path.display()));
+        clone.run(&args, GIT_BOUND).await.map_err(|e| format!("cannot create the worktree: {e}"))?;
+        // Read now, before any agent has run in it, and named in every later git call.
+        let git_dir = crate::git::worktree_gitdir(&clone, &path).await?;
+        say(log, &format!("worktree {} on branch {branch} from {from}", path.display()));
+        let wt = Worktree { job, repo: repo.clone(), path: path.clone(), branch: branch.into(), git_dir, start };
         self.save(&Self::record_of(&wt));
         drop(_lock);
         copy_files(&repo, &path, log);
         Ok(wt)
     }
 
-    /// Runs the repo's setup argv in the worktree, its output into `log`. The error carries
-    /// the last lines of that output.
-    pub async fn setup(&self, wt: &Worktree, log: &std::fs::File, log_path: &Path) -> std::result::Result<(), String> {
+    /// The worktree an earlier attempt of this job left here, if it is still a checkout with
+    /// the gitdir DevPilot recorded for it (an older record's is derived and checked against
+    /// the clone's own worktree list).
+    async fn reusable(&self, job: i64, repo: &Repo, branch: &str, path: &Path, clone: &Git) -> Option<Worktree> {
+        if !path.is_dir() {
+            return None;
+        }
+        let recorded = records_in(&self.root).into_iter().find(|r| r.job == job).and_then(|r| r.gitdir);
+        let git_dir = match recorded {
+            Some(g) => g,
+            None => crate::git::worktree_gitdir(clone, path).await.ok()?,
+        };
+        let start = StartedFrom::AgentWork(format!("the worktree of an earlier attempt at {}", path.display()));
+        let wt = Worktree { job, repo: repo.clone(), path: path.to_path_buf(), branch: branch.into(), git_dir, start };
+        wt.git().await.run(&["rev-parse", "--verify", "HEAD"], GIT_BOUND).await.ok()?;
+        Some(wt)
+    }
+
+    /// Runs the repo's setup argv in the worktree, its output into `log`, if it may run there
+    /// ([`Worktree::setup_allowed`]; else it says why not). The error carries the last lines
+    /// of that output. The setup sees only the allowlisted environment (and `pass_env`).
+    pub async fn setup(
+        &self,
+        wt: &Worktree,
+        log: &mut std::fs::File,
+        log_path: &Path,
+    ) -> std::result::Result<(), String> {
         let Some((prog, args)) = wt.repo.setup.split_first() else { return Ok(()) };
+        if !wt.setup_allowed() {
+            let StartedFrom::AgentWork(from) = &wt.start else { return Ok(()) };
+            say(
+                log,
+                &format!(
+                    "setup `{}` not run: this worktree holds an agent's work ({from}), not the remote's base; \
+                     set setup_on_resume = true in the repo's settings to run it anyway",
+                    wt.repo.setup.join(" ")
+                ),
+            );
+            return Ok(());
+        }
         let before = log.metadata().map(|m| m.len()).unwrap_or(0);
         let out = log.try_clone().map_err(|e| e.to_string())?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let mut child = tokio::process::Command::new(prog)
             .args(args)
             .current_dir(&wt.path)
+            .env_clear()
+            .envs(crate::environ::allowed(&[crate::environ::BASE], &self.pass_env))
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
-            // The repo's own code runs here (npm install scripts): no secret of the runner.
-            .env_remove("DEVPILOT_DATABASE_URL")
-            .env_remove("PGPASSWORD")
             .kill_on_drop(true)
             .process_group(0)
             .spawn()
@@ -361,11 +464,12 @@ impl Workspaces {
                 .map_err(|_| "another git operation on the repo held it past the bound".to_string())?
                 .map_err(|e| e.to_string())?;
             let message = format!("devpilot: work in progress handed off by {}", self.machine);
-            commit_all(wt, &message, left()).await?;
-            if unsaved(wt, left()).await? == Unsaved::Nothing && !on_remote(wt, left()).await {
+            let git = wt.git().await;
+            commit_all(&git, wt, &message, left()).await?;
+            if unsaved(&git, wt, left()).await? == Unsaved::Nothing && !on_remote(&git, wt, left()).await {
                 return Ok(None);
             }
-            push(wt, left()).await?;
+            push(&git, wt, left()).await?;
             Ok::<_, String>(Some(wt.branch.clone()))
         }
         .await;
@@ -429,7 +533,11 @@ impl Workspaces {
                 // An agent that leaves committing to us (aider with --no-auto-commits) still
                 // gets its work onto the pushed branch.
                 let message = format!("devpilot: job #{} completed on {}", wt.job, self.machine);
-                let pushed = async { commit_all(wt, &message, GIT_BOUND).await.and(push(wt, GIT_BOUND).await) };
+                let pushed = async {
+                    let git = wt.git().await;
+                    commit_all(&git, wt, &message, GIT_BOUND).await?;
+                    push(&git, wt, GIT_BOUND).await
+                };
                 if let Err(e) = pushed.await {
                     tracing::warn!(job = wt.job, error = %e, "could not push the job's branch");
                 }
@@ -444,7 +552,7 @@ impl Workspaces {
 
     /// Removes the worktree if nothing would be lost; else keeps it and says why.
     async fn remove_if_safe(&self, wt: &Worktree) -> Option<String> {
-        let why = match unsaved(wt, GIT_BOUND).await {
+        let why = match unsaved(&wt.git().await, wt, GIT_BOUND).await {
             Ok(u) => u.describe(),
             Err(e) => Some(format!("its state could not be read ({e})")),
         };
@@ -455,21 +563,29 @@ impl Workspaces {
             return Some(why);
         }
         let _lock = self.lock(&wt.repo.path).await.ok();
-        // The files copied in from the clone are ours to remove; anything else git finds
-        // untracked keeps the worktree (the plain remove refuses).
+        // The files copied in from the clone are ours to remove (never through a symlinked
+        // directory); anything else untracked has kept the worktree above.
         for f in &wt.repo.copy {
-            let _ = std::fs::remove_file(wt.path.join(f));
+            let _ = crate::safe_fs::remove_beneath(&wt.path, Path::new(f));
         }
-        let p = wt.path.to_string_lossy().to_string();
-        match git(&wt.repo.path, &["worktree", "remove", &p], GIT_BOUND).await {
+        // Nothing in it is unsaved: the directory goes (without following a link out of it),
+        // and git forgets it. (`git worktree remove` would run a status inside the worktree,
+        // reading what the agent left there.)
+        let clone = Git::clone_at(&wt.repo.path).await;
+        let removed = std::fs::remove_dir_all(&wt.path).map_err(|e| e.to_string());
+        let removed = match removed {
+            Ok(()) => clone.run(&["worktree", "prune"], GIT_BOUND).await,
+            Err(e) => Err(e),
+        };
+        match removed {
             Ok(_) => {
                 // Only a branch whose every commit is on the remote (the agent may have
                 // switched branches in the worktree).
                 let remotes = format!("--remotes={}", wt.repo.remote);
                 let local = format!("refs/heads/{}", wt.branch);
-                let left = git(&wt.repo.path, &["rev-list", "--count", &local, "--not", &remotes], GIT_BOUND).await;
+                let left = clone.run(&["rev-list", "--count", &local, "--not", &remotes], GIT_BOUND).await;
                 if left.as_deref() == Ok("0") {
-                    let _ = git(&wt.repo.path, &["branch", "-D", &wt.branch], GIT_BOUND).await;
+                    let _ = clone.run(&["branch", "-D", &wt.branch], GIT_BOUND).await;
                 }
                 let _ = std::fs::remove_file(self.record_path(wt.job));
                 None
@@ -491,8 +607,16 @@ impl Workspaces {
             copy: vec![],
             setup: vec![],
             push: false,
+            setup_on_resume: false,
         });
-        Worktree { job: r.job, repo, path: r.path.clone(), branch: r.branch.clone() }
+        // A record of an older version has no gitdir: the one git would make for this path.
+        // A worktree whose gitdir is not there fails its git calls; it is kept, never lost.
+        let git_dir = r.gitdir.clone().unwrap_or_else(|| {
+            let name = r.path.file_name().map(PathBuf::from).unwrap_or_default();
+            r.repo_path.join(".git").join("worktrees").join(name)
+        });
+        let start = StartedFrom::AgentWork(format!("the worktree at {}", r.path.display()));
+        Worktree { job: r.job, repo, path: r.path.clone(), branch: r.branch.clone(), git_dir, start }
     }
 
     /// The records of this machine's worktrees.
@@ -514,7 +638,8 @@ impl Workspaces {
             }
             let bound = self.push_bound.max(Duration::from_secs(10));
             let message = format!("devpilot: work in progress handed off by {}", self.machine);
-            if commit_all(&wt, &message, bound).await.is_ok() && push(&wt, bound).await.is_ok() {
+            let git = wt.git().await;
+            if commit_all(&git, &wt, &message, bound).await.is_ok() && push(&git, &wt, bound).await.is_ok() {
                 drop(_lock);
                 tracing::info!(job = r.job, branch = %r.branch, "pushed the work in progress a hand-off left here");
                 let mut done = r.clone();
@@ -579,71 +704,16 @@ fn say(log: &mut std::fs::File, line: &str) {
     let _ = writeln!(log, "devpilot: {line}");
 }
 
-/// Runs git in `dir`, bounded, never prompting. Ok(stdout) or Err(its last stderr line).
-pub async fn git(dir: &Path, args: &[&str], bound: Duration) -> std::result::Result<String, String> {
-    let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // A session of its own has no controlling terminal, so ssh cannot stop to ask for a
-    // passphrase or a host key: it fails instead of hanging (and the user's own ssh
-    // settings, a deploy key say, still apply).
-    // SAFETY: setsid is async-signal-safe and touches only the child being exec'd.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let out = match tokio::time::timeout(bound, cmd.output()).await {
-        Err(_) => return Err(format!("git {} took longer than {}", args[0], humantime::format_duration(bound))),
-        Ok(Err(e)) => return Err(format!("cannot run git: {e}")),
-        Ok(Ok(o)) => o,
-    };
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).trim().to_string());
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    Err(format!("git {} failed: {}", args[0], redact_credentials(line)))
-}
-
-/// `https://user:token@host/…` as `https://***@host/…`: git's messages name remote URLs, and
-/// they end up in job history that every machine reads.
-pub fn redact_credentials(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail.find(|c: char| c.is_whitespace() || c == '/' || c == '\'' || c == '"').unwrap_or(tail.len());
-        match tail[..end].rfind('@') {
-            Some(at) => {
-                out.push_str("***");
-                rest = &tail[at..];
-            }
-            None => rest = tail,
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 /// [`fetch`] that logs nothing: whether branch `b` is on the remote (and now fetched).
-async fn fetch_quiet(repo: &Repo, b: &str) -> bool {
+async fn fetch_quiet(clone: &Git, repo: &Repo, b: &str) -> bool {
     let spec = format!("+refs/heads/{b}:refs/remotes/{}/{b}", repo.remote);
-    git(&repo.path, &["fetch", "--quiet", &repo.remote, &spec], GIT_BOUND).await.is_ok()
+    clone.run(&["fetch", "--quiet", "--no-tags", &repo.remote, &spec], GIT_BOUND).await.is_ok()
 }
 
 /// Fetches branch `b` of the repo's remote into `refs/remotes/<remote>/<b>`.
-async fn fetch(repo: &Repo, b: &str, log: &mut std::fs::File) -> bool {
+async fn fetch(clone: &Git, repo: &Repo, b: &str, log: &mut std::fs::File) -> bool {
     let spec = format!("+refs/heads/{b}:refs/remotes/{}/{b}", repo.remote);
-    match git(&repo.path, &["fetch", "--quiet", &repo.remote, &spec], GIT_BOUND).await {
+    match clone.run(&["fetch", "--quiet", "--no-tags", &repo.remote, &spec], GIT_BOUND).await {
         Ok(_) => true,
         Err(e) => {
             say(log, &format!("fetching {b} from {}: {e}", repo.remote));
@@ -653,33 +723,43 @@ async fn fetch(repo: &Repo, b: &str, log: &mut std::fs::File) -> bool {
 }
 
 /// Where a new worktree starts: the remote's `base` (default: its default branch), freshly
-/// fetched; offline, the last fetched copy, else the local branch.
-async fn start_point(repo: &Repo, base: Option<&str>, log: &mut std::fs::File) -> std::result::Result<String, String> {
+/// fetched; offline, the last fetched copy of it. Never a local branch: it may be private,
+/// and the job's branch is pushed to the remote. A base under `devpilot/` is a branch an
+/// agent pushed: its code is an agent's.
+async fn start_point(
+    clone: &Git,
+    repo: &Repo,
+    base: Option<&str>,
+    log: &mut std::fs::File,
+) -> std::result::Result<StartedFrom, String> {
     let base = match base {
         Some(b) => b.to_string(),
-        None => default_branch(repo).await,
+        None => default_branch(clone, repo).await,
     };
-    if fetch(repo, &base, log).await {
-        return Ok(format!("{}/{base}", repo.remote));
-    }
-    for cand in [format!("refs/remotes/{}/{base}", repo.remote), format!("refs/heads/{base}")] {
-        if git(&repo.path, &["rev-parse", "--verify", "--quiet", &cand], GIT_BOUND).await.is_ok() {
-            say(log, &format!("starting from the local copy {cand}"));
-            return Ok(cand);
+    let remote_ref = format!("refs/remotes/{}/{base}", repo.remote);
+    let fetched = fetch(clone, repo, &base, log).await;
+    if !fetched {
+        if clone.run(&["rev-parse", "--verify", "--quiet", &remote_ref], GIT_BOUND).await.is_err() {
+            return Err(format!(
+                "repo '{}' has no branch '{base}' on {} (a base is taken only from the remote)",
+                repo.name, repo.remote
+            ));
         }
+        say(log, &format!("starting from the last fetched copy {remote_ref}"));
     }
-    Err(format!("repo '{}' has no branch '{base}' here or on {}", repo.name, repo.remote))
+    let from = format!("{}/{base}", repo.remote);
+    Ok(if base.starts_with("devpilot/") { StartedFrom::AgentWork(from) } else { StartedFrom::Base(from) })
 }
 
 /// The remote's default branch (what its HEAD points at); `main` if it cannot be told.
-async fn default_branch(repo: &Repo) -> String {
-    if let Ok(out) = git(&repo.path, &["ls-remote", "--symref", &repo.remote, "HEAD"], GIT_BOUND).await {
+async fn default_branch(clone: &Git, repo: &Repo) -> String {
+    if let Ok(out) = clone.run(&["ls-remote", "--symref", &repo.remote, "HEAD"], GIT_BOUND).await {
         if let Some(b) = out.lines().find_map(|l| l.strip_prefix("ref: refs/heads/")?.split('\t').next()) {
             return b.to_string();
         }
     }
     let head = format!("refs/remotes/{}/HEAD", repo.remote);
-    if let Ok(out) = git(&repo.path, &["symbolic-ref", "--short", &head], GIT_BOUND).await {
+    if let Ok(out) = clone.run(&["symbolic-ref", "--short", &head], GIT_BOUND).await {
         if let Some(b) = out.split_once('/').map(|(_, b)| b.to_string()) {
             return b;
         }
@@ -687,13 +767,16 @@ async fn default_branch(repo: &Repo) -> String {
     "main".into()
 }
 
+/// Copies the repo's `copy` files from the clone into the new worktree, never through a
+/// symlink the base branch tracks (`.env -> leaked.txt` would put the secret into a file
+/// that is committed; `.envrc -> /elsewhere` would write outside the worktree).
 fn copy_files(repo: &Repo, wt: &Path, log: &mut std::fs::File) {
     for f in &repo.copy {
-        let (from, to) = (repo.path.join(f), wt.join(f));
-        let res = to.parent().map(std::fs::create_dir_all).unwrap_or(Ok(())).and_then(|_| std::fs::copy(&from, &to));
-        match res {
+        let copied = std::fs::File::open(repo.path.join(f))
+            .and_then(|mut from| crate::safe_fs::write_beneath(wt, Path::new(f), &mut from, 0o600));
+        match copied {
             Ok(_) => say(log, &format!("copied {f}")),
-            Err(e) => say(log, &format!("could not copy {f} from {}: {e}", repo.path.display())),
+            Err(e) => say(log, &format!("did not copy {f} from {}: {e}", repo.path.display())),
         }
     }
 }
@@ -706,37 +789,43 @@ fn pathspecs(wt: &Worktree) -> Vec<String> {
     specs
 }
 
-/// Commits everything in the worktree (a fallback identity when git has none).
-async fn commit_all(wt: &Worktree, message: &str, bound: Duration) -> std::result::Result<(), String> {
-    let path = wt.path.as_path();
+/// Commits everything in the worktree (a fallback identity when git has none). No hook runs:
+/// `--no-verify`, and [`Git`]'s `core.hooksPath=/dev/null` for the others.
+async fn commit_all(git: &Git, wt: &Worktree, message: &str, bound: Duration) -> std::result::Result<(), String> {
     let specs = pathspecs(wt);
     let with = |base: &[&'static str]| -> Vec<String> {
         base.iter().map(|s| s.to_string()).chain(specs.iter().cloned()).collect()
     };
     let add = with(&["add", "-A"]);
-    git(path, &add.iter().map(String::as_str).collect::<Vec<_>>(), bound).await?;
-    if git(path, &["diff", "--cached", "--quiet"], bound).await.is_ok() {
+    git.run(&add.iter().map(String::as_str).collect::<Vec<_>>(), bound).await?;
+    if git.run(&["diff", "--cached", "--quiet", "--no-ext-diff", "--no-textconv"], bound).await.is_ok() {
         return Ok(());
     }
     let mut args = vec![];
-    if git(path, &["config", "user.email"], bound).await.unwrap_or_default().is_empty() {
+    if git.run(&["config", "user.email"], bound).await.unwrap_or_default().is_empty() {
         args.extend(["-c", "user.name=DevPilot", "-c", "user.email=devpilot@localhost"]);
     }
     args.extend(["commit", "--quiet", "--no-verify", "-m", message]);
-    git(path, &args, bound).await.map(|_| ())
+    git.run(&args, bound).await.map(|_| ())
 }
 
 /// What in the worktree is not safe on the remote.
-async fn unsaved(wt: &Worktree, bound: Duration) -> std::result::Result<Unsaved, String> {
+async fn unsaved(git: &Git, wt: &Worktree, bound: Duration) -> std::result::Result<Unsaved, String> {
     if !wt.path.exists() {
         return Ok(Unsaved::Nothing);
     }
-    let status: Vec<String> = ["status", "--porcelain"].iter().map(|s| s.to_string()).chain(pathspecs(wt)).collect();
-    if !git(&wt.path, &status.iter().map(String::as_str).collect::<Vec<_>>(), bound).await?.is_empty() {
+    // Every untracked file, whatever `status.showUntrackedFiles` the repository sets.
+    let status: Vec<String> = ["status", "--porcelain", "-uall", "--ignore-submodules=all"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(pathspecs(wt))
+        .collect();
+    if !git.run(&status.iter().map(String::as_str).collect::<Vec<_>>(), bound).await?.is_empty() {
         return Ok(Unsaved::Changes);
     }
     let remotes = format!("--remotes={}", wt.repo.remote);
-    let n: u32 = git(&wt.path, &["rev-list", "--count", "HEAD", "--not", &remotes], bound)
+    let n: u32 = git
+        .run(&["rev-list", "--count", "HEAD", "--not", &remotes], bound)
         .await?
         .parse()
         .map_err(|e| format!("unexpected rev-list output: {e}"))?;
@@ -744,15 +833,15 @@ async fn unsaved(wt: &Worktree, bound: Duration) -> std::result::Result<Unsaved,
 }
 
 /// Whether the job's branch is on the remote already (pushed by an earlier hand-off).
-async fn on_remote(wt: &Worktree, bound: Duration) -> bool {
+async fn on_remote(git: &Git, wt: &Worktree, bound: Duration) -> bool {
     let r = format!("refs/remotes/{}/{}", wt.repo.remote, wt.branch);
-    git(&wt.path, &["rev-parse", "--verify", "--quiet", &r], bound).await.is_ok()
+    git.run(&["rev-parse", "--verify", "--quiet", &r], bound).await.is_ok()
 }
 
-async fn push(wt: &Worktree, bound: Duration) -> std::result::Result<(), String> {
+async fn push(git: &Git, wt: &Worktree, bound: Duration) -> std::result::Result<(), String> {
     let spec = format!("HEAD:refs/heads/{}", wt.branch);
-    git(&wt.path, &["push", "--quiet", &wt.repo.remote, &spec], bound).await?;
+    git.run(&["push", "--quiet", "--no-verify", &wt.repo.remote, &spec], bound).await?;
     // So `unsaved` sees the pushed commits as on the remote.
     let track = format!("refs/remotes/{}/{}", wt.repo.remote, wt.branch);
-    git(&wt.path, &["update-ref", &track, "HEAD"], bound).await.map(|_| ())
+    git.run(&["update-ref", &track, "HEAD"], bound).await.map(|_| ())
 }
