@@ -6,6 +6,16 @@
 //! the whole tree, and it dies with its runner (PR_SET_PDEATHSIG) so a killed runner can
 //! never leave an agent working on a job that the sweep has handed to someone else.
 //!
+//! An agent may be hostile (a prompt can talk it into anything it is allowed to do), so:
+//! - it always runs in a directory of its own: the job's worktree, or a fresh scratch dir;
+//! - its environment is an allowlist ([`crate::environ`]): the base variables, what its
+//!   preset's CLI reads, the settings' `pass_env`, and the job's `DEVPILOT_*` variables;
+//! - the files DevPilot writes for it are created new and private, never through a link it
+//!   planted, and what it writes back is read only from a small regular file, without
+//!   blocking, off the async runtime ([`crate::safe_fs`]);
+//! - what it says (a summary, a link, its log) is cleaned before it is stored
+//!   ([`clean_text`]), and a link is kept only if it is http(s).
+//!
 //! What the agent says back: its exit status (0 done, 75 = EX_TEMPFAIL "try later", anything
 //! else failed) and, optionally, a JSON result file at `DEVPILOT_RESULT_FILE`:
 //! `{"summary": "...", "url": "https://...", "retry_after": "2026-12-01T10:00:00Z" | 3600}`.
@@ -13,7 +23,8 @@
 //! it, the summary is the last non-empty line the agent printed.
 //!
 //! A preset ([`crate::preset`]) is an argv built per job from the payload's title, prompt
-//! and URL; a job with a `repo` runs in its git worktree ([`crate::worktree`]), with
+//! and URL (a prompt too long for one argument goes by the CLI's stdin or prompt-file mode);
+//! a job with a `repo` runs in its git worktree ([`crate::worktree`]), with
 //! `DEVPILOT_WORKTREE` and `DEVPILOT_BRANCH` (and, after a hand-off, `DEVPILOT_RESUME_BRANCH`
 //! and `DEVPILOT_RESUMED_FROM`) in its environment.
 
@@ -48,17 +59,33 @@ pub struct AgentEnv {
     pub log_dir: PathBuf,
     pub payload_dir: PathBuf,
     pub machine: String,
+    /// Variables of the runner's environment the settings pass on to every agent, besides
+    /// the allowlist (names or `PREFIX*` patterns).
+    pub pass_env: Vec<String>,
 }
 
 /// Extra environment variables for an agent.
 type EnvVars = Vec<(String, String)>;
 
 /// Where and for what one job's agent runs, besides its claim.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Launch {
     pub spec: JobSpec,
+    /// The directory the agent runs in: the job's worktree, or a scratch dir of its own.
+    pub cwd: PathBuf,
     /// The job's worktree and branch, when it has a repo.
     pub worktree: Option<(PathBuf, String)>,
+}
+
+/// Why an agent did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// This machine cannot run agents now (the program is missing, the payload dir cannot be
+    /// written): hand the job back and stop claiming until it can.
+    Machine(Error),
+    /// The job itself cannot start (its argv is too long, a bad working directory): the
+    /// attempt counts and fails with this, and the machine goes on to the next job.
+    Job(String),
 }
 
 /// How an agent ended.
@@ -105,8 +132,25 @@ impl AgentResult {
             }
             Some(other) => return Err(format!("\"retry_after\" must be a time or a number of seconds, not {other}")),
         };
-        Ok(Self { summary: text_field("summary")?, url: text_field("url")?, retry_after })
+        let summary = text_field("summary")?.map(|s| clean_text(&s)).filter(|s| !s.trim().is_empty());
+        // A link that is not http(s) (`javascript:`, `file:`) is dropped, the rest kept.
+        let url = text_field("url")?.and_then(|u| {
+            let link = web_link(&u);
+            if link.is_none() {
+                tracing::warn!(url = %u.escape_debug(), "ignoring the agent's url: only http(s) links are kept");
+            }
+            link
+        });
+        Ok(Self { summary, url, retry_after })
     }
+}
+
+/// `text` as a link worth keeping: an absolute http(s) URL (never `javascript:`, `file:` or
+/// a relative path), at most 2,000 bytes, as the URL parser writes it.
+pub fn web_link(text: &str) -> Option<String> {
+    let u = url::Url::parse(text.trim()).ok()?;
+    let s = u.to_string();
+    (matches!(u.scheme(), "http" | "https") && u.host().is_some() && s.len() <= 2000).then_some(s)
 }
 
 impl AgentSpec {
@@ -133,14 +177,18 @@ impl AgentSpec {
         }
     }
 
-    /// The argv and extra environment for one job.
-    fn command_line(&self, claim: &Claim, spec: &JobSpec) -> Option<(Vec<String>, EnvVars)> {
+    /// The argv, the variable names its CLI reads, extra environment, and how the prompt
+    /// travels, for one job.
+    fn command_line(&self, claim: &Claim, spec: &JobSpec) -> Option<CommandLine> {
         match self {
-            AgentSpec::Command(argv) => Some((argv.clone(), vec![])),
+            AgentSpec::Command(argv) => {
+                Some(CommandLine { argv: argv.clone(), needs: &[], env: vec![], prompt: PromptVia::Argv })
+            }
             AgentSpec::Preset { preset, settings } => {
                 let prompt = spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload);
                 let env = settings.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                Some((preset.argv(&prompt, &settings.args), env))
+                let (argv, via) = preset.invocation(&prompt, &settings.args);
+                Some(CommandLine { argv, needs: preset.env_needs(), env, prompt: via.with(prompt) })
             }
             _ => None,
         }
@@ -151,14 +199,20 @@ impl AgentSpec {
         !matches!(self, AgentSpec::NoOp)
     }
 
-    /// Starts the agent for `claim`, its output appended to `log` (see [`AgentEnv::open_log`]).
+    /// Whether this agent is a process (and so needs a directory of its own to run in).
+    pub fn is_process(&self) -> bool {
+        matches!(self, AgentSpec::Command(_) | AgentSpec::Preset { .. })
+    }
+
+    /// Starts the agent for `claim` in `launch.cwd`, its output appended to `log` (see
+    /// [`AgentEnv::open_log`]).
     pub async fn start(
         &self,
         claim: &Claim,
         env: &AgentEnv,
         launch: &Launch,
         log: Option<std::fs::File>,
-    ) -> Result<RunningAgent> {
+    ) -> std::result::Result<RunningAgent, StartError> {
         let (log, log_path) = match log {
             Some(l) => (l, env.log_path(claim.id)),
             // Nothing runs, so there is no output to keep. (Creating a file per job was most
@@ -182,41 +236,50 @@ impl AgentSpec {
                 Ok(RunningAgent::InProcess(Some(task)))
             }
             AgentSpec::Command(_) | AgentSpec::Preset { .. } => {
-                let (argv, extra_env) = self.command_line(claim, &launch.spec).unwrap_or_default();
+                let line = self.command_line(claim, &launch.spec).unwrap_or_default();
                 let prog = match self {
-                    AgentSpec::Preset { preset, .. } => resolve_preset(*preset)?,
-                    _ => resolve_program(&argv[0])?,
-                };
-                std::fs::create_dir_all(&env.payload_dir)?;
-                let payload_file = env.payload_dir.join(format!("job-{}-{}.json", claim.id, claim.token));
-                let result_file = env.payload_dir.join(format!("job-{}-{}.result.json", claim.id, claim.token));
-                let _ = std::fs::remove_file(&result_file);
-                let body = serde_json::to_vec(&claim.payload).map_err(|e| Error::Payload(e.to_string()))?;
-                {
-                    use std::io::Write;
-                    let mut f = crate::config::private_file(&payload_file)?;
-                    f.write_all(&body)?;
+                    AgentSpec::Preset { preset, .. } => resolve_preset(*preset),
+                    _ => resolve_program(&line.argv[0]),
                 }
+                .map_err(StartError::Machine)?;
+                let files = JobFiles::write(env, claim, &line.prompt).map_err(StartError::Machine)?;
                 let mut cmd = Command::new(&prog);
-                cmd.args(&argv[1..])
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::from(log.try_clone()?))
-                    .stderr(Stdio::from(log))
+                cmd.args(&line.argv[1..]);
+                if let PromptVia::File(_) = &line.prompt {
+                    cmd.arg(format!("--message-file={}", files.prompt_file.display()));
+                }
+                match &line.prompt {
+                    // A long prompt on stdin comes from its private file: no writer to keep up
+                    // with a CLI that reads only once it has started.
+                    PromptVia::Stdin(_) => {
+                        let prompt =
+                            std::fs::File::open(&files.prompt_file).map_err(|e| StartError::Machine(e.into()))?;
+                        cmd.stdin(Stdio::from(prompt));
+                    }
+                    PromptVia::File(_) => {
+                        cmd.stdin(Stdio::null());
+                    }
+                    PromptVia::Argv => {
+                        cmd.stdin(Stdio::piped());
+                    }
+                }
+                cmd.env_clear()
+                    .envs(crate::environ::allowed(&[crate::environ::BASE, line.needs], &env.pass_env))
+                    .envs(line.env)
                     .env("DEVPILOT_JOB_ID", claim.id.to_string())
                     .env("DEVPILOT_ATTEMPT", claim.attempt.to_string())
                     .env("DEVPILOT_CLAIM_TOKEN", claim.token.to_string())
                     .env("DEVPILOT_ORCHESTRATOR_ID", &claim.orchestrator_id)
                     .env("DEVPILOT_MACHINE", &env.machine)
-                    .env("DEVPILOT_PAYLOAD_FILE", &payload_file)
-                    .env("DEVPILOT_RESULT_FILE", &result_file)
-                    // A secret in the runner's environment is not the agent's business.
-                    .env_remove("DEVPILOT_DATABASE_URL")
-                    .env_remove("PGPASSWORD")
-                    .envs(extra_env)
+                    .env("DEVPILOT_PAYLOAD_FILE", &files.payload_file)
+                    .env("DEVPILOT_RESULT_FILE", &files.result_file)
+                    .current_dir(&launch.cwd)
+                    .stdout(Stdio::from(log.try_clone().map_err(|e| StartError::Machine(e.into()))?))
+                    .stderr(Stdio::from(log))
                     .kill_on_drop(true)
                     .process_group(0);
                 if let Some((dir, branch)) = &launch.worktree {
-                    cmd.current_dir(dir).env("DEVPILOT_WORKTREE", dir).env("DEVPILOT_BRANCH", branch);
+                    cmd.env("DEVPILOT_WORKTREE", dir).env("DEVPILOT_BRANCH", branch);
                 }
                 if let Some(b) = &claim.resume_branch {
                     cmd.env("DEVPILOT_RESUME_BRANCH", b);
@@ -232,18 +295,12 @@ impl AgentSpec {
                         Ok(())
                     });
                 }
-                let mut child = cmd.spawn().map_err(|e| {
-                    let _ = std::fs::remove_file(&payload_file);
-                    if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::PermissionDenied {
-                        match self {
-                            AgentSpec::Preset { preset, .. } => preset_missing(*preset),
-                            _ => Error::AgentMissing(argv[0].clone()),
-                        }
-                    } else {
-                        Error::Io(format!("cannot start the agent '{}': {e}", argv[0]))
-                    }
-                })?;
+                let mut child = match cmd.spawn() {
+                    Ok(c) => c,
+                    Err(e) => return Err(self.start_failed(&line.argv[0], e)),
+                };
                 if let Some(mut stdin) = child.stdin.take() {
+                    let body = files.body.clone();
                     // The agent may ignore stdin; a closed pipe is not an error.
                     tokio::spawn(async move {
                         let _ = stdin.write_all(&body).await;
@@ -252,11 +309,94 @@ impl AgentSpec {
                 }
                 Ok(RunningAgent::Process {
                     child: Box::new(child),
-                    payload_file,
-                    result_file,
+                    files,
                     log: LogSpan { path: log_path, start: log_start },
                 })
             }
+        }
+    }
+
+    /// Why a spawn failed: the machine's problem when the program is missing (it is looked
+    /// for again), else the job's (an argument list too long, a NUL, a bad directory).
+    fn start_failed(&self, program: &str, e: std::io::Error) -> StartError {
+        match self.check() {
+            Err(missing) => StartError::Machine(missing),
+            Ok(()) if e.raw_os_error() == Some(libc::E2BIG) => {
+                StartError::Job(format!("the agent could not start: its argument list is too long ({e})"))
+            }
+            Ok(()) => StartError::Job(format!("the agent '{program}' could not start for this job: {e}")),
+        }
+    }
+}
+
+/// An agent's command line, before it is started.
+#[derive(Default)]
+struct CommandLine {
+    argv: Vec<String>,
+    /// The variables its CLI reads (a preset's API keys and base URLs).
+    needs: &'static [&'static str],
+    env: EnvVars,
+    prompt: PromptVia<String>,
+}
+
+/// How a preset's prompt travels (see [`crate::preset::Preset::invocation`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PromptVia<T = ()> {
+    /// In the argv (a plain command agent has none): stdin carries the payload.
+    #[default]
+    Argv,
+    /// On stdin (read from its private file), instead of the payload.
+    Stdin(T),
+    /// In a private file the CLI is pointed at (aider's `--message-file`).
+    File(T),
+}
+
+impl PromptVia {
+    fn with(self, prompt: String) -> PromptVia<String> {
+        match self {
+            PromptVia::Argv => PromptVia::Argv,
+            PromptVia::Stdin(()) => PromptVia::Stdin(prompt),
+            PromptVia::File(()) => PromptVia::File(prompt),
+        }
+    }
+}
+
+/// The files of one attempt: the payload (also on stdin), the result file the agent may
+/// write, and a prompt file for a CLI that reads its prompt from one. All in the private
+/// payload dir, created new, removed when the agent is dropped.
+#[derive(Debug)]
+pub struct JobFiles {
+    pub payload_file: PathBuf,
+    pub result_file: PathBuf,
+    pub prompt_file: PathBuf,
+    body: Vec<u8>,
+}
+
+impl JobFiles {
+    fn write(env: &AgentEnv, claim: &Claim, prompt: &PromptVia<String>) -> Result<Self> {
+        use std::io::Write;
+        crate::safe_fs::private_dir(&env.payload_dir)?;
+        let stem = env.payload_dir.join(format!("job-{}-{}", claim.id, claim.token));
+        let files = Self {
+            payload_file: stem.with_extension("json"),
+            result_file: stem.with_extension("result.json"),
+            prompt_file: stem.with_extension("prompt.txt"),
+            body: serde_json::to_vec(&claim.payload).map_err(|e| Error::Payload(e.to_string()))?,
+        };
+        // A stale result file (or something planted where the agent will write one) goes.
+        let _ = std::fs::remove_file(&files.result_file);
+        crate::safe_fs::create_private(&files.payload_file)?.write_all(&files.body)?;
+        if let PromptVia::File(text) | PromptVia::Stdin(text) = prompt {
+            crate::safe_fs::create_private(&files.prompt_file)?.write_all(text.as_bytes())?;
+        }
+        Ok(files)
+    }
+}
+
+impl Drop for JobFiles {
+    fn drop(&mut self) {
+        for f in [&self.payload_file, &self.result_file, &self.prompt_file] {
+            let _ = std::fs::remove_file(f);
         }
     }
 }
@@ -284,15 +424,7 @@ impl LogSpan {
 /// The last `n` non-empty lines of the file at `path` after byte `from` (reading at most its
 /// last 64 KiB), joined by " / ".
 pub fn last_lines(path: &Path, from: u64, n: usize) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let start = from.max(len.saturating_sub(64 * 1024));
-    let mut buf = vec![];
-    if f.seek(SeekFrom::Start(start)).is_err() || f.read_to_end(&mut buf).is_err() {
-        return String::new();
-    }
-    let text = String::from_utf8_lossy(&buf);
+    let Some((text, _)) = read_tail(path, from, 64 * 1024) else { return String::new() };
     let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).rev().take(n).collect();
     lines.reverse();
     lines.join(" / ")
@@ -300,20 +432,34 @@ pub fn last_lines(path: &Path, from: u64, n: usize) -> String {
 
 /// The last `max` bytes of the file at `path` (empty if it cannot be read), cut at a line.
 pub fn tail_of(path: &Path, max: u64) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let from = len.saturating_sub(max);
-    let mut buf = vec![];
-    if f.seek(SeekFrom::Start(from)).is_err() || f.read_to_end(&mut buf).is_err() {
-        return String::new();
-    }
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    match (from > 0, text.find('\n')) {
+    let Some((text, cut)) = read_tail(path, 0, max) else { return String::new() };
+    match (cut, text.find('\n')) {
         // Started mid-line: drop the partial first line.
         (true, Some(nl)) => text[nl + 1..].to_string(),
         _ => text,
     }
+}
+
+/// At most the last `max` bytes of the log at `path` after byte `from`, as text, and whether
+/// it was cut. A log the agent replaced with a symlink (to `/dev/zero`, say) or a FIFO is
+/// not read: it is opened without following links or blocking, and read no further than
+/// `max`.
+fn read_tail(path: &Path, from: u64, max: u64) -> Option<(String, bool)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = crate::safe_fs::open_regular(path).ok()??;
+    let len = f.metadata().ok()?.len();
+    let start = from.max(len.saturating_sub(max));
+    let mut buf = vec![];
+    f.seek(SeekFrom::Start(start)).ok()?;
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some((clean_text(&String::from_utf8_lossy(&buf)), start > from))
+}
+
+/// Text an agent produced, fit to store and show: no NUL (which PostgreSQL cannot store, and
+/// which would end an inlined statement early) and no other control character but newline,
+/// tab and carriage return. Shown on a terminal it is escaped again ([`crate::cli`]).
+pub fn clean_text(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t' | '\r')).collect()
 }
 
 impl AgentEnv {
@@ -321,11 +467,12 @@ impl AgentEnv {
         self.log_dir.join(format!("job-{job}.log"))
     }
 
-    /// Opens the job's log for appending, with a header line for this attempt.
+    /// Opens the job's log for appending (0600, in a 0700 directory; never through a link),
+    /// with a header line for this attempt.
     pub fn open_log(&self, claim: &Claim) -> Result<std::fs::File> {
         use std::io::Write;
-        std::fs::create_dir_all(&self.log_dir)?;
-        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(claim.id))?;
+        crate::safe_fs::private_dir(&self.log_dir)?;
+        let mut log = crate::safe_fs::append_private(&self.log_path(claim.id))?;
         let _ = writeln!(
             log,
             "=== job {} attempt {} (claim {}) on {} ===",
@@ -335,9 +482,12 @@ impl AgentEnv {
     }
 }
 
+/// The most of a result file that is read: a larger one is ignored (and logged).
+pub const RESULT_FILE_CAP: u64 = 64 * 1024;
+
 /// A started agent.
 pub enum RunningAgent {
-    Process { child: Box<Child>, payload_file: PathBuf, result_file: PathBuf, log: LogSpan },
+    Process { child: Box<Child>, files: JobFiles, log: LogSpan },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
 }
 
@@ -388,14 +538,28 @@ impl RunningAgent {
     }
 
     /// What the agent wrote to its result file: `Ok(None)` when it wrote nothing, `Err` with
-    /// the reason when the file is malformed (the caller logs it and carries on).
-    pub fn result(&self) -> std::result::Result<Option<AgentResult>, String> {
-        let RunningAgent::Process { result_file, .. } = self else { return Ok(None) };
-        match std::fs::read_to_string(result_file) {
-            Ok(text) if text.trim().is_empty() => Ok(None),
-            Ok(text) => AgentResult::parse(&text).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot read {}: {e}", result_file.display())),
+    /// the reason when the file is malformed, or is not a regular file of at most
+    /// [`RESULT_FILE_CAP`] bytes (the caller logs it and carries on). Read on a blocking
+    /// thread, without following a link and without blocking on a FIFO.
+    pub async fn result(&self) -> std::result::Result<Option<AgentResult>, String> {
+        let RunningAgent::Process { files, .. } = self else { return Ok(None) };
+        let path = files.result_file.clone();
+        let read = tokio::task::spawn_blocking(move || crate::safe_fs::read_regular(&path, RESULT_FILE_CAP))
+            .await
+            .map_err(|e| e.to_string())?;
+        match read {
+            Ok(crate::safe_fs::Found::Missing) => Ok(None),
+            Ok(crate::safe_fs::Found::Refused(why)) => {
+                Err(format!("{} is not read: {why}", files.result_file.display()))
+            }
+            Ok(crate::safe_fs::Found::Read(bytes)) => {
+                let text = String::from_utf8_lossy(&bytes);
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                AgentResult::parse(&text).map(Some)
+            }
+            Err(e) => Err(format!("cannot read {}: {e}", files.result_file.display())),
         }
     }
 
@@ -412,15 +576,6 @@ impl RunningAgent {
         match self {
             RunningAgent::Process { child, .. } => child.id(),
             RunningAgent::InProcess(_) => None,
-        }
-    }
-}
-
-impl Drop for RunningAgent {
-    fn drop(&mut self) {
-        if let RunningAgent::Process { payload_file, result_file, .. } = self {
-            let _ = std::fs::remove_file(payload_file);
-            let _ = std::fs::remove_file(result_file);
         }
     }
 }
@@ -489,5 +644,10 @@ mod tests {
         assert!(AgentResult::parse(r#"{"summary": 3}"#).unwrap_err().contains("summary"));
         assert!(AgentResult::parse(r#"{"retry_after": "soon"}"#).unwrap_err().contains("RFC 3339"));
         assert!(AgentResult::parse(r#"{"retry_after": -1}"#).is_err());
+        // Only http(s) links are kept, and text loses its NUL and control characters.
+        let r = AgentResult::parse(r#"{"summary":"a\u0000b\u001b[2Jc","url":"javascript:alert(1)"}"#).unwrap();
+        assert_eq!((r.summary.as_deref(), r.url), (Some("ab[2Jc"), None));
+        assert_eq!(AgentResult::parse(r#"{"url":"file:///etc/passwd"}"#).unwrap().url, None);
+        assert_eq!(web_link("https://github.com/a/b/pull/4").as_deref(), Some("https://github.com/a/b/pull/4"));
     }
 }

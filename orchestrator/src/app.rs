@@ -1103,6 +1103,7 @@ fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig
     cfg.labels = s.labels.clone();
     cfg.watchdog = s.watchdog()?;
     cfg.push_bound = parse_duration(&s.handoff_push_timeout)?;
+    cfg.pass_env = s.pass_env.clone();
     cfg.check()?;
     Ok(cfg)
 }

@@ -296,6 +296,10 @@ pub struct RunArgs {
     /// How long a hand-off may spend pushing the work in progress (default: the settings', 4s).
     #[arg(long)]
     pub handoff_push_timeout: Option<String>,
+    /// Variables of this environment agents and setup commands get besides the allowlist
+    /// (names or PREFIX* patterns, e.g. MY_TOKEN,AWS_*; adds to the settings' pass_env).
+    #[arg(long, value_name = "NAMES")]
+    pub pass_env: Vec<String>,
     /// The agent: a program and its arguments, after `--`.
     #[arg(last = true)]
     pub agent: Vec<String>,
@@ -682,6 +686,11 @@ fn machine_flags(a: &RunArgs, settings: &crate::config::Settings, cfg: &mut RunC
     }
     cfg.watchdog = w;
     cfg.push_bound = parse_duration(a.handoff_push_timeout.as_deref().unwrap_or(&settings.handoff_push_timeout))?;
+    cfg.pass_env = settings.pass_env.clone();
+    for p in a.pass_env.iter().flat_map(|l| l.split(',')).map(str::trim).filter(|p| !p.is_empty()) {
+        crate::environ::validate_pattern(p)?;
+        cfg.pass_env.push(p.to_string());
+    }
     Ok(())
 }
 

@@ -96,6 +96,11 @@ pub struct Settings {
     pub max_runtime: Option<String>,
     /// How long a hand-off may spend pushing the work in progress.
     pub handoff_push_timeout: String,
+    /// Variables of the environment that agents and setup commands get besides the
+    /// allowlist (the base variables, and what a preset's CLI reads): names or `PREFIX*`
+    /// patterns, e.g. `["MY_TOKEN", "AWS_*"]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pass_env: Vec<String>,
     /// Do not LISTEN (for transaction-mode poolers such as PgBouncer or Neon's pooled endpoint).
     pub poll_only: bool,
     pub dispatch_enabled: bool,
@@ -130,6 +135,7 @@ impl Default for Settings {
             idle_timeout: None,
             max_runtime: None,
             handoff_push_timeout: "4s".into(),
+            pass_env: vec![],
             poll_only: false,
             dispatch_enabled: true,
             sleep_action: SleepAction::HandOff,
@@ -197,7 +203,10 @@ impl Settings {
             crate::preset::Preset::parse(name)?;
         }
         for l in &self.labels {
-            crate::spec::validate_name("label", l)?;
+            crate::spec::validate_label(l)?;
+        }
+        for p in &self.pass_env {
+            crate::environ::validate_pattern(p)?;
         }
         if let Some(m) = &self.machine {
             if m.chars().any(|c| c.is_control()) || m.len() > 200 {

@@ -65,6 +65,77 @@ impl Preset {
         self.name()
     }
 
+    /// The variables of the user's environment this preset's CLI reads (its API keys, base
+    /// URLs and settings), as names or `PREFIX*` patterns: they reach the agent besides the
+    /// base allowlist of [`crate::environ`]. Anything else needs `pass_env`.
+    pub fn env_needs(self) -> &'static [&'static str] {
+        match self {
+            // https://code.claude.com/docs/en/settings#environment-variables
+            Preset::Claude => &["ANTHROPIC_*", "CLAUDE_CODE_*", "CLAUDE_CONFIG_DIR"],
+            // https://developers.openai.com/codex/config-reference (OPENAI_API_KEY,
+            // OPENAI_BASE_URL, CODEX_HOME)
+            Preset::Codex => &["OPENAI_*", "CODEX_*"],
+            // https://geminicli.com/docs/get-started/authentication/ (GEMINI_API_KEY,
+            // GOOGLE_API_KEY, GOOGLE_CLOUD_PROJECT, GOOGLE_APPLICATION_CREDENTIALS)
+            Preset::Gemini => &["GEMINI_*", "GOOGLE_*"],
+            // Aider's own AIDER_* options, and the provider keys litellm reads:
+            // https://aider.chat/docs/config/dotenv.html, https://aider.chat/docs/llms.html
+            Preset::Aider => &[
+                "AIDER_*",
+                "OPENAI_*",
+                "ANTHROPIC_*",
+                "GEMINI_*",
+                "VERTEXAI_*",
+                "DEEPSEEK_*",
+                "OPENROUTER_*",
+                "GROQ_*",
+                "MISTRAL_*",
+                "XAI_*",
+                "COHERE_*",
+                "AZURE_*",
+                "OLLAMA_*",
+                "FIREWORKS_*",
+                "TOGETHERAI_*",
+                "LITELLM_*",
+            ],
+        }
+    }
+
+    /// The argv for one job, and how its prompt travels: as one argv element while it fits
+    /// well within Linux's limit on one argument (128 KiB), else on stdin (claude, codex,
+    /// gemini) or in a private prompt file (aider's `--message-file`, added by the caller).
+    pub fn invocation(self, prompt: &str, extra: &[String]) -> (Vec<String>, crate::agent::PromptVia) {
+        use crate::agent::PromptVia;
+        if prompt.len() <= ARGV_PROMPT_MAX {
+            return (self.argv(prompt, extra), PromptVia::Argv);
+        }
+        let s = |x: &str| x.to_string();
+        let (mut argv, via) = match self {
+            // `claude -p` with no prompt argument reads the prompt from stdin (up to 10 MB).
+            Preset::Claude => {
+                (vec![s("claude"), s("-p"), s("--permission-mode"), s("acceptEdits")], PromptVia::Stdin(()))
+            }
+            // `codex exec -`: "If not provided as an argument (or if `-` is used), instructions
+            // are read from stdin."
+            Preset::Codex => {
+                let mut argv = vec![s("codex"), s("exec"), s("--sandbox"), s("workspace-write")];
+                argv.extend(extra.iter().cloned());
+                argv.push(s("-"));
+                return (argv, PromptVia::Stdin(()));
+            }
+            // `--message-file FILE`: "Specify a file containing the message to send the LLM,
+            // process reply, then exit".
+            Preset::Aider => (vec![s("aider"), s("--yes-always"), s("--no-auto-commits")], PromptVia::File(())),
+            // With no `--prompt` and stdin not a terminal, gemini runs headless on stdin (up
+            // to 8 MB). (Its own `--sandbox` mode passes stdin on as an argument again.)
+            Preset::Gemini => {
+                (vec![s("gemini"), s("--approval-mode"), s("auto_edit"), s("--skip-trust")], PromptVia::Stdin(()))
+            }
+        };
+        argv.extend(extra.iter().cloned());
+        (argv, via)
+    }
+
     /// The full argv for one job: the preset's invocation with `prompt` as one element, then
     /// the machine's extra arguments.
     pub fn argv(self, prompt: &str, extra: &[String]) -> Vec<String> {
@@ -110,6 +181,12 @@ impl Preset {
     }
 }
 
+/// The longest prompt passed as an argument; a longer one goes by stdin or a file. Linux
+/// refuses a single argument over 128 KiB (MAX_ARG_STRLEN), whatever the total.
+/// (The CLIs' stdin modes were each checked with a 209 KB prompt: claude 2.1, codex 0.171,
+/// gemini 0.61 on stdin, aider 0.86 with `--message-file`.)
+pub const ARGV_PROMPT_MAX: usize = 96 * 1024;
+
 impl std::fmt::Display for Preset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -135,6 +212,15 @@ mod tests {
             assert!(argv.iter().position(|a| a == "--").is_none_or(|end| extras < end), "{p}: {argv:?}");
         }
         assert_eq!(Preset::named("codex"), Some(Preset::Codex));
+        // A prompt too long for one argument goes by stdin or a file, never in the argv.
+        let long = "x".repeat(ARGV_PROMPT_MAX + 1);
+        for p in Preset::ALL {
+            let (argv, via) = p.invocation(&long, &["--model".into(), "x".into()]);
+            assert!(argv.iter().all(|a| a.len() < 100), "{p}: {argv:?}");
+            assert_ne!(via, crate::agent::PromptVia::Argv, "{p}");
+            assert!(argv.iter().any(|a| a == "--model"), "{p}: the machine's args stay");
+        }
+        assert_eq!(Preset::Claude.invocation("short", &[]).1, crate::agent::PromptVia::Argv);
         assert!(Preset::parse("cursor").unwrap_err().to_string().contains("claude, codex, aider and gemini"));
     }
 }

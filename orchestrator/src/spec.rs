@@ -104,12 +104,6 @@ impl JobSpec {
         Ok(spec)
     }
 
-    /// [`JobSpec::parse`] for a payload that was accepted at enqueue: a payload written by
-    /// hand into the table that does not parse is run as if it said nothing.
-    pub fn lenient(payload: &Value) -> Self {
-        Self::parse(payload).unwrap_or_default()
-    }
-
     /// The payload: the fields set, plus the kept ones.
     pub fn to_payload(&self) -> Value {
         serde_json::to_value(self).unwrap_or_else(|_| Value::Object(Map::new()))

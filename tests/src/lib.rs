@@ -102,7 +102,9 @@ pub const TEST_SETTINGS: &[(&str, &str)] = &[
     ("shared_buffers", "128MB"),
 ];
 
-pub(crate) fn is_root() -> bool {
+/// Whether the tests run as root (as CI does): a test that needs an unprivileged user then
+/// drops to `nobody`.
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -591,7 +593,9 @@ impl Drop for Runner {
     }
 }
 
-/// Starts `devpilot run` for `orch` as `machine` with extra flags, running `agent`.
+/// Starts `devpilot run` for `orch` as `machine` with extra flags, running `agent`. `env` is
+/// set for the runner, and passed on to its agents by name (`--pass-env`): an agent sees
+/// only the allowlisted environment otherwise.
 pub fn spawn_runner(
     home: &Path,
     db_url: &str,
@@ -604,12 +608,11 @@ pub fn spawn_runner(
     let log_path = home.join(format!("runner-{machine}.log"));
     let log = std::fs::File::create(&log_path).expect("runner log");
     let mut c = devpilot(home, db_url);
-    c.args(["run", "--orchestrator", orch, "--machine", machine])
-        .args(flags)
-        .arg("--")
-        .arg(agent)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log));
+    c.args(["run", "--orchestrator", orch, "--machine", machine]).args(flags);
+    if !env.is_empty() {
+        c.arg("--pass-env").arg(env.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(","));
+    }
+    c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
     for (k, v) in env {
         c.env(k, v);
     }

@@ -101,6 +101,11 @@ pub struct RunConfig {
     pub labels: Vec<String>,
     /// Where job worktrees go: `<data dir>/worktrees/<orchestrator>`.
     pub worktree_root: PathBuf,
+    /// Where a job with no repo gets a scratch dir: `<data dir>/scratch/<orchestrator>`.
+    pub scratch_root: PathBuf,
+    /// Variables of this process's environment that agents and setup commands get besides
+    /// the allowlist ([`crate::environ`]): names or `PREFIX*` patterns.
+    pub pass_env: Vec<String>,
     /// The bound on a hand-off's push of the work in progress.
     pub push_bound: Duration,
     pub watchdog: Watchdog,
@@ -143,6 +148,8 @@ impl RunConfig {
             repos: BTreeMap::new(),
             labels: vec![],
             worktree_root: worktree_root(&data_dir, orchestrator_id),
+            scratch_root: data_dir.join("scratch").join(safe_name(orchestrator_id)),
+            pass_env: vec![],
             push_bound: Duration::from_secs(4),
             watchdog: Watchdog::default(),
         }
@@ -186,9 +193,19 @@ impl RunConfig {
 
 /// `<data dir>/worktrees/<orchestrator>`, the orchestrator's name made safe for a path.
 pub fn worktree_root(data_dir: &std::path::Path, orchestrator_id: &str) -> PathBuf {
+    data_dir.join("worktrees").join(safe_name(orchestrator_id))
+}
+
+/// An orchestrator's name as one path component: a separator, `.` or `..` cannot leave the
+/// directory it is joined to.
+fn safe_name(orchestrator_id: &str) -> String {
     let safe: String =
         orchestrator_id.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
-    data_dir.join("worktrees").join(safe)
+    if safe.chars().all(|c| c == '.') {
+        safe.replace('.', "_")
+    } else {
+        safe
+    }
 }
 
 /// Where the agents' payload files go: the session's runtime dir (`XDG_RUNTIME_DIR`, a
@@ -308,8 +325,12 @@ fn sweep_cfg(queue: &Queue, cfg: &RunConfig) -> SweepCfg {
 
 /// The machine's worktrees, when it has repos.
 fn workspaces(cfg: &RunConfig) -> Option<Arc<Workspaces>> {
-    (!cfg.repos.is_empty())
-        .then(|| Arc::new(Workspaces::new(cfg.worktree_root.clone(), cfg.repos.clone(), &cfg.machine, cfg.push_bound)))
+    (!cfg.repos.is_empty()).then(|| {
+        Arc::new(
+            Workspaces::new(cfg.worktree_root.clone(), cfg.repos.clone(), &cfg.machine, cfg.push_bound)
+                .with_pass_env(cfg.pass_env.clone()),
+        )
+    })
 }
 
 fn job_ctx(
@@ -329,6 +350,7 @@ fn job_ctx(
             log_dir: cfg.log_dir.clone(),
             payload_dir: cfg.payload_dir.clone(),
             machine: cfg.machine.clone(),
+            pass_env: cfg.pass_env.clone(),
         },
         machine: cfg.machine.clone(),
         grace: cfg.cancel_grace,
@@ -338,6 +360,7 @@ fn job_ctx(
         done,
         keeper,
         backoff: cfg.backoff,
+        scratch_root: cfg.scratch_root.clone(),
     }
 }
 

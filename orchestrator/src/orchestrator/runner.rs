@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{Order, Standing};
 use super::{Event, JobRef, LossReason};
-use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent};
+use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
 use crate::error::{Error, Result};
 use crate::job::{event, JobState};
 use crate::queue::{Backoff, Claim, FailOutcome, Queue, RetryAfter};
@@ -134,6 +134,8 @@ pub struct JobCtx {
     pub keeper: mpsc::UnboundedSender<Order>,
     /// The retry backoff of jobs that carry none of their own.
     pub backoff: Backoff,
+    /// Where a job with no repo gets a scratch directory of its own to run in.
+    pub scratch_root: std::path::PathBuf,
 }
 
 enum Outcome {
@@ -152,41 +154,58 @@ enum NotReady {
     Stopped(CancelReason),
 }
 
+/// Where a job's agent runs, once prepared.
+struct Place {
+    log: Option<std::fs::File>,
+    spec: JobSpec,
+    worktree: Option<Worktree>,
+    /// A job with no repo: a fresh directory of its own, removed when the job's task ends.
+    scratch: Option<Scratch>,
+}
+
 /// Runs `claim` to its end and reports it.
 pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     let job = JobRef::of(&claim);
     let (id, token) = (claim.id, claim.token);
-    let spec = JobSpec::lenient(&claim.payload);
     let prepared = tokio::select! {
         biased;
         _ = cancel.token.cancelled() => Err(NotReady::Stopped(cancel.reason())),
-        p = prepare(&ctx, &claim, &spec) => p,
+        p = prepare(&ctx, &claim) => p,
     };
-    let (log, worktree) = match prepared {
+    let Place { log, spec, worktree, scratch } = match prepared {
         Ok(p) => p,
         Err(why) => return not_ready(&ctx, job, why).await,
     };
-    let launch = Launch { spec, worktree: worktree.as_ref().map(|w| (w.path.clone(), w.branch.clone())) };
+    let cwd = match (&worktree, &scratch) {
+        (Some(w), _) => w.path.clone(),
+        (None, Some(s)) => s.0.clone(),
+        (None, None) => std::path::PathBuf::new(),
+    };
+    let launch = Launch { spec, cwd, worktree: worktree.as_ref().map(|w| (w.path.clone(), w.branch.clone())) };
     let mut agent = match ctx.agent.start(&claim, &ctx.env, &launch, log).await {
         Ok(a) => a,
         Err(e) => {
             if let (Some(ws), Some(wt)) = (&ctx.workspaces, &worktree) {
                 ws.finish(wt, false).await;
             }
-            return not_ready(&ctx, job, NotReady::Machine(e)).await;
+            let why = match e {
+                StartError::Machine(e) => NotReady::Machine(e),
+                StartError::Job(msg) => NotReady::Job(msg),
+            };
+            return not_ready(&ctx, job, why).await;
         }
     };
     let span = agent.log().cloned();
     let tail = span.clone().map(|s| spawn_log_tail(&ctx, (id, token), s));
     let outcome = tokio::select! {
         biased;
-        exit = agent.wait() => Outcome::Exited(exit, result_of(&agent, id)),
+        exit = agent.wait() => Outcome::Exited(exit, result_of(&agent, id).await),
         _ = cancel.token.cancelled() => {
             let why = cancel.reason();
             match agent.try_exit() {
                 // It finished just as we were told to stop by a hand-off: report the outcome
                 // (fenced). After a lost or expired lease the outcome is not ours to write.
-                Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit, result_of(&agent, id)),
+                Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit, result_of(&agent, id).await),
                 _ => {
                     let grace = if why == CancelReason::HandOff { ctx.grace } else { ctx.kill_grace };
                     agent.terminate(grace).await;
@@ -227,36 +246,75 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     if let Some(ev) = ev {
         let _ = ctx.events.send(ev);
     }
+    drop(scratch);
     let _ = ctx.done.send(JobDone { id, token, agent_error: None });
 }
 
-/// Opens the job's log and, for a job with a repo, creates its worktree and runs the repo's
-/// setup there.
-async fn prepare(
-    ctx: &JobCtx,
-    claim: &Claim,
-    spec: &JobSpec,
-) -> std::result::Result<(Option<std::fs::File>, Option<Worktree>), NotReady> {
+/// Reads the payload (strictly: a payload that does not parse, or whose `repo` is not the
+/// one the pick routed it by, is never run), opens the job's log and gives the agent a place
+/// of its own: the job's worktree (created, with the repo's setup where it may run), or for
+/// a job with no repo a fresh scratch directory. Never the runner's own directory.
+async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotReady> {
+    let spec = JobSpec::parse(&claim.payload).map_err(|e| NotReady::Job(format!("{e}; the job was not run")))?;
+    if spec.repo != claim.repo {
+        return Err(NotReady::Job(format!(
+            "the job was routed as repo {} but its payload says repo {}; the job was not run",
+            claim.repo.as_deref().unwrap_or("(none)"),
+            spec.repo.as_deref().unwrap_or("(none)")
+        )));
+    }
     let needs_log = ctx.agent.writes_log() || spec.repo.is_some();
     let mut log = match needs_log.then(|| ctx.env.open_log(claim)).transpose() {
         Ok(l) => l,
         Err(e) => return Err(NotReady::Machine(e)),
     };
-    let Some(repo) = &spec.repo else { return Ok((log, None)) };
+    let Some(repo) = spec.repo.clone() else {
+        let scratch = match ctx.agent.is_process() {
+            true => Some(Scratch::new(&ctx.scratch_root, claim).map_err(NotReady::Machine)?),
+            false => None,
+        };
+        return Ok(Place { log, spec, worktree: None, scratch });
+    };
     let Some(ws) = &ctx.workspaces else {
         return Err(NotReady::Job(format!("this machine has no repo '{repo}' configured")));
     };
-    let Some(l) = log.as_mut() else { return Ok((None, None)) };
+    let Some(l) = log.as_mut() else { return Ok(Place { log: None, spec, worktree: None, scratch: None }) };
     let branch = spec.branch(claim.id);
     let wt = ws
-        .prepare(claim.id, repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
+        .prepare(claim.id, &repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
         .await
         .map_err(NotReady::Job)?;
     if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.id)).await {
         ws.finish(&wt, false).await;
         return Err(NotReady::Job(e));
     }
-    Ok((log, Some(wt)))
+    Ok(Place { log, spec, worktree: Some(wt), scratch: None })
+}
+
+/// The scratch directory of a job with no repo: `<data dir>/scratch/<orchestrator>/<id>-<token>`,
+/// private, made new for each attempt and removed (without following links) when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(root: &std::path::Path, claim: &Claim) -> Result<Self> {
+        crate::safe_fs::private_dir(root)?;
+        let dir = root.join(format!("{}-{}", claim.id, claim.token));
+        if std::fs::symlink_metadata(&dir).is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_file(&dir);
+        }
+        crate::safe_fs::private_dir(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks out of the directory.
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::debug!(dir = %self.0.display(), error = %e, "could not remove a job's scratch dir");
+        }
+    }
 }
 
 /// A job whose place could not be prepared, or whose agent could not start.
@@ -372,8 +430,8 @@ async fn standing(ctx: &JobCtx, pair: (i64, i64)) -> Standing {
 }
 
 /// What the agent wrote to its result file; a malformed file is logged and ignored.
-fn result_of(agent: &RunningAgent, id: i64) -> Option<AgentResult> {
-    match agent.result() {
+async fn result_of(agent: &RunningAgent, id: i64) -> Option<AgentResult> {
+    match agent.result().await {
         Ok(r) => r,
         Err(why) => {
             tracing::warn!(job = id, "ignoring the agent's result file: {why}");
