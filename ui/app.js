@@ -12,6 +12,16 @@ let openJob = null;
 let logTimer = null;
 let beforeClose = null;
 
+/** `u` as an absolute http(s) URL, or null. */
+function webLink(u) {
+  try {
+    const x = new URL(u);
+    return x.protocol === 'http:' || x.protocol === 'https:' ? x.href : null;
+  } catch {
+    return null;
+  }
+}
+
 function el(tag, props, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(props || {})) {
@@ -199,7 +209,10 @@ async function showJob(id) {
     const res = $('detail-result');
     res.replaceChildren();
     if (j.summary) res.append(el('span', {}, j.summary));
-    if (j.url) res.append(' ', el('a', { href: j.url, target: '_blank', rel: 'noopener' }, j.url));
+    // Only an http(s) link is a link (a row written by hand may say `javascript:`).
+    const link = webLink(j.url);
+    if (link) res.append(' ', el('a', { href: link, target: '_blank', rel: 'noopener' }, j.url));
+    else if (j.url) res.append(' ', el('span', {}, j.url));
     res.hidden = !(j.summary || j.url);
     const h = $('detail-history');
     h.replaceChildren();

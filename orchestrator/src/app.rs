@@ -49,7 +49,7 @@ impl Overrides {
     pub fn from_env() -> Self {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         Self {
-            database_url: get("DEVPILOT_DATABASE_URL"),
+            database_url: crate::seal::env_database_url(),
             orchestrator: get("DEVPILOT_ORCHESTRATOR"),
             agent: get("DEVPILOT_AGENT"),
         }

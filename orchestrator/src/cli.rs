@@ -313,6 +313,8 @@ pub enum ClaimModeArg {
 
 /// Entry point: parses, runs, and maps every error to a message and exit code 1.
 pub fn main() -> std::process::ExitCode {
+    // Before any thread: the database URL leaves the environment an agent could read.
+    crate::seal::seal();
     let cli = Cli::parse();
     init_logging();
     let rt = match tokio::runtime::Runtime::new() {
@@ -346,14 +348,14 @@ fn init_logging() {
 /// its keychain password, else the embedded SQLite default. A keychain that cannot be reached
 /// is an error for a PostgreSQL URL: there is never a plain-text fallback.
 pub fn resolve_database(paths: &Paths, service: &str) -> Result<DbUrl> {
-    let env_url = std::env::var("DEVPILOT_DATABASE_URL").ok().filter(|u| !u.trim().is_empty());
+    let env_url = crate::seal::env_database_url();
     resolve_database_with(paths, service, env_url.as_deref())
 }
 
 /// [`resolve_database`] with the environment's URL passed in.
 pub fn resolve_database_with(paths: &Paths, service: &str, env_url: Option<&str>) -> Result<DbUrl> {
     if let Some(raw) = env_url {
-        return DbUrl::parse(raw);
+        return with_env_password(DbUrl::parse(raw)?);
     }
     let settings = paths.load()?;
     if let Some(raw) = settings.database_url.filter(|u| !u.trim().is_empty()) {
@@ -365,10 +367,19 @@ pub fn resolve_database_with(paths: &Paths, service: &str, env_url: Option<&str>
         }
         return match secrets::load_password(service, &url)? {
             Some(pw) => url.with_password(&pw),
-            None => Ok(url),
+            None => with_env_password(url),
         };
     }
     DbUrl::sqlite_file(&paths.default_db())
+}
+
+/// A PostgreSQL URL without a password gets `PGPASSWORD`'s, as the driver would have given
+/// it: the variable itself left the environment at start ([`crate::seal`]).
+fn with_env_password(url: DbUrl) -> Result<DbUrl> {
+    match crate::seal::env_pgpassword() {
+        Some(pw) if !url.is_sqlite() && url.password().is_none() => url.with_password(&pw),
+        _ => Ok(url),
+    }
 }
 
 async fn open_queue(pool: PoolSettings) -> Result<(Queue, DbUrl)> {
@@ -439,23 +450,38 @@ async fn dispatch(cli: Cli) -> Result<()> {
     }
 }
 
-/// Reads the payload from --payload, --payload-file or stdin, as JSON.
+/// Reads the payload from --payload, --payload-file or stdin, as JSON. Never more than the
+/// payload cap (and some room for white space) is read: a 200 MB file is refused after
+/// reading 2 MiB of it, not after loading it all.
 fn read_payload(payload: Option<String>, payload_file: Option<PathBuf>) -> Result<serde_json::Value> {
+    let limit = 2 * crate::spec::MAX_PAYLOAD as u64;
+    let capped = |r: &mut dyn Read, from: &str| -> Result<String> {
+        let mut s = String::new();
+        r.take(limit + 1).read_to_string(&mut s).map_err(|e| Error::Payload(format!("cannot read {from}: {e}")))?;
+        Ok(s)
+    };
     let text = match (payload, payload_file) {
         (Some(p), _) => p,
-        (None, Some(path)) => std::fs::read_to_string(&path)
-            .map_err(|e| Error::Payload(format!("cannot read {}: {e}", path.display())))?,
+        (None, Some(path)) => {
+            let mut f = std::fs::File::open(&path)
+                .map_err(|e| Error::Payload(format!("cannot read {}: {e}", path.display())))?;
+            capped(&mut f, &path.display().to_string())?
+        }
         (None, None) => {
             if std::io::stdin().is_terminal() {
                 return Err(Error::Payload(
                     "no payload: pass --payload JSON, --payload-file PATH, or pipe JSON on stdin".into(),
                 ));
             }
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s)?;
-            s
+            capped(&mut std::io::stdin(), "stdin")?
         }
     };
+    if text.len() as u64 > limit {
+        return Err(Error::Payload(format!(
+            "the payload is larger than {limit} bytes; a payload may be at most {} bytes (1 MiB) of JSON",
+            crate::spec::MAX_PAYLOAD
+        )));
+    }
     serde_json::from_str(&text).map_err(|e| Error::Payload(format!("not valid JSON ({e})")))
 }
 
@@ -529,7 +555,7 @@ async fn cancel(id: i64) -> Result<()> {
         Some(CancelOutcome::Cancelled) => println!("cancelled #{id}"),
         Some(CancelOutcome::Requested { holder }) => println!(
             "asked {} to stop #{id}; it stops the agent at its next renewal and the job ends cancelled",
-            holder.as_deref().unwrap_or("its holder")
+            shown(Some(holder.as_deref().unwrap_or("its holder")))
         ),
         None => {
             let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
@@ -537,8 +563,8 @@ async fn cancel(id: i64) -> Result<()> {
                 "cancelled" => println!("#{id} is already cancelled"),
                 "running" => println!(
                     "a cancel of #{id} was already asked for (by {}); {} stops it",
-                    job.cancel_requested_by.as_deref().unwrap_or("?"),
-                    job.claimed_by.as_deref().unwrap_or("its holder")
+                    shown(Some(job.cancel_requested_by.as_deref().unwrap_or("?"))),
+                    shown(Some(job.claimed_by.as_deref().unwrap_or("its holder")))
                 ),
                 other => return Err(Error::Invalid(format!("#{id} is {other}: there is nothing to cancel"))),
             }
@@ -647,6 +673,7 @@ async fn run(a: RunArgs) -> Result<()> {
             .await?;
     // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
     let hints = if url.pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator, &queue) };
+    let cfg_bounds = (cfg.cancel_grace, cfg.push_bound);
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();
     tokio::spawn(async move {
@@ -656,11 +683,29 @@ async fn run(a: RunArgs) -> Result<()> {
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        _ = &mut join => {}
-        _ = tokio::signal::ctrl_c() => handle.stop(StopMode::HandOff).await,
-        _ = term.recv() => handle.stop(StopMode::HandOff).await,
+        _ = &mut join => return Ok(()),
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
-    Ok(())
+    // A stop hands every job off (agents stopped, work in progress pushed within its bound,
+    // claims released). It is bounded as a whole, whatever a job is stuck in, and a second
+    // signal ends the process at once: the sweep recovers what was not released.
+    let bound = stop_bound(&cfg_bounds);
+    tokio::select! {
+        _ = handle.stop(StopMode::HandOff) => Ok(()),
+        _ = tokio::time::sleep(bound) => Err(Error::Invalid(format!(
+            "the hand-off did not finish within {}; exiting anyway (the sweep releases what is left)",
+            human(bound)
+        ))),
+        _ = tokio::signal::ctrl_c() => Err(Error::Invalid("stopped at once by a second signal".into())),
+        _ = term.recv() => Err(Error::Invalid("stopped at once by a second signal".into())),
+    }
+}
+
+/// How long `run` may take to hand off and exit after SIGTERM or SIGINT: the agents' grace,
+/// the hand-off's push, and 15 s for the releases and the last presence write.
+pub fn stop_bound((cancel_grace, push_bound): &(Duration, Duration)) -> Duration {
+    *cancel_grace + *push_bound + Duration::from_secs(15)
 }
 
 /// The repos, labels, watchdog and hand-off bound of `run`: flags over the settings.
@@ -747,9 +792,9 @@ async fn moved(queue: &Queue, id: i64, token: i64) -> Result<String> {
     let detail = handed.and_then(|e| e.detail.as_deref()).unwrap_or_default();
     Ok(match (detail.find("pushed to "), queue.job(id).await?) {
         (Some(_), Some((j, _))) if j.resume_branch.is_some() => {
-            format!("; its work in progress is on branch {}", j.resume_branch.unwrap_or_default())
+            format!("; its work in progress is on branch {}", shown(j.resume_branch.as_deref()))
         }
-        _ if detail.contains("stayed on") => format!("; {}", detail.split("; ").last().unwrap_or(detail)),
+        _ if detail.contains("stayed on") => format!("; {}", shown(detail.split("; ").last())),
         _ => "; it carried no work in progress".into(),
     })
 }
@@ -860,7 +905,7 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
-    println!("orchestrator {orchestrator}");
+    println!("orchestrator {}", shown(Some(orchestrator)));
     println!(
         "  queued {}  running {}  failed {}  completed {}  dead {}  cancelled {}",
         counts.queued, counts.running, counts.failed, counts.completed, counts.dead, counts.cancelled
@@ -875,8 +920,8 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
         println!(
             "  #{:<6} {:<30} held by {} for {} (last heartbeat {} ago, attempt {})",
             j.id,
-            j.title.clone().unwrap_or_default(),
-            j.claimed_by.clone().unwrap_or_default(),
+            shown(j.title.as_deref()),
+            shown(j.claimed_by.as_deref()),
             human(held),
             human(beat),
             j.attempts
@@ -887,21 +932,16 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
     }
     for j in &waiting {
         let why = match (j.state.as_str(), &j.last_error) {
-            ("failed", Some(e)) => format!(" after attempt {} of {}: {e}", j.attempts, j.max_attempts),
+            ("failed", Some(e)) => format!(" after attempt {} of {}: {}", j.attempts, j.max_attempts, shown(Some(e))),
             _ => String::new(),
         };
-        println!(
-            "  #{:<6} {:<30} {}{why}",
-            j.id,
-            j.title.clone().unwrap_or_default(),
-            j.waiting_text().unwrap_or_default()
-        );
+        println!("  #{:<6} {:<30} {}{why}", j.id, shown(j.title.as_deref()), j.waiting_text().unwrap_or_default());
     }
     if !stuck.is_empty() {
         println!("no machine can take:");
     }
     for (j, why) in &stuck {
-        println!("  #{:<6} {:<30} {why}", j.id, j.title.clone().unwrap_or_default());
+        println!("  #{:<6} {:<30} {}", j.id, shown(j.title.as_deref()), shown(Some(why)));
     }
     println!("machines:");
     if machines.is_empty() {
@@ -911,20 +951,35 @@ async fn status(orchestrator: &str, json: bool) -> Result<()> {
         let ago = Duration::from_millis(m.now.saturating_sub(m.last_seen_at).max(0) as u64);
         println!(
             "  {:<20} {:<8} running {}/{}  last seen {} ago",
-            m.machine,
-            m.status,
+            shown(Some(&m.machine)),
+            shown(Some(&m.status)),
             m.running,
             m.concurrency,
             human(ago)
         );
         if let Some(p) = &m.problem {
-            println!("  {:<20} not claiming: {p}", "");
+            println!("  {:<20} not claiming: {}", "", shown(Some(p)));
         }
         if !m.repos.is_empty() || !m.labels.is_empty() {
-            println!("  {:<20} repos: {}  labels: {}", "", m.repos.join(", "), m.labels.join(", "));
+            println!(
+                "  {:<20} repos: {}  labels: {}",
+                "",
+                shown(Some(&m.repos.join(", "))),
+                shown(Some(&m.labels.join(", ")))
+            );
         }
     }
     Ok(())
+}
+
+/// Text from the database as the terminal gets it: every control character (ESC, BEL, CR,
+/// a newline in a title) is written as an escape, so a job's title cannot rewrite the screen.
+fn shown(text: Option<&str>) -> String {
+    let text = text.unwrap_or_default();
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 fn human(d: Duration) -> String {

@@ -85,6 +85,9 @@ fn init_logging(paths: &Paths) -> Option<tracing_appender::non_blocking::WorkerG
 
 /// Runs the app until the user quits.
 pub fn run() -> std::process::ExitCode {
+    // Before any thread: the database URL leaves the environment an agent could read, and
+    // the process is not dumpable (see devpilot::seal).
+    devpilot::seal::seal();
     window::tune_webkit_env();
     // Before anything is written or started: with no display there is nothing to show.
     if let Err(why) = display::check() {

@@ -375,7 +375,7 @@ fn show(
     on_open: Option<OnOpen>,
 ) -> Result<Option<Open>, String> {
     let mut n = notify_rust::Notification::new();
-    n.appname("DevPilot").summary(summary).body(body).icon("dialog-information");
+    n.appname("DevPilot").summary(summary).body(&markup_escaped(body)).icon("dialog-information");
     #[cfg(all(unix, not(target_os = "macos")))]
     {
         n.urgency(if urgent { notify_rust::Urgency::Critical } else { notify_rust::Urgency::Normal });
@@ -401,6 +401,13 @@ fn show(
     #[cfg(not(all(unix, not(target_os = "macos"))))]
     let _ = (handle, on_open);
     Ok(offered)
+}
+
+/// A body as the notification server reads it: servers that support body markup (most do;
+/// the spec's subset of HTML) would otherwise render a job's title, an agent's summary or an
+/// error as markup (`<a href=…>`, `<img src=…>`). Escaped, the text is shown as it is.
+pub fn markup_escaped(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// Whether the notification server shows action buttons (not every one does).
@@ -501,5 +508,13 @@ mod tests {
         assert_eq!(n.open, Some(Open::Url("https://x.test/pr/9".into())), "Open opens the link");
         let plain = notice_for(&Event::Completed { job: job(4), summary: None, url: None }, &NotifySettings::default());
         assert_eq!(plain.unwrap().open, Some(Open::Job(4)), "with no link, Open opens the job");
+    }
+
+    /// A summary that is markup is shown as text: the body is escaped before it is sent.
+    #[test]
+    fn bodies_are_markup_escaped() {
+        let said = "<a href=\"https://evil.test\">click</a> & <img src=x>";
+        assert_eq!(markup_escaped(said), "&lt;a href=\"https://evil.test\"&gt;click&lt;/a&gt; &amp; &lt;img src=x&gt;");
+        assert_eq!(markup_escaped("fixed the redirect"), "fixed the redirect");
     }
 }

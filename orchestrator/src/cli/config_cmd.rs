@@ -24,7 +24,7 @@ pub async fn show() -> Result<()> {
     );
     let (database, password) = database(&paths, &settings).await;
     out.push_str(&format!("# database: {database}\n# database password: {password}\n"));
-    if let Some(raw) = std::env::var("DEVPILOT_DATABASE_URL").ok().filter(|u| !u.trim().is_empty()) {
+    if let Some(raw) = crate::seal::env_database_url() {
         match DbUrl::parse(&raw) {
             Ok(u) => out.push_str(&format!(
                 "# note: DEVPILOT_DATABASE_URL is set, so devpilot commands use {u} instead of database_url\n"
