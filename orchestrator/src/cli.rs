@@ -130,6 +130,19 @@ pub enum Cmd {
     /// Print the manual page (roff), e.g. `devpilot man | man -l -`.
     #[command(hide = true)]
     Man,
+    /// The article's claim of job ID, once: for races and diagnostics.
+    #[command(hide = true)]
+    Claim {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        #[arg(long)]
+        machine: String,
+        /// Open the queue, print `ready`, and claim only once a line arrives on stdin.
+        #[arg(long)]
+        wait_stdin: bool,
+        /// The job's id.
+        id: i64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -447,7 +460,32 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Config { command: ConfigCmd::Show } => config_cmd::show().await,
         Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
         Cmd::Man => docs::print(&docs::man_page()?),
+        Cmd::Claim { orchestrator, machine, wait_stdin, id } => claim(&orchestrator, &machine, wait_stdin, id).await,
     }
+}
+
+/// `devpilot claim`: `claimed ID TOKEN` (exit 0) on a win, `lost ID` (exit 3) when the
+/// conditional UPDATE matched no row.
+async fn claim(orchestrator: &str, machine: &str, wait_stdin: bool, id: i64) -> Result<()> {
+    use std::io::Write;
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    if wait_stdin {
+        println!("ready");
+        std::io::stdout().flush()?;
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line)? == 0 {
+            return Err(Error::Invalid("stdin closed before the line that starts the claim".into()));
+        }
+    }
+    match queue.claim_by_id(id, orchestrator, machine).await? {
+        Some(c) => println!("claimed {id} {}", c.token),
+        None => {
+            println!("lost {id}");
+            std::io::stdout().flush()?;
+            std::process::exit(3);
+        }
+    }
+    Ok(())
 }
 
 /// Reads the payload from --payload, --payload-file or stdin, as JSON. Never more than the
