@@ -94,26 +94,37 @@ async fn a_key_dedupes_while_its_job_is_live(backend: Backend) {
     assert!(err.contains("same key is live"), "{err}");
 }
 
-/// Eight producers enqueue the same key at once (separate pools): one job, and every
-/// producer is told its id.
+/// Eight producers enqueue the same key at once (separate pools, every one open before any
+/// producer starts, then all released by a barrier; ten rounds, a key each): one job per
+/// key, and every producer is told its id.
 async fn racing_producers_with_one_key_add_one_job(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("race");
-    let mut tasks = vec![];
-    for i in 0..8 {
-        let q = db.another_queue().await;
-        let orch = orch.clone();
-        tasks.push(tokio::spawn(async move {
-            q.enqueue_keyed(&orch, &json!({"producer": i}), &keyed("webhook-42")).await.unwrap()
-        }));
+    // Opening a pool connects and pings: done for all eight first, so that the inserts race
+    // instead of trailing each other by a connection's setup.
+    let mut producers = vec![];
+    for _ in 0..8 {
+        producers.push(db.another_queue().await);
     }
-    let mut ids = vec![];
-    for t in tasks {
-        ids.push(t.await.unwrap().id);
+    for round in 0..10 {
+        let key = format!("webhook-{round}");
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(producers.len()));
+        let mut tasks = vec![];
+        for (i, q) in producers.iter().enumerate() {
+            let (q, orch, key, barrier) = (q.clone(), orch.clone(), key.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                q.enqueue_keyed(&orch, &json!({"producer": i}), &keyed(&key)).await.unwrap()
+            }));
+        }
+        let mut ids = vec![];
+        for t in tasks {
+            ids.push(t.await.unwrap().id);
+        }
+        ids.dedup();
+        assert_eq!(ids.len(), 1, "round {round}: every producer got the one job's id: {ids:?}");
+        assert_eq!(db.queue.counts(&orch).await.unwrap().queued, round as i64 + 1, "round {round}: one job per key");
     }
-    ids.dedup();
-    assert_eq!(ids.len(), 1, "every producer got the one job's id: {ids:?}");
-    assert_eq!(db.queue.counts(&orch).await.unwrap().queued, 1);
 }
 
 /// Higher priority first; within a priority, by when the job became claimable (a retry's
