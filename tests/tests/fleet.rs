@@ -76,6 +76,23 @@ fn read_executions(record: &std::path::Path) -> HashMap<(i64, i64), Execution> {
     execs
 }
 
+/// How many `start` lines the agents wrote for each (job, claim), counted from the raw
+/// record: [`read_executions`] folds lines into one entry per claim, so a claim whose agent
+/// started twice would look like one execution there.
+fn count_starts(record: &std::path::Path) -> HashMap<(i64, i64), usize> {
+    let text = std::fs::read_to_string(record).unwrap_or_default();
+    let mut starts: HashMap<(i64, i64), usize> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 5 && f[0] == "start" {
+            if let (Ok(job), Ok(token)) = (f[1].parse::<i64>(), f[2].parse::<i64>()) {
+                *starts.entry((job, token)).or_default() += 1;
+            }
+        }
+    }
+    starts
+}
+
 /// 40 processes (two machines for each of 20 orchestrators), 200 concurrent claimers drain the queue while
 /// faults are injected; then the records and the database must agree that every job ended,
 /// none was lost or completed twice, no two lease-holding executions of a job overlapped,
@@ -171,6 +188,8 @@ async fn fleet_under_faults() {
     let mut pg_restarts = 0;
     let mut stops_missed = 0;
     let mut max_conns_per_machine = 0i64;
+    // Samples of pg_stat_activity that saw at least one machine's connections.
+    let mut conn_samples = 0usize;
     let deadline = Instant::now() + Duration::from_secs(env_usize("DEVPILOT_FLEET_TIMEOUT_SECS", 1500) as u64);
     loop {
         tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3500))).await;
@@ -183,6 +202,7 @@ async fn fleet_under_faults() {
             ))
             .await
         {
+            conn_samples += usize::from(!rows.is_empty());
             for r in rows {
                 max_conns_per_machine = max_conns_per_machine.max(r.try_get::<i64>("", "n").unwrap_or(0));
             }
@@ -341,6 +361,14 @@ async fn fleet_under_faults() {
 
     // ---------------------------------------------------------------- the verdict
     let execs = read_executions(&record);
+    // Cross-check on duplicates, from the raw lines: every execution began with exactly one
+    // `start` line, and no claim's agent started twice.
+    let starts = count_starts(&record);
+    let twice: Vec<_> = starts.iter().filter(|(_, &n)| n != 1).collect();
+    assert!(twice.is_empty(), "claims whose agent started more than once: {twice:?}");
+    let unstarted: Vec<_> = execs.keys().filter(|k| !starts.contains_key(k)).collect();
+    assert!(unstarted.is_empty(), "executions with no start line: {unstarted:?}");
+    assert_eq!(starts.len(), execs.len(), "one start line per execution");
 
     let mut final_state: HashMap<i64, (String, i64)> = HashMap::new();
     let mut events_by_job: HashMap<i64, Vec<devpilot::queue::JobEvent>> = HashMap::new();
@@ -373,7 +401,7 @@ async fn fleet_under_faults() {
     let completed = final_state.values().filter(|(s, _)| s == "completed").count();
 
     // No job completed twice: the completing claim is the job's final token, its agent ran to
-    // its end, and history holds at most one completion.
+    // its end, and history holds at most one completion; a completed job holds exactly one.
     for (id, (state, token)) in &final_state {
         let evs = events_by_job.get(id).map(Vec::as_slice).unwrap_or(&[]);
         let n = evs.iter().filter(|e| e.kind == "completed").count();
@@ -383,10 +411,9 @@ async fn fleet_under_faults() {
                 .get(&(*id, *token))
                 .unwrap_or_else(|| panic!("job {id}: no execution for its completing claim {token}"));
             assert_eq!(e.ended.as_deref(), Some("end"), "job {id}: the completing execution ran to its end");
-            if n == 1 {
-                let c = evs.iter().find(|e| e.kind == "completed").unwrap();
-                assert_eq!(c.claim_token, Some(*token), "job {id}: completed by its final claim");
-            }
+            assert_eq!(n, 1, "job {id} is completed, so its history holds its completed event: {evs:#?}");
+            let c = evs.iter().find(|e| e.kind == "completed").unwrap();
+            assert_eq!(c.claim_token, Some(*token), "job {id}: completed by its final claim");
         }
     }
 
@@ -496,18 +523,41 @@ async fn fleet_under_faults() {
             stale_stopped += 1;
         }
     }
-    assert!(stale_stopped >= 1, "a frozen runner held a job whose lease expired (the fault bit)");
-    assert!(max_conns_per_machine <= 2, "a machine held {max_conns_per_machine} connections");
-
     let kills = faults.iter().filter(|f| matches!(f, Fault::Kill { .. })).count();
     let stops = faults.iter().filter(|f| matches!(f, Fault::Stop { .. })).count();
     let dead = jobs - completed;
+
+    // The faults bit and the checks had something to check: with a budget of 20 attempts no
+    // job may die, and a run without a kill, a restart, a hand-over or a connection count
+    // would prove nothing. (All listed at once, so a failure names every gap.)
+    let mut vacuous = vec![];
+    if dead != 0 {
+        vacuous.push(format!("{dead} job(s) dead"));
+    }
+    if kills == 0 {
+        vacuous.push("no runner was killed".to_string());
+    }
+    if pg_restarts == 0 {
+        vacuous.push("PostgreSQL was never restarted".to_string());
+    }
+    if overlaps_checked == 0 {
+        vacuous.push("no claim hand-over was checked for overlap".to_string());
+    }
+    if conn_samples == 0 || max_conns_per_machine == 0 {
+        vacuous.push(format!(
+            "the connections per machine were never measured ({conn_samples} samples, max {max_conns_per_machine})"
+        ));
+    }
+    assert!(vacuous.is_empty(), "the fleet run proves less than it must: {vacuous:?}");
+    assert!(stale_stopped >= 1, "a frozen runner held a job whose lease expired (the fault bit)");
+    assert!(max_conns_per_machine <= 2, "a machine held {max_conns_per_machine} connections");
     let executions = execs.len();
     let summary = format!(
         "fleet result: {jobs} jobs over {orchestrators} orchestrators, {} processes x {per_runner} claimers; \
          {completed} completed, {dead} dead, {executions} executions; faults: {kills} kill -9, {stops} SIGSTOP > lease ({stops_missed} of them missed every lease and were repeated), \
          {pg_restarts} PostgreSQL restarts; {late} late completions fenced, {stale_stopped} stale agents stopped, \
-         {overlaps_checked} claim hand-overs checked; max connections per machine {max_conns_per_machine}; {:.1}s",
+         {overlaps_checked} claim hand-overs checked; max connections per machine {max_conns_per_machine} \
+         ({conn_samples} samples); {:.1}s",
         processes,
         elapsed.as_secs_f64()
     );
