@@ -1,4 +1,5 @@
-//! A job's history is as true as its row: whatever crashes, every completed job has its
+//! A job's history is as true as its row: whatever crashes (runners killed with kill -9, and
+//! on PostgreSQL an immediate restart of the server), every completed job has its
 //! `completed` event under the claim that completed it, and every claim has its `claimed`
 //! event. Runs on PostgreSQL and on SQLite.
 
@@ -53,22 +54,40 @@ struct Snapshots {
     /// (time since the reader started, count) of every snapshot that was not 0.
     violations: Vec<(Duration, i64)>,
     errors: Vec<String>,
+    /// Failed reads while the server restarted (from the restart until the reader's next
+    /// answer): expected, and counted apart.
+    during_restart: usize,
+    /// Snapshots taken after a restart.
+    after_restart: usize,
 }
 
-/// Takes a snapshot every 20 ms until `stop` is set.
-async fn read_snapshots(queue: Queue, stop: Arc<AtomicBool>) -> Snapshots {
+/// Takes a snapshot every 20 ms until `stop` is set. While `restarting` is set, and after it
+/// until a read succeeds again, a failed read is the restart's, not an error.
+async fn read_snapshots(queue: Queue, stop: Arc<AtomicBool>, restarting: Arc<AtomicBool>) -> Snapshots {
     let mut out = Snapshots::default();
     let start = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(20));
+    let (mut in_restart, mut restarted) = (false, false);
     while !stop.load(Ordering::SeqCst) {
         tick.tick().await;
+        if restarting.load(Ordering::SeqCst) {
+            (in_restart, restarted) = (true, true);
+        }
         let stmt = Statement::from_string(queue.backend(), COMPLETED_WITHOUT_EVENT);
-        match queue.connection().query_one_raw(stmt).await {
+        let answer = queue.connection().query_one_raw(stmt).await;
+        if answer.is_err() && (in_restart || restarting.load(Ordering::SeqCst)) {
+            out.during_restart += 1;
+            continue;
+        }
+        in_restart = false;
+        match answer {
             Ok(Some(row)) => match row.try_get::<i64>("", "n") {
-                Ok(0) => out.taken += 1,
                 Ok(n) => {
                     out.taken += 1;
-                    out.violations.push((start.elapsed(), n));
+                    out.after_restart += usize::from(restarted);
+                    if n != 0 {
+                        out.violations.push((start.elapsed(), n));
+                    }
                 }
                 Err(e) => out.errors.push(e.to_string()),
             },
@@ -79,13 +98,26 @@ async fn read_snapshots(queue: Queue, stop: Arc<AtomicBool>) -> Snapshots {
     out
 }
 
+/// `pg_ctl restart -m immediate` of the shared cluster (every connection cut, as in a
+/// crash), then waits until the queue answers again, from a server that started anew.
+async fn restart_postgres(db: &TestDb, orch: &str) {
+    const STARTED: &str = "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint";
+    let before = db.scalar(STARTED).await;
+    tokio::task::spawn_blocking(|| devpilot_tests::shared_pg().restart_immediate()).await.expect("restart");
+    let back = wait_for(Duration::from_secs(30), || async { db.queue.counts(orch).await.is_ok() }).await;
+    assert!(back, "the database answers again after its restart");
+    let after = db.scalar(STARTED).await;
+    assert!(after > before, "the server started anew: {before:?} then {after:?}");
+}
+
 fn spawn(db: &TestDb, orch: &str, machine: &str, agent: &RecordingAgent) -> Runner {
     spawn_runner(db.dir.path(), &db.raw_url, orch, machine, FLAGS, &agent.script, &[])
 }
 
-/// Runners kill -9ed mid-drain never leave a row and its history disagreeing: at every
-/// snapshot, and per job at the end (one `completed` event under the row's token, and a
-/// `claimed` event for every claim).
+/// Runners kill -9ed mid-drain (and on PostgreSQL the server restarted with `-m immediate`
+/// mid-drain) never leave a row and its history disagreeing: at every snapshot, and per job
+/// at the end (one `completed` event under the row's token, and a `claimed` event for every
+/// claim).
 async fn history_matches_rows_after_kill_9(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("history");
@@ -95,16 +127,28 @@ async fn history_matches_rows_after_kill_9(backend: Backend) {
     let agent = RecordingAgent::new(db.dir.path(), "sleep 0.0$((RANDOM % 5))");
 
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = tokio::spawn(read_snapshots(db.queue.clone(), stop.clone()));
+    let restarting = Arc::new(AtomicBool::new(false));
+    let reader = tokio::spawn(read_snapshots(db.queue.clone(), stop.clone(), restarting.clone()));
 
     let started = Instant::now();
     let mut runners: Vec<Runner> = (0..RUNNERS).map(|i| spawn(&db, &orch, &format!("m{i}"), &agent)).collect();
     let mut kills = 0;
+    // On PostgreSQL the server restarts once, after the first or second kill (while jobs are
+    // open: the loop ends before any fault once the queue is drained).
+    let mut pg_restarts = 0;
+    let restart_after = if backend.is_postgres() { rand::random_range(1..=2) } else { usize::MAX };
     while kills < MAX_KILLS && started.elapsed() < DRAIN_LIMIT {
         // The fault schedule, not a wait for a condition: kill at random moments of the drain.
         tokio::time::sleep(Duration::from_millis(rand::random_range(300..=800))).await;
         if db.queue.counts(&orch).await.expect("counts").open() == 0 {
             break;
+        }
+        if kills == restart_after && pg_restarts == 0 {
+            restarting.store(true, Ordering::SeqCst);
+            restart_postgres(&db, &orch).await;
+            restarting.store(false, Ordering::SeqCst);
+            pg_restarts += 1;
+            continue;
         }
         let i = rand::random_range(0..RUNNERS);
         let machine = runners[i].machine.clone();
@@ -129,14 +173,21 @@ async fn history_matches_rows_after_kill_9(backend: Backend) {
     assert!(drained, "the survivors drained the queue within {DRAIN_LIMIT:?} ({kills} kills): {counts:?}");
     drop(runners);
     eprintln!(
-        "{backend:?}: {} completed, {} dead, {kills} kills, {} snapshots, {:?}",
+        "{backend:?}: {} completed, {} dead, {kills} kills, {pg_restarts} PostgreSQL restarts, {} snapshots \
+         ({} after the restart, {} reads failed during it), {:?}",
         counts.completed,
         counts.dead,
         snaps.taken,
+        snaps.after_restart,
+        snaps.during_restart,
         started.elapsed()
     );
 
     assert!(kills >= 1, "at least one runner was killed mid-drain");
+    if backend.is_postgres() {
+        assert_eq!(pg_restarts, 1, "PostgreSQL was restarted mid-drain");
+        assert!(snaps.after_restart >= 10, "the reader kept reading after the restart ({})", snaps.after_restart);
+    }
     assert!(snaps.errors.is_empty(), "the reader's statement failed: {:?}", &snaps.errors[..snaps.errors.len().min(5)]);
     assert!(snaps.taken >= 50, "only {} snapshots were taken", snaps.taken);
     assert!(
