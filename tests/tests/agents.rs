@@ -236,6 +236,22 @@ async fn routing_sends_each_job_to_a_machine_that_qualifies(backend: Backend) {
         let h = db.queue.history(*id).await.unwrap();
         let done = h.iter().find(|e| e.kind == "completed").unwrap();
         assert_eq!(done.machine.as_deref(), Some(*machine), "job {id} ran on a machine that qualifies: {h:?}");
+        // Not only the run that completed: no machine that does not qualify ever claimed it.
+        let claims: Vec<_> = h.iter().filter(|e| e.kind == "claimed").collect();
+        assert!(!claims.is_empty(), "job {id} has its claimed event: {h:?}");
+        for c in claims {
+            assert_eq!(
+                c.machine.as_deref(),
+                Some(*machine),
+                "job {id} was claimed only by a machine that qualifies: {h:?}"
+            );
+        }
+    }
+    for id in &anywhere {
+        let h = db.queue.history(*id).await.unwrap();
+        let claims: Vec<_> = h.iter().filter(|e| e.kind == "claimed").collect();
+        assert!(!claims.is_empty(), "job {id} has its claimed event: {h:?}");
+        assert!(claims.iter().all(|c| matches!(c.machine.as_deref(), Some("x" | "y"))), "job {id}: {h:?}");
     }
     let alpha_dirs: std::collections::HashSet<String> = want
         .iter()
@@ -251,6 +267,8 @@ async fn routing_sends_each_job_to_a_machine_that_qualifies(backend: Backend) {
     assert!(out.contains(&format!("#{gamma}")) && out.contains("no online machine has repo gamma"), "{out}");
     for id in [tpu, gamma] {
         assert_eq!(db.queue.job(id).await.unwrap().unwrap().0.state, "queued", "nobody took #{id}");
+        let h = db.queue.history(id).await.unwrap();
+        assert!(!h.iter().any(|e| e.kind == "claimed"), "nobody ever claimed #{id}: {h:?}");
     }
     drop((x, y));
 }
