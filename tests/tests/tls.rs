@@ -1,10 +1,13 @@
 //! TLS to PostgreSQL, on real processes: a throwaway cluster with `ssl=on` presents a
-//! certificate for `localhost` from a private CA that the harness makes with openssl.
+//! certificate for `localhost` from a private CA that the harness makes with openssl. Where a
+//! connection is accepted, the server's `pg_stat_ssl` must show that session encrypted.
 
 // A test says "this must hold" by unwrapping: a panic is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use devpilot_tests::tls::tls_pg;
@@ -51,6 +54,70 @@ fn migrate(url: &str, env: &[(&str, &str)]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), err)
 }
 
+/// The TLS state (`pg_stat_ssl.ssl`, `.version`) of every client session on database `name`
+/// of the TLS cluster, read over a connection of its own to another database.
+fn sessions_on(name: &str) -> Vec<(bool, Option<String>)> {
+    let (pg, _) = tls_pg();
+    let admin = format!("{}?sslmode=disable", pg.url("postgres"));
+    let sql = format!(
+        "SELECT s.ssl, s.version FROM pg_stat_ssl s JOIN pg_stat_activity a ON a.pid = s.pid \
+          WHERE a.datname = '{name}' AND a.backend_type = 'client backend'"
+    );
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            use sea_orm::ConnectionTrait;
+            let u = devpilot::db::DbUrl::parse(&admin).unwrap();
+            let c = devpilot::db::connect(&u, &devpilot::db::PoolSettings::default()).await.unwrap();
+            let rows = c.query_all_raw(sea_orm::Statement::from_string(c.get_database_backend(), sql)).await.unwrap();
+            rows.iter()
+                .map(|r| (r.try_get::<bool>("", "ssl").unwrap(), r.try_get::<Option<String>>("", "version").unwrap()))
+                .collect()
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+/// With `url` (already migrated) a `devpilot claim --wait-stdin` holds its connection open at
+/// `ready`: the server must see that session, and see it encrypted. Then the claim of a job
+/// that does not exist runs and loses (exit 3), over the same connection.
+fn assert_session_encrypted(url: &str, env: &[(&str, &str)]) {
+    let name = url.split('?').next().unwrap().rsplit('/').next().unwrap().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let mut c = devpilot(home.path(), url);
+    c.args(["claim", "--orchestrator", "tls-check", "--machine", "tls-check", "--wait-stdin", "1"])
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let mut err = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        panic!("the claim did not connect: {line:?} {err}");
+    }
+    let sessions = sessions_on(&name);
+    child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let code = child.wait().unwrap().code();
+    assert!(!sessions.is_empty(), "the server sees the session on {name}");
+    assert!(
+        sessions.iter().all(|(ssl, v)| *ssl && v.as_deref().is_some_and(|v| v.starts_with("TLSv1."))),
+        "pg_stat_ssl shows every session on {name} encrypted: {sessions:?}"
+    );
+    assert_eq!((code, rest.trim()), (Some(3), "lost 1"), "the claim ran over that session");
+}
+
 /// A refusal says the certificate was refused and why, never "cannot reach", and never
 /// carries the password.
 fn assert_refused(url: &str, why: &str, env: &[(&str, &str)]) {
@@ -66,19 +133,25 @@ fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// `sslmode=require` encrypts without checking the certificate: it connects (and migrates).
+/// `sslmode=require` encrypts without checking the certificate: it connects (and migrates),
+/// and the server sees the session encrypted.
 #[test]
 fn sslmode_require_connects() {
-    let (code, err) = migrate(&url("127.0.0.1", "sslmode=require"), &[]);
+    let u = url("127.0.0.1", "sslmode=require");
+    let (code, err) = migrate(&u, &[]);
     assert_eq!(code, 0, "{err}");
+    assert_session_encrypted(&u, &[]);
 }
 
-/// `verify-full` with the server's CA as `sslrootcert`, to the name the certificate has.
+/// `verify-full` with the server's CA as `sslrootcert`, to the name the certificate has; the
+/// server sees the session encrypted.
 #[test]
 fn verify_full_with_the_servers_ca_connects() {
     let ca = path(&tls_pg().1.ca);
-    let (code, err) = migrate(&url("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")), &[]);
+    let u = url("localhost", &format!("sslmode=verify-full&sslrootcert={ca}"));
+    let (code, err) = migrate(&u, &[]);
     assert_eq!(code, 0, "{err}");
+    assert_session_encrypted(&u, &[]);
 }
 
 /// `verify-full` with another CA: refused, as not signed by a CA this machine trusts.
@@ -108,6 +181,7 @@ fn without_sslrootcert_the_system_roots_are_used() {
     let ca = path(&tls_pg().1.ca);
     let (code, err) = migrate(&u, &[("SSL_CERT_FILE", &ca)]);
     assert_eq!(code, 0, "the system roots now hold the CA: {err}");
+    assert_session_encrypted(&u, &[("SSL_CERT_FILE", &ca)]);
 }
 
 /// A root certificate file that does not exist is named, as a bad URL.
