@@ -17,6 +17,7 @@ pub(super) enum Command {
     HandOff { pause: bool, done: oneshot::Sender<Vec<i64>> },
     Recheck(oneshot::Sender<Vec<i64>>),
     Wake,
+    NextPoll(oneshot::Sender<Option<Duration>>),
     Reconfigure(Box<RunConfig>),
     Stop { mode: StopMode, done: oneshot::Sender<()> },
 }
@@ -80,6 +81,14 @@ impl Handle {
     /// Polls now (a hint: work was just enqueued).
     pub fn wake(&self) {
         let _ = self.cmd.send(Command::Wake);
+    }
+
+    /// How long until the next poll, as the loop sees it when it reads this: `None` while one
+    /// is in flight. (Tests wait on it to know that only the timer or a hint can poll next.)
+    pub async fn next_poll(&self) -> Option<Duration> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.cmd.send(Command::NextPoll(tx));
+        rx.await.ok().flatten()
     }
 
     /// Applies new settings while jobs run: concurrency, timeouts, polling, the agent for

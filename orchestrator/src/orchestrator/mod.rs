@@ -688,6 +688,9 @@ impl Machine {
                 self.state_changed();
             }
             Command::Wake => self.poller.now(),
+            Command::NextPoll(tx) => {
+                let _ = tx.send(self.poller.due().map(|t| t.saturating_duration_since(Instant::now())));
+            }
             Command::HandOff { pause, done } => {
                 if pause {
                     self.wishes.paused = Some(Paused::Indefinitely);
