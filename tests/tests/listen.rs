@@ -14,6 +14,7 @@ use devpilot::Queue;
 use devpilot_tests::PgCluster;
 use sea_orm::ConnectionTrait;
 use serde_json::json;
+use tokio::sync::mpsc;
 
 async fn wait_claimed(
     events: &mut tokio::sync::broadcast::Receiver<Event>,
@@ -31,9 +32,65 @@ async fn wait_claimed(
     }
 }
 
+/// The listener's hints between it and the machine: each is passed on as it comes, then
+/// copied to the test with the moment it was passed on.
+struct Tap {
+    seen: mpsc::UnboundedReceiver<(Hint, Instant)>,
+    to_machine: mpsc::Sender<Hint>,
+}
+
+impl Tap {
+    fn new(mut from: mpsc::Receiver<Hint>) -> (Tap, mpsc::Receiver<Hint>) {
+        let (to_machine, machine_rx) = mpsc::channel(16);
+        let (seen_tx, seen) = mpsc::unbounded_channel();
+        let tx = to_machine.clone();
+        tokio::spawn(async move {
+            while let Some(h) = from.recv().await {
+                if tx.send(h).await.is_err() {
+                    break;
+                }
+                let _ = seen_tx.send((h, Instant::now()));
+            }
+        });
+        (Tap { seen, to_machine }, machine_rx)
+    }
+
+    /// Waits for a hint that `want` accepts to be passed on; returns it and when.
+    async fn wait(&mut self, want: impl Fn(Hint) -> bool, limit: Duration) -> Option<(Hint, Instant)> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.seen.recv()).await {
+                Ok(Some((h, at))) if want(h) => return Some((h, at)),
+                Ok(Some(_)) => continue,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Whether the machine has taken every hint passed on so far (it acts on one as it takes
+    /// it, before it reads its next command).
+    fn drained(&self) -> bool {
+        self.to_machine.capacity() == self.to_machine.max_capacity()
+    }
+}
+
+/// Waits until the machine has taken every hint passed on and its next poll is its timer's,
+/// `at_least` away: nothing is in flight or about to start, so only a hint can make it poll
+/// sooner.
+async fn idle_for(h: &orchestrator::Handle, tap: Option<&Tap>, at_least: Duration) {
+    let idle = devpilot_tests::wait_for(Duration::from_secs(30), || async {
+        tap.is_none_or(Tap::drained) && h.next_poll().await.is_some_and(|d| d >= at_least)
+    })
+    .await;
+    assert!(idle, "the machine went idle with its next poll {at_least:?} or more away");
+}
+
 /// An idle machine whose poll has backed off to 30 s picks up a new job within a second
 /// through NOTIFY, before and after an immediate PostgreSQL restart; with LISTEN off
-/// (poll-only) the same machine waits for its poll.
+/// (poll-only) the same machine waits for its poll. Each job is enqueued only once LISTEN is
+/// in place and the machine's next poll is its timer's, 20 s or more away: a claim within
+/// seconds came from the notification, which the test sees reach the machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_wakes_idle_machines_and_survives_a_restart() {
     let pg = PgCluster::start();
@@ -51,40 +108,64 @@ async fn notify_wakes_idle_machines_and_survives_a_restart() {
         let mut cfg = RunConfig::new(orch, "idle-box", AgentSpec::NoOp, dir.path().to_path_buf());
         cfg.poll_interval = Duration::from_secs(30);
         cfg.max_poll_interval = Duration::from_secs(30);
-        let hints = if listen { devpilot::listen::spawn(&url, orch, &queue) } else { None };
-        orchestrator::spawn(queue.clone(), cfg, hints)
+        let (tap, hints) = match listen {
+            true => {
+                let (tap, hints) = Tap::new(devpilot::listen::spawn(&url, orch, &queue).unwrap());
+                (Some(tap), Some(hints))
+            }
+            false => (None, None),
+        };
+        let (h, j) = orchestrator::spawn(queue.clone(), cfg, hints);
+        (h, j, tap)
     };
+    let quiet = Duration::from_secs(20);
+    let is_work = |h: Hint| h == Hint::Work;
 
-    let (h, _j) = start("push", true);
+    let (h, _j, tap) = start("push", true);
+    let mut tap = tap.unwrap();
     let mut events = h.subscribe();
-    // Let the first poll (at start) come back empty and the listener connect.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The listener says Resync once LISTEN is in place; the machine polls for it, and for its
+    // start, and goes idle.
+    assert!(tap.wait(|h| h == Hint::Resync, Duration::from_secs(20)).await.is_some(), "LISTEN is in place");
+    idle_for(&h, Some(&tap), quiet).await;
+    let enqueued = Instant::now();
     let id = queue.enqueue("push", &json!({"n": 1})).await.unwrap();
     let took = wait_claimed(&mut events, id, Duration::from_secs(10)).await;
     assert!(took.is_some_and(|t| t < Duration::from_secs(3)), "NOTIFY woke the machine: {took:?}");
+    let work = tap.wait(is_work, Duration::ZERO).await;
+    assert!(work.is_some_and(|(_, at)| at >= enqueued), "the job's notification reached the machine");
 
-    pg.restart_immediate();
-    // The pool and the listener reconnect on their own.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut id2 = None;
-    for _ in 0..20 {
-        match queue.enqueue("push", &json!({"n": 2})).await {
-            Ok(i) => {
-                id2 = Some(i);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+    tokio::task::block_in_place(|| pg.restart_immediate());
+    // The listener notices the lost connection (Resync) and LISTENs again on a new one. It may
+    // say Resync before LISTEN is back, so the test sends the orchestrator's channel a harmless
+    // hint (a job due in an hour, which moves no timer) until the machine hears one.
+    assert!(tap.wait(|h| h == Hint::Resync, Duration::from_secs(20)).await.is_some(), "the listener noticed");
+    let notify = format!("SELECT pg_notify('{}', 'push due 3600000')", devpilot::listen::channel_of("push"));
+    let asked = Instant::now();
+    loop {
+        assert!(asked.elapsed() < Duration::from_secs(20), "LISTEN is back after the restart");
+        if queue.connection().execute_unprepared(&notify).await.is_ok()
+            && tap.wait(|h| matches!(h, Hint::DueIn(_)), Duration::from_millis(500)).await.is_some()
+        {
+            break;
         }
     }
-    let id2 = id2.expect("the database came back");
-    let took = wait_claimed(&mut events, id2, Duration::from_secs(20)).await;
+    // A poll that failed during the restart backed the timer off to seconds: one poll now
+    // that comes back sets it to 30 s again.
+    h.wake();
+    idle_for(&h, Some(&tap), quiet).await;
+    let enqueued = Instant::now();
+    let id2 = queue.enqueue("push", &json!({"n": 2})).await.unwrap();
+    let took = wait_claimed(&mut events, id2, Duration::from_secs(10)).await;
     assert!(took.is_some_and(|t| t < Duration::from_secs(5)), "LISTEN was re-established: {took:?}");
+    let work = tap.wait(is_work, Duration::ZERO).await;
+    assert!(work.is_some_and(|(_, at)| at >= enqueued), "the job's notification reached the machine");
     h.stop(StopMode::HandOff).await;
 
     // Poll-only: no hint, so the job waits for the next poll (30 s away).
-    let (h, _j) = start("poll-only", false);
+    let (h, _j, _) = start("poll-only", false);
     let mut events = h.subscribe();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    idle_for(&h, None, quiet).await;
     let id3 = queue.enqueue("poll-only", &json!({"n": 3})).await.unwrap();
     assert!(wait_claimed(&mut events, id3, Duration::from_secs(4)).await.is_none(), "poll-only does not hear NOTIFY");
     h.wake();
