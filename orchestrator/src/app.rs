@@ -1182,25 +1182,44 @@ mod tests {
         e.stop(StopMode::HandOff).await;
     }
 
-    /// Dispatch off claims nothing and is remembered in the config file; on again claims.
+    /// Dispatch off claims nothing (the loop polled after the job was enqueued, and rested
+    /// without claiming) and is remembered in the config file: a fresh engine on the same
+    /// files starts off, claims once switched on, and a third one starts on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dispatch_toggle_persists_and_gates_claims() {
         let dir = tempfile::tempdir().unwrap();
         let p = paths(dir.path());
         fast(&p);
-        let e =
-            Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+        let engine =
+            || Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+        let e = engine();
         e.start().await;
         wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
         e.set_dispatch(false).await.unwrap();
         wait_for(&e, "off", |s| s.state == MachineState::Off).await;
         assert!(!p.load().unwrap().dispatch_enabled);
+        let h = e.orchestrator().unwrap();
+        let polls = h.stats().polls.load(Ordering::SeqCst);
+        // The enqueue wakes the loop, which polls while off. A poll that claimed would leave it
+        // polling again within a second (the idle ceiling); an off machine rests until its
+        // next presence write, 30 s away.
         let id = e.enqueue_demo().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while h.stats().polls.load(Ordering::SeqCst) == polls
+            || h.next_poll().await.is_none_or(|d| d <= Duration::from_secs(10))
+        {
+            assert!(Instant::now() < deadline, "the loop polled after the enqueue and rested, claiming nothing");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert_eq!(e.job_detail(id).await.unwrap().job.state, "queued");
-        // A restart keeps it off.
+        e.stop(StopMode::HandOff).await;
+        drop(e);
+
+        // A new engine (as after a restart of the app) reads it from the file: off.
+        let e = engine();
         e.start().await;
-        wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
+        let st = wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
+        assert!(!st.dispatch_enabled);
         e.set_dispatch(true).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(15);
         while e.job_detail(id).await.unwrap().job.state != "completed" {
@@ -1208,6 +1227,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(p.load().unwrap().dispatch_enabled);
+        e.stop(StopMode::HandOff).await;
+        drop(e);
+
+        // And on is remembered too.
+        let e = engine();
+        e.start().await;
+        let st = wait_for(&e, "idle after the second restart", |s| s.state == MachineState::Idle).await;
+        assert!(st.dispatch_enabled);
         e.stop(StopMode::HandOff).await;
     }
 
