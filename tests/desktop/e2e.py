@@ -396,7 +396,24 @@ def main():
         check("dispatch off persisted in the config file", "dispatch_enabled = false" in f.read())
     tray_icon("off")
     jid = enqueue({"title": "enqueued while off", "sleep": 1})
-    time.sleep(4)
+    # The window lasts until the machine has polled while off, twice after the enqueue: an off
+    # machine still wakes on its timer (the 30 s presence interval), skips the claim and writes
+    # its presence row, so each new last_seen_at is one such poll, and the second came a whole
+    # rest after the first, strictly after the enqueue. Had dispatch not gated it, that poll
+    # would have claimed the job.
+    def presence():
+        return next((m for m in status()["machines"] if m["machine"] == MACHINE), None)
+    writes = [wait("the machine's presence row", presence, timeout=10)["last_seen_at"]]
+
+    def polled_twice_while_off():
+        m = presence()
+        if m["last_seen_at"] != writes[-1]:
+            check("each poll while off writes the presence 'off', dispatch disabled",
+                  m["status"] == "off" and m["dispatch_enabled"] is False, m)
+            writes.append(m["last_seen_at"])
+        return len(writes) >= 3
+    wait("the machine polled twice while off, after the enqueue", polled_twice_while_off, timeout=100, every=1)
+    log(f"presence writes while off (ms): {writes}")
     check("nothing is claimed while dispatch is off", wd_invoke("job_detail", {"id": jid})["job"]["state"] == "queued")
 
     # 4. Switch it back ON from the window; the job runs and shows in the window.
