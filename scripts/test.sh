@@ -21,7 +21,9 @@ cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${DEVPILOT_TEST_THREADS:-2}"
 
 # The real tray app in a headless desktop (Xvfb, D-Bus, tray host, notifications, keychain),
-# built as it ships (release), so the package test below reuses that very build.
+# built as it ships (release), so the package test below reuses that very build. All of it:
+# an E2E_ONLY left in the environment (from a run of e2e.sh by hand) must not skip scripts.
+unset E2E_ONLY
 E2E_PROFILE=release bash tests/desktop/e2e.sh
 
 # The Debian package of that build: its files and Depends, and the extracted tray in a desktop.

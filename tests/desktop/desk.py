@@ -1,9 +1,11 @@
 """Helpers shared by the desktop tests (e2e.py, sleep_test.py, window_cycle_test.py) and the
-footprint benchmark: PASS/FAIL checks and polling waits, and X11 window handling (find the
-app's window, close it the way a window manager's close button does)."""
+footprint benchmark: PASS/FAIL checks and polling waits, X11 window handling (find the
+app's window, close it the way a window manager's close button does), and the processes a
+test started, found and ended by pid."""
 import ctypes
 import glob
 import os
+import signal
 import subprocess
 import time
 
@@ -224,3 +226,69 @@ def app_log(data_home):
         with open(p, errors="replace") as f:
             text += f.read()
     return text
+
+
+# ------------------------------------------------------------------ processes, by pid
+
+def alive(pid):
+    """Whether process `pid` is running (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def app_pids(exe, marker):
+    """The pids of the processes running the binary `exe` whose environment holds `marker`
+    ("NAME=value", e.g. the XDG_CONFIG_HOME of the test that started it): the app a test
+    started, whether itself or through tauri-driver and WebKitWebDriver, and no other copy."""
+    want, mark, found = os.path.realpath(exe), marker.encode(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.path.realpath(f"/proc/{d}/exe") != want:
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if mark in env and alive(int(d)):
+            found.append(int(d))
+    return sorted(found)
+
+
+def end_pids(pids, sig=signal.SIGTERM, timeout=10):
+    """Sends `sig` to each of `pids` that is still running, waits up to `timeout` s for them
+    to go, then SIGKILLs what is left. Returns the pids that needed the SIGKILL."""
+    pids = [p for p in pids if alive(p)]
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+    end = time.time() + timeout
+    while time.time() < end and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def end_started(procs, timeout=10):
+    """Ends the Popen objects a test started, newest first: SIGTERM to each one's pid, SIGKILL
+    after `timeout` s."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)

@@ -37,6 +37,10 @@ os.environ["TZ"] = TZ
 time.tzset()
 
 STARTED = []  # (name, Popen) we started, ended by pid at exit
+# The app is started by WebKitWebDriver (under tauri-driver): its pid is looked up once it
+# runs, by its binary and this run's XDG_CONFIG_HOME, and kept here to end it by.
+APP_MARKER = f"XDG_CONFIG_HOME={ENV['XDG_CONFIG_HOME']}"
+APP_PIDS = []
 CHECKS = desk.Checks()
 DRIVER = desk.WebDriver(WD, log=CHECKS.log)
 RESULTS = CHECKS.results
@@ -353,10 +357,13 @@ def main():
             if attempt == 2:
                 raise
             log(f"webdriver session failed ({e!r}); retrying")
-            subprocess.run(["pkill", "-f", TRAY], capture_output=True)
+            # The failed attempt's app, if it started: this run's copy, by pid.
+            desk.end_pids(desk.app_pids(TRAY, APP_MARKER))
             time.sleep(3)
     DRIVER.session = SESSION
     log(f"webdriver session {SESSION}")
+    APP_PIDS.extend(wait("the app's pid is known", lambda: desk.app_pids(TRAY, APP_MARKER), timeout=20))
+    log(f"app pid(s): {APP_PIDS}")
 
     # 1. The app starts, the window renders, the engine is idle on the e2e queue.
     st = wait("engine idle with the e2e agent", lambda: (s := wd_invoke("get_status"))["state"] == "idle" and s, timeout=40)
@@ -716,13 +723,9 @@ def finish():
             wd("DELETE", f"/session/{SESSION}")
     except Exception:  # noqa: BLE001
         pass
-    for name, p in reversed(STARTED):
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    desk.end_started([p for _, p in STARTED], timeout=5)
+    # The app quits at the end of the run; if a failure stopped the run first, end it by pid.
+    desk.end_pids([p for p in desk.app_pids(TRAY, APP_MARKER) if p in APP_PIDS])
 
 
 if __name__ == "__main__":

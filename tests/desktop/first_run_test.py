@@ -17,6 +17,7 @@ no XEmbed tray), against the real app with no settings file:
 - a start with settings present does not show the guide again.
 """
 import os
+import signal
 import subprocess
 import tempfile
 
@@ -39,6 +40,10 @@ CHECKS = desk.Checks("first run: ")
 log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 D = desk.WebDriver(log=log)
 STARTED = []
+# The app's pids (started by WebKitWebDriver under tauri-driver), found by its binary and this
+# test's XDG_CONFIG_HOME as soon as it runs: it is ended by them, never by a name.
+APP_MARKER = f"XDG_CONFIG_HOME={os.path.join(WORK, 'config')}"
+APP_PIDS = []
 
 
 def app_env():
@@ -79,14 +84,24 @@ def psql(sql):
                     "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql], env=env, check=True, capture_output=True)
 
 
+def start_app(args=()):
+    """Starts the app through tauri-driver and notes its pid."""
+    D.start(TRAY, args)
+    pids = wait("the app's pid is known", lambda: desk.app_pids(TRAY, APP_MARKER), timeout=20)
+    APP_PIDS.extend(p for p in pids if p not in APP_PIDS)
+    log(f"app pid(s): {pids}")
+
+
 def tray_running():
-    return subprocess.run(["pgrep", "-f", TRAY], capture_output=True).returncode == 0
+    return any(desk.alive(p) for p in APP_PIDS)
 
 
 def stop_session_panel():
-    subprocess.run(["pkill", "-x", "xfce4-panel"], capture_output=True)
-    wait("the session's tray host is gone", lambda: not desk.bus_name_owned(WATCHER)
-         and subprocess.run(["pgrep", "-x", "xfce4-panel"], capture_output=True).returncode != 0, timeout=20)
+    """Ends the session's xfce4-panel, by the pid session.sh started it with."""
+    pid = int(ENV["SESSION_PANEL_PID"])
+    left = desk.end_pids([pid])
+    check("the session's panel ended on SIGTERM", not left, left)
+    wait("the session's tray host is gone", lambda: not desk.bus_name_owned(WATCHER) and not desk.alive(pid), timeout=20)
 
 
 def guide_database():
@@ -205,12 +220,17 @@ def host_arrives():
     wait("with a tray, closing closes the window without asking", lambda: not desk.window_exists(), timeout=20)
     check("the app is still up, in the tray", tray_running())
     D.end()
-    subprocess.run(["pkill", "-TERM", "-f", TRAY], capture_output=True)
+    check("the app's pid is known", APP_PIDS, APP_PIDS)
+    for p in APP_PIDS:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     wait("SIGTERM ends it", lambda: not tray_running(), timeout=30)
 
 
 def no_guide_again():
-    D.start(TRAY, ["--show"])
+    start_app(["--show"])
     wait("the window opens (--show)", lambda: D.visible("#fleet") or D.visible("#guide"), timeout=30)
     check("with settings present, the guide does not show", D.visible("#fleet") and not D.visible("#guide"))
     check("and the app says it is not needed", D.invoke("guide_state")["needed"] is False)
@@ -225,7 +245,7 @@ def main():
     STARTED.append(drv)
     wait("tauri-driver listens", lambda: D.request("GET", "/status") is not None, timeout=20)
     # No --show: with no tray host the window must open by itself, or there is no session.
-    D.start(TRAY)
+    start_app()
     wait("no tray host: the window opened at start", lambda: "window opened" in app_log(), timeout=30)
     check("the app logged why", "no tray host on this desktop" in app_log())
     wait("the first start opens on the guide", lambda: D.visible("#guide"), timeout=20)
@@ -243,10 +263,5 @@ if __name__ == "__main__":
         main()
     finally:
         D.end()
-        for p in reversed(STARTED):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        subprocess.run(["pkill", "-f", TRAY], capture_output=True)
+        desk.end_started(STARTED)
+        desk.end_pids([p for p in desk.app_pids(TRAY, APP_MARKER) if p in APP_PIDS])

@@ -3,6 +3,7 @@
 # Xvfb, gnome-keyring (Secret Service, unlocked), dunst (notifications), a dbus-monitor of
 # org.freedesktop.Notifications, and xfce4-panel with a systray plugin (the StatusNotifierItem
 # host). Every process started is appended to PIDS; session_stop ends them by pid, newest first.
+# The panel's pid is exported as SESSION_PANEL_PID, for a test that ends the tray host itself.
 #
 #   session_start WORK_DIR     sets XDG_* under WORK_DIR, DISPLAY, GNOME_KEYRING_CONTROL
 #   session_stop
@@ -33,6 +34,7 @@ session_start() {
   dunst >"$work/dunst.log" 2>&1 & PIDS+=($!)
   dbus-monitor "interface='org.freedesktop.Notifications'" >"$work/notify-monitor.log" 2>&1 & PIDS+=($!)
   xfce4-panel >"$work/panel.log" 2>&1 & PIDS+=($!)
+  export SESSION_PANEL_PID=$!
 }
 
 session_stop() {

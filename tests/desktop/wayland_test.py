@@ -30,6 +30,10 @@ CHECKS = desk.Checks("wayland: ")
 log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 D = desk.WebDriver(log=log)
 STARTED = []
+# The app's pids (started by WebKitWebDriver under tauri-driver), found by its binary and this
+# test's XDG_CONFIG_HOME: it is ended by them, never by a name.
+APP_MARKER = f"XDG_CONFIG_HOME={os.path.join(WORK, 'config')}"
+APP_PIDS = []
 
 
 def app_env():
@@ -93,6 +97,7 @@ def main():
     wait("tauri-driver listens", lambda: D.request("GET", "/status") is not None, timeout=20)
 
     D.start(TRAY, ["--show"])
+    APP_PIDS.extend(wait("the app's pid is known", lambda: desk.app_pids(TRAY, APP_MARKER), timeout=20))
     wait("the app starts and its window opens", lambda: "window opened" in app_log(), timeout=30)
     check("GTK runs on Wayland, not X11", "x11=false" in app_log(), [ln for ln in app_log().splitlines() if "x11=" in ln])
     state = wait("the page shows the state pill", lambda: (t := D.text("#state") or "").startswith("Idle") and t, timeout=30)
@@ -119,10 +124,5 @@ if __name__ == "__main__":
         main()
     finally:
         D.end()
-        subprocess.run(["pkill", "-f", TRAY], capture_output=True)
-        for p in reversed(STARTED):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        desk.end_pids([p for p in desk.app_pids(TRAY, APP_MARKER) if p in APP_PIDS])
+        desk.end_started(STARTED)
