@@ -161,7 +161,15 @@ async fn relay(listener: &mut PgListener, orch: &str, tx: &mpsc::Sender<Hint>) {
                 }
             }
             Ok(None) => {
-                // Connection lost; sqlx reconnects and re-LISTENs on the next call.
+                // Connection lost. sqlx reconnects and re-LISTENs on the listener's next use:
+                // make that now, and only then resync. A resync said before LISTEN is back
+                // would let a hint sent in between go unheard until the next poll. If the
+                // database is not back yet, the loop above reconnects (and resyncs) with its
+                // backoff.
+                if let Err(e) = sea_orm::sqlx::Executor::execute(&mut *listener, "SELECT 1").await {
+                    tracing::debug!(error = %e, "LISTEN connection lost; reconnecting");
+                    return;
+                }
                 let _ = tx.try_send(Hint::Resync);
             }
             Err(e) => {

@@ -136,20 +136,18 @@ async fn notify_wakes_idle_machines_and_survives_a_restart() {
     assert!(work.is_some_and(|(_, at)| at >= enqueued), "the job's notification reached the machine");
 
     tokio::task::block_in_place(|| pg.restart_immediate());
-    // The listener notices the lost connection (Resync) and LISTENs again on a new one. It may
-    // say Resync before LISTEN is back, so the test sends the orchestrator's channel a harmless
-    // hint (a job due in an hour, which moves no timer) until the machine hears one.
-    assert!(tap.wait(|h| h == Hint::Resync, Duration::from_secs(20)).await.is_some(), "the listener noticed");
+    // The listener notices the lost connection and LISTENs again on a new one, and only then
+    // says Resync: a hint sent right after it (a job due in an hour, which moves no timer)
+    // reaches the machine.
+    assert!(tap.wait(|h| h == Hint::Resync, Duration::from_secs(20)).await.is_some(), "LISTEN is back");
     let notify = format!("SELECT pg_notify('{}', 'push due 3600000')", devpilot::listen::channel_of("push"));
-    let asked = Instant::now();
-    loop {
-        assert!(asked.elapsed() < Duration::from_secs(20), "LISTEN is back after the restart");
-        if queue.connection().execute_unprepared(&notify).await.is_ok()
-            && tap.wait(|h| matches!(h, Hint::DueIn(_)), Duration::from_millis(500)).await.is_some()
-        {
-            break;
-        }
-    }
+    let sent = devpilot_tests::wait_for(Duration::from_secs(20), || async {
+        queue.connection().execute_unprepared(&notify).await.is_ok()
+    })
+    .await;
+    assert!(sent, "the database answers again");
+    let heard = tap.wait(|h| matches!(h, Hint::DueIn(_)), Duration::from_secs(5)).await;
+    assert!(heard.is_some(), "a hint sent after the resync is heard");
     // A poll that failed during the restart backed the timer off to seconds: one poll now
     // that comes back sets it to 30 s again.
     h.wake();
