@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use devpilot_tests::{
-    git, run_cli, spawn_runner, wait_for, worktree_of, write_config, Backend, GitRemote, RecordingAgent, Runner, TestDb,
+    enqueue, fast_flags, git, run_cli, spawn_runner, wait_for, worktree_of, write_config, Backend, GitRemote,
+    RecordingAgent, Runner, TestDb,
 };
 use serde_json::json;
 
@@ -25,21 +26,6 @@ devpilot_tests::on_both_backends!(
     setup_failures_and_worktree_cleanup,
     sql_producers_are_routed_too,
 );
-
-fn fast_flags() -> Vec<&'static str> {
-    vec![
-        "--poll-interval",
-        "50ms",
-        "--max-poll-interval",
-        "200ms",
-        "--sweep-interval",
-        "200ms",
-        "--cancel-grace",
-        "2s",
-        "--heartbeat",
-        "300ms",
-    ]
-}
 
 /// A machine's home with `repos` configured (`[repos.NAME] path = …`, plus `extra` TOML).
 fn machine_home(root: &Path, name: &str, repos: &[(&str, &Path)], extra: &str) -> PathBuf {
@@ -61,14 +47,6 @@ fn runner(db: &TestDb, home: &Path, orch: &str, machine: &str, extra: &[&str], a
 
 async fn wait_state(db: &TestDb, id: i64, state: &str, limit: Duration) -> bool {
     wait_for(limit, || async { db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == state) }).await
-}
-
-fn enqueue(home: &Path, db: &TestDb, orch: &str, args: &[&str]) -> i64 {
-    let mut all = vec!["enqueue", "--orchestrator", orch];
-    all.extend_from_slice(args);
-    let (code, out, err) = run_cli(home, &db.raw_url, &all, None);
-    assert_eq!(code, 0, "{err}");
-    out.trim().parse().unwrap()
 }
 
 /// The agent of the hand-off tests: on a fresh worktree it writes part 1 and waits; on a

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use devpilot::queue::JobOptions;
 use devpilot_tests::{
-    devpilot, git, run_cli, spawn_runner, wait_for, write_config, Backend, GitRemote, RecordingAgent, TestDb,
+    devpilot, enqueue, fast_flags, git, run_cli, spawn_runner, wait_for, write_config, Backend, GitRemote,
+    RecordingAgent, TestDb,
 };
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -44,21 +45,6 @@ mod pooled {
     }
 }
 
-fn fast_flags() -> Vec<&'static str> {
-    vec![
-        "--poll-interval",
-        "50ms",
-        "--max-poll-interval",
-        "200ms",
-        "--sweep-interval",
-        "200ms",
-        "--cancel-grace",
-        "2s",
-        "--heartbeat",
-        "300ms",
-    ]
-}
-
 /// A machine's home with `toml` as its config.
 fn home_with(root: &Path, name: &str, toml: &str) -> PathBuf {
     let home = root.join(name);
@@ -69,14 +55,6 @@ fn home_with(root: &Path, name: &str, toml: &str) -> PathBuf {
 /// `[repos.web]` at `clone`, pushing on completion, plus `extra` lines for the repo.
 fn web_repo(clone: &Path, extra: &str) -> String {
     format!("[repos.web]\npath = \"{}\"\npush = true\n{extra}\n", clone.display())
-}
-
-fn enqueue(home: &Path, db: &TestDb, orch: &str, args: &[&str]) -> i64 {
-    let mut all = vec!["enqueue", "--orchestrator", orch];
-    all.extend_from_slice(args);
-    let (code, out, err) = run_cli(home, &db.raw_url, &all, None);
-    assert_eq!(code, 0, "{err}");
-    out.trim().parse().unwrap()
 }
 
 /// Runs `devpilot run --until-empty` to its end (at most `limit`): its exit code and log.
