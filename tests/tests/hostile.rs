@@ -189,7 +189,8 @@ async fn an_unparsable_payload_never_runs_and_no_job_runs_in_the_runners_directo
     let logs = home.join("data/devpilot/logs/jobs");
     assert_eq!(mode(&logs), 0o700, "the log dir is private");
     assert_eq!(mode(&logs.join(format!("job-{}.log", ids[3]))), 0o600, "the log is private");
-    assert_eq!(mode(&home.join("data/devpilot/payloads")), 0o700, "the payload dir is private");
+    let payloads = devpilot::orchestrator::payload_dir(&home.join("data/devpilot"));
+    assert_eq!(mode(&payloads), 0o700, "the payload dir is private");
 }
 
 /// The bash function an agent plants with: a script at `$2` that appends "`$1` ran" and the
