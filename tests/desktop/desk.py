@@ -241,23 +241,49 @@ def alive(pid):
 
 
 def app_pids(exe, marker):
-    """The pids of the processes running the binary `exe` whose environment holds `marker`
-    ("NAME=value", e.g. the XDG_CONFIG_HOME of the test that started it): the app a test
-    started, whether itself or through tauri-driver and WebKitWebDriver, and no other copy."""
+    """The pids of the processes running the binary `exe` that this test started: whose
+    environment holds `marker` ("NAME=value", e.g. the XDG_CONFIG_HOME of the test that
+    started it), whether it started the app itself or through tauri-driver and
+    WebKitWebDriver, and no other copy. The app makes itself non-dumpable (its environment
+    may have held a database password), so a test that is not root cannot read its `exe` or
+    `environ`: then the app's command line names the binary, and the app must descend from
+    this test's own process."""
     want, mark, found = os.path.realpath(exe), marker.encode(), []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            if os.path.realpath(f"/proc/{d}/exe") != want:
-                continue
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        if mark in env and alive(int(d)):
+        try:
+            binary = os.readlink(f"/proc/{d}/exe")
+        except OSError:
+            binary = None
+        if (binary or os.path.realpath(argv0)) != want:
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                ours = mark in f.read().split(b"\0")
+        except OSError:
+            ours = descends_from(int(d), os.getpid())
+        if ours and alive(int(d)):
             found.append(int(d))
     return sorted(found)
+
+
+def descends_from(pid, ancestor):
+    """Whether `pid` is `ancestor` or one of its descendants (by the parent ids in /proc)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
 
 
 def end_pids(pids, sig=signal.SIGTERM, timeout=10):
