@@ -111,8 +111,9 @@ impl Git {
                     Err(why) => git.refused = Some(why),
                 }
             }
-            // No config to read (not a repository yet, say): the fixed overrides hold.
-            Err(e) => tracing::debug!(error = %e, "could not list the repository's config"),
+            // What cannot be read cannot be neutralised: fail closed (git before 2.26 has no
+            // --show-scope; a gitdir that is gone has no config).
+            Err(e) => git.refused = Some(format!("the repository's config could not be read ({e})")),
         }
         git
     }
