@@ -711,7 +711,7 @@ async fn run(a: RunArgs) -> Result<()> {
             .await?;
     // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
     let hints = if url.pooled() { None } else { crate::listen::spawn(&url, &a.orchestrator, &queue) };
-    let cfg_bounds = (cfg.cancel_grace, cfg.push_bound);
+    let bound = stop_bound(cfg.cancel_grace, cfg.push_bound);
     let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
     let mut events = handle.subscribe();
     tokio::spawn(async move {
@@ -728,7 +728,6 @@ async fn run(a: RunArgs) -> Result<()> {
     // A stop hands every job off (agents stopped, work in progress pushed within its bound,
     // claims released). It is bounded as a whole, whatever a job is stuck in, and a second
     // signal ends the process at once: the sweep recovers what was not released.
-    let bound = stop_bound(&cfg_bounds);
     tokio::select! {
         _ = handle.stop(StopMode::HandOff) => Ok(()),
         _ = tokio::time::sleep(bound) => Err(Error::Invalid(format!(
@@ -742,8 +741,8 @@ async fn run(a: RunArgs) -> Result<()> {
 
 /// How long `run` may take to hand off and exit after SIGTERM or SIGINT: the agents' grace,
 /// the hand-off's push, and 15 s for the releases and the last presence write.
-pub fn stop_bound((cancel_grace, push_bound): &(Duration, Duration)) -> Duration {
-    *cancel_grace + *push_bound + Duration::from_secs(15)
+pub fn stop_bound(cancel_grace: Duration, push_bound: Duration) -> Duration {
+    cancel_grace + push_bound + Duration::from_secs(15)
 }
 
 /// The repos, labels, watchdog and hand-off bound of `run`: flags over the settings.
