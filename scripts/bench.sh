@@ -31,5 +31,5 @@ if [ ! -f bench/peers/node_modules/.package-lock.json ] ||
   (cd bench/peers && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.lock-copy)
 fi
 
-cargo build --release -p devpilot-bench -p devpilot-orchestrator --bins
+cargo build --release -p devpilot-bench -p devpilot-cli --bins
 exec "$CARGO_TARGET_DIR/release/devpilot-bench" run --out bench "$@"

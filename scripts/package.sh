@@ -46,7 +46,7 @@ fi
 # tests/desktop/e2e.sh, so that after it this is a no-op. The tray's default `custom-protocol`
 # feature (tauri/custom-protocol) makes the release binary serve the embedded ui/.
 say "building the release binaries"
-cargo build --release --locked -p devpilot-tray -p devpilot-orchestrator --bins >&2
+cargo build --release --locked -p devpilot-tray -p devpilot-cli --bins >&2
 BIN="$CARGO_TARGET_DIR/release"
 
 # What cargo-deb's assets call target/release/devpilot-deb/.

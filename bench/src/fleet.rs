@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use devpilot::listen;
+use devpilot_store::listen;
 use devpilot_tests::pooler::PgBouncer;
 use rand::Rng;
 use sea_orm::{ConnectionTrait, DatabaseConnection};

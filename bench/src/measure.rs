@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use devpilot::agent::AgentSpec;
-use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::orchestrator::{self, Event, RunConfig, StopMode};
-use devpilot::Queue;
+use devpilot_engine::agent::AgentSpec;
+use devpilot_engine::orchestrator::{self, Event, RunConfig, StopMode};
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::Queue;
 use rand::Rng;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use serde_json::{json, Value};
@@ -319,8 +319,10 @@ fn cpu_model() -> String {
 
 /// `Queue::claim_next`'s own statement with k = 1, in pgbench's variable syntax.
 fn pgbench_script() -> String {
-    let sql =
-        devpilot::queue::claim_next_sql_postgres().replace("$1", ":orch").replace("$2", "'pgbench'").replace("$3", "1");
+    let sql = devpilot_store::queue::claim_next_sql_postgres()
+        .replace("$1", ":orch")
+        .replace("$2", "'pgbench'")
+        .replace("$3", "1");
     format!("{sql};\n")
 }
 
@@ -702,7 +704,7 @@ async fn latency(env: &Env, backend: Backend, notify: bool, samples: usize) -> V
     let mut cfg = RunConfig::new(ORCH, "lat", AgentSpec::NoOp, dir.clone());
     let hints = if notify {
         // The CLI defaults: poll every 2 s, idle backoff up to 5 min. NOTIFY does the work.
-        devpilot::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH, &machine_q)
+        devpilot_store::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH, &machine_q)
     } else {
         cfg.poll_interval = Duration::from_millis(200);
         cfg.max_poll_interval = Duration::from_millis(200);
@@ -767,7 +769,7 @@ async fn idle(env: &Env, plan: &Plan) -> Value {
     cfg.max_poll_interval = Duration::from_secs(300) / scale;
     cfg.presence_every = Duration::from_secs(30) / scale;
     cfg.sweep_every = Duration::from_secs(60) / scale;
-    let hints = devpilot::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH, &q);
+    let hints = devpilot_store::listen::spawn(&DbUrl::parse(&url).unwrap(), ORCH, &q);
     let (h, _j) = orchestrator::spawn(q.clone(), cfg.clone(), hints);
     // Backoff 20 ms doubling to 3 s: at the ceiling after ~5.1 s; warm up past it.
     tokio::time::sleep(Duration::from_secs(9)).await;

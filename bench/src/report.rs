@@ -158,7 +158,7 @@ fn markdown(j: &Value, out: &Path) -> String {
     let _ = writeln!(
         m,
         "\n(a) runs the bare claim statement of `Queue::claim_next` (`queue::claim_next_sql`, k = 1) via `pgbench -M prepared` on a pre-filled queue; claims/s counts rows actually claimed. \
-         (b) and (c) go through `devpilot::queue::Queue`, which also writes a `job_events` history row per claim: on PostgreSQL `claim_next` does it inside the claim statement (a data-modifying CTE, so (c) does more work per statement than (a)), and the naive path's by-id claim in a second statement (the \"statements per claim\" column counts statements). \
+         (b) and (c) go through `devpilot_store::queue::Queue`, which also writes a `job_events` history row per claim: on PostgreSQL `claim_next` does it inside the claim statement (a data-modifying CTE, so (c) does more work per statement than (a)), and the naive path's by-id claim in a second statement (the \"statements per claim\" column counts statements). \
          A wasted attempt is a claim statement that claimed nothing while claimable jobs remained (for b: a conditional UPDATE that lost the race)."
     );
 
@@ -168,7 +168,7 @@ fn markdown(j: &Value, out: &Path) -> String {
     let _ = writeln!(m, "\n## Full job cycle through the orchestrator loop (d, e) on PostgreSQL\n");
     let _ = writeln!(
         m,
-        "Pre-filled jobs drained by real `devpilot::orchestrator` loops (claim, run, fenced batched completion, heartbeats), timed until every job is `completed`. \
+        "Pre-filled jobs drained by real `devpilot_engine::orchestrator` loops (claim, run, fenced batched completion, heartbeats), timed until every job is `completed`. \
          *Single*: one machine per claimer (concurrency 1, so every claim statement takes one job). *Batched*: machines of up to 16 slots (one statement claims every free slot). \
          4 processes = 4 OS processes (`devpilot-bench worker`), claimers split evenly. CPU is user+system time per 1,000 jobs, from /proc.\n"
     );

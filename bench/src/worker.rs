@@ -1,16 +1,16 @@
 //! One benchmark process: M orchestrators ("machines"), each with its own one-connection pool,
 //! over the real orchestrator loop. Protocol on stdio: prints `ready` once every pool is
 //! connected, starts the loops on `go`, and on `stop` (or EOF) hands off, prints its summed
-//! [`devpilot::orchestrator::Stats`] as one JSON line and exits.
+//! [`devpilot_engine::orchestrator::Stats`] as one JSON line and exits.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use devpilot::agent::AgentSpec;
-use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::orchestrator::{self, RunConfig, StopMode};
-use devpilot::Queue;
+use devpilot_engine::agent::AgentSpec;
+use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::Queue;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[derive(clap::Args, Debug)]
@@ -112,7 +112,7 @@ pub fn main(a: WorkerArgs) {
             let orch = a.orch_of(i as u32);
             let mut cfg = RunConfig::new(&orch, &machine, agent.clone(), a.data_dir.join(&machine));
             a.configure(&mut cfg);
-            let hints = if a.listen { devpilot::listen::spawn(&url, &orch, q) } else { None };
+            let hints = if a.listen { devpilot_store::listen::spawn(&url, &orch, q) } else { None };
             let (h, j) = orchestrator::spawn(q.clone(), cfg, hints);
             handles.push((h, j));
             if a.stagger_us > 0 {

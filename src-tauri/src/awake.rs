@@ -16,8 +16,8 @@
 
 use std::sync::Arc;
 
-use devpilot::app::{Engine, Status};
-use devpilot::config::Settings;
+use devpilot_app::settings::Settings;
+use devpilot_app::{Engine, Status};
 use zbus::zvariant::OwnedFd;
 
 use crate::logind::Login1ManagerProxy;
@@ -106,7 +106,7 @@ impl KeepAwake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devpilot::orchestrator::{JobRef, RunningJob};
+    use devpilot_app::orchestrator::{JobRef, RunningJob};
 
     /// Only with the setting on, and only while something runs.
     #[test]

@@ -1,17 +1,18 @@
 //! The window's only way into the app: Tauri commands. Errors are the engine's
-//! [`devpilot::Error`], which reaches the page as `{kind, message}`.
+//! [`devpilot_app::Error`], which reaches the page as `{kind, message}`.
 //!
-//! Nothing here touches SQL: the engine's [`devpilot::app::Engine`] does.
+//! Nothing here touches SQL: the engine's [`devpilot_app::Engine`] does.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use devpilot::app::guide::Tested;
-use devpilot::app::{DbForm, Fleet, JobDetail, NewJob, Status};
-use devpilot::config::{SetAside, Settings};
-use devpilot::orchestrator::StopMode;
-use devpilot::queue::{CancelOutcome, Counts, Enqueued, JobRow};
-use devpilot::{Error, Result};
+use devpilot_app::config::SetAside;
+use devpilot_app::guide::Tested;
+use devpilot_app::orchestrator::StopMode;
+use devpilot_app::queue::{CancelOutcome, Counts, Enqueued, JobRow};
+use devpilot_app::settings::Settings;
+use devpilot_app::{DbForm, Fleet, JobDetail, NewJob, Status};
+use devpilot_app::{Error, Result};
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, Runtime, State};
 
@@ -258,7 +259,7 @@ pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mod
 
 /// The first-run guide: whether it shows, and what its first steps offer.
 #[tauri::command]
-pub fn guide_state(state: State<'_, AppState>) -> devpilot::app::guide::GuideState {
+pub fn guide_state(state: State<'_, AppState>) -> devpilot_app::guide::GuideState {
     state.engine.guide()
 }
 
@@ -318,7 +319,7 @@ pub async fn set_up_database(state: State<'_, AppState>, mut input: ConnectionIn
 /// Where the agent's program was found on PATH, or why it was not.
 #[tauri::command]
 pub fn check_agent(line: String) -> Result<String> {
-    devpilot::app::guide::find_agent(&line)
+    devpilot_app::guide::find_agent(&line)
 }
 
 /// Whether a tray host shows the icon (without one the window says so, and closing asks).
@@ -362,8 +363,8 @@ pub fn open_logs(state: State<'_, AppState>) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devpilot::app::{Engine, Overrides};
-    use devpilot::config::Paths;
+    use devpilot_app::config::Paths;
+    use devpilot_app::{Engine, Overrides};
     use serde_json::{json, Value};
     use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
     use tauri::webview::InvokeRequest;
@@ -377,8 +378,8 @@ mod tests {
         };
         let s = Settings {
             orchestrator_id: "cmd-test".into(),
-            poll_interval: "200ms".into(),
-            max_poll_interval: "1s".into(),
+            poll_interval: devpilot_app::span::Span::parse("200ms").unwrap(),
+            max_poll_interval: devpilot_app::span::Span::parse("1s").unwrap(),
             ..Settings::default()
         };
         paths.save(&s).unwrap();

@@ -1,4 +1,4 @@
-//! The DevPilot tray app. It embeds the engine ([`devpilot::app::Engine`]) in this process and
+//! The DevPilot tray app. It embeds the engine ([`devpilot_app::Engine`]) in this process and
 //! adds the parts a person sees: the tray icon and its menu, the window, notifications, the
 //! sleep hook and start-at-login. Every one of those OS integrations is optional: when one is
 //! missing (no tray host, no notification daemon, no logind, no keychain) it is logged and the
@@ -18,9 +18,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use devpilot::app::{Engine, Overrides};
-use devpilot::config::Paths;
-use devpilot::orchestrator::StopMode;
+use devpilot_app::config::Paths;
+use devpilot_app::orchestrator::StopMode;
+use devpilot_app::{Engine, Overrides};
 use tauri::{AppHandle, Emitter, Manager, RunEvent, Runtime};
 
 pub mod awake;
@@ -86,8 +86,8 @@ fn init_logging(paths: &Paths) -> Option<tracing_appender::non_blocking::WorkerG
 /// Runs the app until the user quits.
 pub fn run() -> std::process::ExitCode {
     // Before any thread: the database URL leaves the environment an agent could read, and
-    // the process is not dumpable (see devpilot::seal).
-    devpilot::seal::seal();
+    // the process is not dumpable (see devpilot_app::seal).
+    devpilot_app::seal::seal();
     window::tune_webkit_env();
     // Before anything is written or started: with no display there is nothing to show.
     if let Err(why) = display::check() {

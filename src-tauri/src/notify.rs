@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use devpilot::app::Engine;
-use devpilot::config::NotifySettings;
-use devpilot::orchestrator::{Event, LossReason};
+use devpilot_app::orchestrator::{Event, LossReason};
+use devpilot_app::settings::NotifySettings;
+use devpilot_app::Engine;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -336,7 +336,7 @@ impl Notifier {
 /// One notification per config file set aside (the watch repeats the same value on other
 /// changes, such as a dismissal; each file is told once).
 async fn watch_set_aside(
-    mut rx: tokio::sync::watch::Receiver<Option<devpilot::config::SetAside>>,
+    mut rx: tokio::sync::watch::Receiver<Option<devpilot_app::config::SetAside>>,
     tx: mpsc::UnboundedSender<Notice>,
 ) {
     let mut told: Option<String> = None;
@@ -353,7 +353,7 @@ async fn watch_set_aside(
 }
 
 /// The notice for a config file set aside, unless `told` already names it.
-pub fn set_aside_notice(kept: &devpilot::config::SetAside, told: Option<&str>) -> Option<Notice> {
+pub fn set_aside_notice(kept: &devpilot_app::config::SetAside, told: Option<&str>) -> Option<Notice> {
     (told != Some(kept.kept_as.as_str())).then(|| Notice {
         kind: Kind::ConfigSetAside,
         text: format!(
@@ -429,7 +429,7 @@ fn supports_actions() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devpilot::orchestrator::JobRef;
+    use devpilot_app::orchestrator::JobRef;
 
     fn job(id: i64) -> JobRef {
         JobRef { id, title: Some(format!("T{id}")), attempt: 1, token: 1 }
@@ -487,7 +487,8 @@ mod tests {
     /// A config file set aside is told once, names where it was kept, and opens Settings.
     #[test]
     fn a_set_aside_config_is_told_once() {
-        let kept = devpilot::config::SetAside { kept_as: "/c/config.toml.bad-1".into(), reason: "expected `]`".into() };
+        let kept =
+            devpilot_app::config::SetAside { kept_as: "/c/config.toml.bad-1".into(), reason: "expected `]`".into() };
         let n = set_aside_notice(&kept, None).unwrap();
         assert!(n.text.contains("/c/config.toml.bad-1") && n.text.contains("expected `]`"), "{}", n.text);
         assert_eq!(n.open, Some(Open::Settings));

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use devpilot::app::Engine;
+use devpilot_app::Engine;
 
 use crate::logind::Login1ManagerProxy;
 

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use devpilot::app::{MachineState as S, Status};
-use devpilot::orchestrator::StopMode;
+use devpilot_app::orchestrator::StopMode;
+use devpilot_app::{MachineState as S, Status};
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, IsMenuItem, Menu, MenuItem, PredefinedMenuItem, Submenu};
 use tauri::tray::{TrayIcon, TrayIconBuilder};
@@ -300,7 +300,7 @@ fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Statu
 pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
     tracing::info!(item = id, "tray menu");
     let engine = app.state::<AppState>().engine.clone();
-    let log = |r: devpilot::Result<()>| {
+    let log = |r: devpilot_app::Result<()>| {
         if let Err(e) = r {
             tracing::warn!(error = %e, "menu action failed");
         }

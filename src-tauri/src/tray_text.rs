@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, TimeZone};
-use devpilot::app::{MachineState as S, Status};
+use devpilot_app::{MachineState as S, Status};
 
 /// The hover text's running-jobs part stops after this many characters ("…" follows): tray
 /// hosts show one or two lines, and a long list would push the state out of view.
@@ -156,7 +156,7 @@ pub fn job_lines(st: &Status) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devpilot::orchestrator::{JobRef, RunningJob};
+    use devpilot_app::orchestrator::{JobRef, RunningJob};
 
     fn running(id: i64, title: &str) -> RunningJob {
         RunningJob { job: JobRef { id, title: Some(title.into()), attempt: 1, token: 1 }, started_unix_ms: now_ms() }

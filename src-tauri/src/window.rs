@@ -262,16 +262,16 @@ pub fn close<R: Runtime>(app: &AppHandle<R>) {
 }
 
 /// Opens an http(s) link in the user's browser (one argv element; never a shell).
-pub fn open_url(url: &str) -> devpilot::Result<()> {
+pub fn open_url(url: &str) -> devpilot_app::Result<()> {
     if !(url.starts_with("https://") || url.starts_with("http://")) {
-        return Err(devpilot::Error::Invalid(format!("not opening '{url}': only http(s) links are opened")));
+        return Err(devpilot_app::Error::Invalid(format!("not opening '{url}': only http(s) links are opened")));
     }
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-    spawn_opener(opener, url.as_ref()).map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}")))
+    spawn_opener(opener, url.as_ref()).map_err(|e| devpilot_app::Error::Io(format!("cannot run {opener}: {e}")))
 }
 
 /// Opens a folder in the file manager.
-pub fn reveal(dir: &Path) -> devpilot::Result<()> {
+pub fn reveal(dir: &Path) -> devpilot_app::Result<()> {
     std::fs::create_dir_all(dir)?;
     let opener = if cfg!(target_os = "macos") {
         "open"
@@ -281,7 +281,7 @@ pub fn reveal(dir: &Path) -> devpilot::Result<()> {
         "xdg-open"
     };
     spawn_opener(opener, dir.as_os_str())
-        .map_err(|e| devpilot::Error::Io(format!("cannot run {opener}: {e}; the logs are in {}", dir.display())))
+        .map_err(|e| devpilot_app::Error::Io(format!("cannot run {opener}: {e}; the logs are in {}", dir.display())))
 }
 
 /// Starts the desktop's opener on `arg`, detached from our stdio.

@@ -29,7 +29,7 @@ if [[ "${1:-}" != "--inner" ]]; then
   echo "== building devpilot-tray and devpilot ($PROFILE)"
   flags=()
   [[ "$PROFILE" == release ]] && flags=(--release)
-  (cd "$ROOT" && cargo build "${flags[@]}" -p devpilot-tray -p devpilot-orchestrator --bins)
+  (cd "$ROOT" && cargo build "${flags[@]}" -p devpilot-tray -p devpilot-cli --bins)
   if ! command -v tauri-driver >/dev/null; then
     echo "== installing tauri-driver"
     cargo install tauri-driver --locked

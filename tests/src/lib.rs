@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::Queue;
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::Queue;
 use sea_orm::ConnectionTrait;
 
 pub mod forwarder;

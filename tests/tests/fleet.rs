@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::Queue;
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::Queue;
 use devpilot_tests::{signal_tree, spawn_runner, PgCluster, Runner};
 use rand::{Rng, SeedableRng};
 use sea_orm::ConnectionTrait;
@@ -124,7 +124,7 @@ async fn fleet_under_faults() {
         let n = jobs / orchestrators + usize::from(i < jobs % orchestrators);
         let payloads: Vec<_> = (0..n).map(|k| json!({"title": format!("{o}/{k}")})).collect();
         // Faults burn attempts (a kill -9, a freeze past the claim timeout): a generous budget.
-        let opts = devpilot::queue::JobOptions { max_attempts: 20, ..Default::default() };
+        let opts = devpilot_store::queue::JobOptions { max_attempts: 20, ..Default::default() };
         all_ids.extend(queue.enqueue_many_with(o, &payloads, opts).await.unwrap());
     }
     assert_eq!(all_ids.len(), jobs);
@@ -371,7 +371,7 @@ async fn fleet_under_faults() {
     assert_eq!(starts.len(), execs.len(), "one start line per execution");
 
     let mut final_state: HashMap<i64, (String, i64)> = HashMap::new();
-    let mut events_by_job: HashMap<i64, Vec<devpilot::queue::JobEvent>> = HashMap::new();
+    let mut events_by_job: HashMap<i64, Vec<devpilot_store::queue::JobEvent>> = HashMap::new();
     for o in &orchs {
         for row in queue.jobs(o, None, u32::MAX / 2).await.unwrap() {
             final_state.insert(row.id, (row.state.clone(), row.claim_token));

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use devpilot::Queue;
+use devpilot_store::Queue;
 use devpilot_tests::{signal_tree, spawn_runner, wait_for, Backend, RecordingAgent, Runner, TestDb};
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::json;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use devpilot::queue::JobOptions;
+use devpilot_store::queue::JobOptions;
 use devpilot_tests::{
     devpilot, enqueue, fast_flags, git, run_cli, spawn_runner, wait_for, write_config, Backend, GitRemote,
     RecordingAgent, TestDb,
@@ -87,7 +87,7 @@ fn finish(mut c: Command, dir: &Path, limit: Duration) -> (Option<i32>, String) 
     (code, std::fs::read_to_string(&log).unwrap_or_default())
 }
 
-async fn job(db: &TestDb, id: i64) -> devpilot::queue::JobRow {
+async fn job(db: &TestDb, id: i64) -> devpilot_store::queue::JobRow {
     db.queue.job(id).await.unwrap().unwrap().0
 }
 
@@ -189,7 +189,7 @@ async fn an_unparsable_payload_never_runs_and_no_job_runs_in_the_runners_directo
     let logs = home.join("data/devpilot/logs/jobs");
     assert_eq!(mode(&logs), 0o700, "the log dir is private");
     assert_eq!(mode(&logs.join(format!("job-{}.log", ids[3]))), 0o600, "the log is private");
-    let payloads = devpilot::orchestrator::payload_dir(&home.join("data/devpilot"));
+    let payloads = devpilot_engine::orchestrator::payload_dir(&home.join("data/devpilot"));
     assert_eq!(mode(&payloads), 0o700, "the payload dir is private");
 }
 
@@ -599,7 +599,7 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
     // What the agent's own bash adds to what it was given.
     let shell = ["PWD", "SHLVL", "_", "OLDPWD"];
     let allowed = |name: &str, more: &[&str]| {
-        devpilot::environ::BASE.iter().chain(more).any(|p| devpilot::environ::matches(p, name))
+        devpilot_engine::environ::BASE.iter().chain(more).any(|p| devpilot_engine::environ::matches(p, name))
             || job_vars.contains(&name)
             || shell.contains(&name)
             || name == "MY_VISIBLE"
@@ -616,7 +616,7 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     run(&["--agent", "claude"], Some(&path));
     let seen = read(&dump.join("claude"));
-    let needs = devpilot::preset::Preset::Claude.env_needs();
+    let needs = devpilot_engine::preset::Preset::Claude.env_needs();
     for (k, v) in &seen {
         assert!(allowed(k, needs), "{k} reached claude");
         assert!(!v.contains("leak"), "{k}={v} carries a secret");
@@ -748,7 +748,7 @@ async fn a_protocol_violation_after_sending_is_not_retried() {
     let raw = sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe("SELECT 'a\0b'")).execute(pool).await.unwrap_err();
     let code = raw.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned());
     assert_eq!(code.as_deref(), Some("08P01"), "{raw}");
-    let e = devpilot::Error::from(sea_orm::DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(raw))));
+    let e = devpilot_store::Error::from(sea_orm::DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(raw))));
     assert!(!e.is_transient(), "{e} would be retried");
     assert!(db.queue.now_ms().await.is_ok(), "and the connection is still good");
 }

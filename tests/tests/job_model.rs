@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use devpilot::agent::AgentSpec;
-use devpilot::job::JobState;
-use devpilot::orchestrator::{self, RunConfig, StopMode};
-use devpilot::queue::{
+use devpilot_engine::agent::AgentSpec;
+use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
+use devpilot_store::job::JobState;
+use devpilot_store::queue::{
     Backoff, CancelOutcome, FailOutcome, JobOptions, PollExtras, Pruned, Retention, RetryAfter, Start, MAX_KEY_LEN,
 };
 use devpilot_tests::{wait_for, Backend, RecordingAgent, TestDb};
@@ -367,8 +367,8 @@ async fn retention_deletes_only_old_finished_work(backend: Backend) {
     assert_eq!(db.queue.prune(None, &Retention::default(), 100).await.unwrap(), Pruned::default(), "idempotent");
 }
 
-fn presence<'a>(orch: &'a str, machine: &'a str) -> devpilot::queue::Presence<'a> {
-    devpilot::queue::Presence {
+fn presence<'a>(orch: &'a str, machine: &'a str) -> devpilot_store::queue::Presence<'a> {
+    devpilot_store::queue::Presence {
         orchestrator_id: orch,
         machine,
         status: "online",
@@ -475,7 +475,7 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
 /// reconnecting: its NOTIFY is gone) is learnt at the resync that follows LISTEN coming up,
 /// not at the next heartbeat (20 s here).
 async fn a_cancel_missed_while_not_listening_is_learnt_at_the_resync(backend: Backend) {
-    use devpilot::listen::Hint;
+    use devpilot_store::listen::Hint;
     let db = TestDb::new(backend).await;
     let orch = db.orch("resync");
     let id = db.queue.enqueue(&orch, &json!({"title": "long"})).await.unwrap();

@@ -140,7 +140,7 @@ async fn a_running_job_is_cancelled_from_another_machine(backend: Backend) {
     let h = db.queue.history(id).await.unwrap();
     let kinds: Vec<&str> = h.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["claimed", "cancel_requested", "cancelled"]);
-    let asker = devpilot::config::default_machine_name();
+    let asker = devpilot_engine::settings::default_machine_name();
     assert_eq!(h[1].machine.as_deref(), Some(asker.as_str()), "who asked");
     assert_eq!(h[2].machine.as_deref(), Some("laptop"), "who stopped the agent");
     assert_eq!(h[2].detail.as_deref(), Some(format!("agent stopped on laptop; cancel asked by {asker}").as_str()));

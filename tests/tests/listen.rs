@@ -6,11 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use devpilot::agent::AgentSpec;
-use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::listen::Hint;
-use devpilot::orchestrator::{self, Event, RunConfig, StopMode};
-use devpilot::Queue;
+use devpilot_engine::agent::AgentSpec;
+use devpilot_engine::orchestrator::{self, Event, RunConfig, StopMode};
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::listen::Hint;
+use devpilot_store::Queue;
 use devpilot_tests::PgCluster;
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -110,7 +110,7 @@ async fn notify_wakes_idle_machines_and_survives_a_restart() {
         cfg.max_poll_interval = Duration::from_secs(30);
         let (tap, hints) = match listen {
             true => {
-                let (tap, hints) = Tap::new(devpilot::listen::spawn(&url, orch, &queue).unwrap());
+                let (tap, hints) = Tap::new(devpilot_store::listen::spawn(&url, orch, &queue).unwrap());
                 (Some(tap), Some(hints))
             }
             false => (None, None),
@@ -140,7 +140,7 @@ async fn notify_wakes_idle_machines_and_survives_a_restart() {
     // says Resync: a hint sent right after it (a job due in an hour, which moves no timer)
     // reaches the machine.
     assert!(tap.wait(|h| h == Hint::Resync, Duration::from_secs(20)).await.is_some(), "LISTEN is back");
-    let notify = format!("SELECT pg_notify('{}', 'push due 3600000')", devpilot::listen::channel_of("push"));
+    let notify = format!("SELECT pg_notify('{}', 'push due 3600000')", devpilot_store::listen::channel_of("push"));
     let sent = devpilot_tests::wait_for(Duration::from_secs(20), || async {
         queue.connection().execute_unprepared(&notify).await.is_ok()
     })
@@ -187,32 +187,32 @@ async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
         let url = url.clone();
         async move {
             let mut l = PgListener::connect(&url).await.unwrap();
-            l.listen_all([devpilot::listen::CHANNEL, &devpilot::listen::channel_of(&orch)]).await.unwrap();
+            l.listen_all([devpilot_store::listen::CHANNEL, &devpilot_store::listen::channel_of(&orch)]).await.unwrap();
             l
         }
     };
     let (mut la, mut lb) = (listener(a.clone()).await, listener(b.clone()).await);
-    let same = format!("SELECT (devpilot_channel('{a}') = '{}')::int::bigint", devpilot::listen::channel_of(&a));
+    let same = format!("SELECT (devpilot_channel('{a}') = '{}')::int::bigint", devpilot_store::listen::channel_of(&a));
     assert_eq!(db.scalar(&same).await, Some(1), "the schema and the engine name the channel alike");
 
     db.queue.enqueue(&a, &json!({"n": 1})).await.unwrap();
     db.queue.enqueue(&b, &json!({"n": 2})).await.unwrap();
     let got = la.recv().await.unwrap();
-    assert_eq!((got.channel(), got.payload()), (devpilot::listen::channel_of(&a).as_str(), a.as_str()));
+    assert_eq!((got.channel(), got.payload()), (devpilot_store::listen::channel_of(&a).as_str(), a.as_str()));
     // Notifications arrive in commit order: b's listener's first one is b's, so it never got a's.
     let got = lb.recv().await.unwrap();
-    assert_eq!((got.channel(), got.payload()), (devpilot::listen::channel_of(&b).as_str(), b.as_str()));
+    assert_eq!((got.channel(), got.payload()), (devpilot_store::listen::channel_of(&b).as_str(), b.as_str()));
 
     // Back to the schema before per-orchestrator channels (past the HOT-renewal, caps and
     // presence-order migrations): the shared channel still wakes.
     Migrator::down(db.admin(), Some(4)).await.unwrap();
     db.queue.enqueue(&a, &json!({"n": 3})).await.unwrap();
     let got = la.recv().await.unwrap();
-    assert_eq!((got.channel(), got.payload()), (devpilot::listen::CHANNEL, a.as_str()));
+    assert_eq!((got.channel(), got.payload()), (devpilot_store::listen::CHANNEL, a.as_str()));
 
     // And the engine's listener, on the old schema and then on the migrated one, passes on
     // a hint both times.
-    let mut hints = devpilot::listen::spawn(&db.url, &a, &db.queue).unwrap();
+    let mut hints = devpilot_store::listen::spawn(&db.url, &a, &db.queue).unwrap();
     assert_eq!(next(&mut hints).await, Hint::Direct, "the probe came back");
     assert_eq!(next(&mut hints).await, Hint::Resync, "LISTEN is in place");
     db.queue.enqueue(&a, &json!({"n": 4})).await.unwrap();

@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use devpilot::db::{self, DbUrl, PoolSettings};
-use devpilot::listen::Hint;
-use devpilot::Queue;
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::listen::Hint;
+use devpilot_store::Queue;
 use devpilot_tests::{run_cli, shared_pg, shared_pgbouncer, spawn_runner, RecordingAgent};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -133,14 +133,14 @@ async fn a_listen_that_never_delivers_is_detected() {
     let name = empty_database("deaf").await;
     let through = DbUrl::parse(&bouncer.plain_url(&name)).unwrap();
     let queue = Queue::new(db::connect(&through, &PoolSettings::default()).await.unwrap()).pooled(true);
-    let mut rx = devpilot::listen::spawn(&through, "deaf", &queue).unwrap();
+    let mut rx = devpilot_store::listen::spawn(&through, "deaf", &queue).unwrap();
     let first = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.expect("an answer within 30 s");
     assert_eq!(first, Some(Hint::Deaf), "through PgBouncer, LISTEN is found deaf");
     assert_eq!(tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap(), None, "and the listener stops");
 
     let direct = DbUrl::parse(&shared_pg().url(&name)).unwrap();
     let queue = Queue::new(db::connect(&direct, &PoolSettings::default()).await.unwrap());
-    let mut rx = devpilot::listen::spawn(&direct, "deaf", &queue).unwrap();
+    let mut rx = devpilot_store::listen::spawn(&direct, "deaf", &queue).unwrap();
     let first = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.expect("an answer within 30 s");
     assert_eq!(first, Some(Hint::Direct), "directly, the probe comes back");
     assert_eq!(rx.recv().await, Some(Hint::Resync), "and LISTEN is in place");

@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use devpilot::agent::AgentSpec;
-use devpilot::orchestrator::{self, RunConfig, StopMode};
-use devpilot::queue::{FailOutcome, JobOptions};
+use devpilot_engine::agent::AgentSpec;
+use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
+use devpilot_store::queue::{FailOutcome, JobOptions};
 use devpilot_tests::{wait_for, Backend, TestDb};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -377,7 +377,7 @@ async fn enqueue_rejects_non_object_payload(backend: Backend) {
 /// statement, so the stale answer is exact; SQLite writes presence separately and always
 /// answers "maybe stale" so the caller sweeps as before.
 async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
-    use devpilot::queue::{PollExtras, Presence};
+    use devpilot_store::queue::{PollExtras, Presence};
     let db = TestDb::new(backend).await;
     let orch = db.orch("fold");
     let presence = |status| Presence {
@@ -426,7 +426,7 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
 
 /// Holds the queue's write lock from another connection, so that a poll blocks in the
 /// database and stays in flight for as long as the test wants.
-async fn hold_queue_lock(db: &TestDb, q: &devpilot::queue::Queue) -> sea_orm::DatabaseTransaction {
+async fn hold_queue_lock(db: &TestDb, q: &devpilot_store::queue::Queue) -> sea_orm::DatabaseTransaction {
     use sea_orm::TransactionTrait;
     let txn = q.connection().begin().await.unwrap();
     let sql = match db.backend {

@@ -31,8 +31,8 @@ fn create_database(admin: &str, name: &str) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             use sea_orm::ConnectionTrait;
-            let u = devpilot::db::DbUrl::parse(&admin).unwrap();
-            let c = devpilot::db::connect(&u, &devpilot::db::PoolSettings::default()).await.unwrap();
+            let u = devpilot_store::db::DbUrl::parse(&admin).unwrap();
+            let c = devpilot_store::db::connect(&u, &devpilot_store::db::PoolSettings::default()).await.unwrap();
             c.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
         })
     })
@@ -67,8 +67,8 @@ fn sessions_on(name: &str) -> Vec<(bool, Option<String>)> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             use sea_orm::ConnectionTrait;
-            let u = devpilot::db::DbUrl::parse(&admin).unwrap();
-            let c = devpilot::db::connect(&u, &devpilot::db::PoolSettings::default()).await.unwrap();
+            let u = devpilot_store::db::DbUrl::parse(&admin).unwrap();
+            let c = devpilot_store::db::connect(&u, &devpilot_store::db::PoolSettings::default()).await.unwrap();
             let rows = c.query_all_raw(sea_orm::Statement::from_string(c.get_database_backend(), sql)).await.unwrap();
             rows.iter()
                 .map(|r| (r.try_get::<bool>("", "ssl").unwrap(), r.try_get::<Option<String>>("", "version").unwrap()))

@@ -1,0 +1,57 @@
+//! The engine as an app embeds it: one [`Engine`] owns the settings, the database connection
+//! and the orchestrator, restarts the orchestrator when settings change, and decides which
+//! agent runs jobs. The tray app (and anything else with a UI) talks to this, never to SQL.
+//!
+//! Which agent:
+//! - an agent command (settings, or `DEVPILOT_AGENT`): that command;
+//! - none, on the embedded SQLite default: the built-in demo agent, so a new user sees the loop;
+//! - none, on PostgreSQL (shared, real jobs): nothing is claimed and the state is
+//!   [`MachineState::NeedsAgent`]. Real jobs are never completed by the demo.
+//!
+//! Environment overrides (for scripts and several profiles): `DEVPILOT_DATABASE_URL`,
+//! `DEVPILOT_ORCHESTRATOR`, `DEVPILOT_AGENT` (split like a shell splits words).
+//!
+//! # Layout
+//!
+//! This file only declares the modules and re-exports their public items.
+//!
+//! - `engine`: the [`Engine`] struct, its constructors and accessors, [`DEMO_DURATION`].
+//! - `lifecycle`: start, stop and restart; connecting in the background; the orchestrator.
+//! - `jobs`: the user's commands (dispatch, pause, hand off, enqueue, job lists, cancel, repos).
+//! - `configure`: applying settings from the window, the stored password, checking a login.
+//! - `sleep`: what the engine does before the machine sleeps and after it wakes.
+//! - [`guide`]: what the window's first-run guide asks the engine.
+//! - `db_form`: [`DbForm`], the database part of the settings form, to and from a URL.
+//! - `overrides`: [`Overrides`], the `DEVPILOT_*` variables that override the settings file.
+//! - `views`: [`JobDetail`], [`NewJob`] and [`Fleet`], what the window reads and sends.
+//! - `keychain`: keychain calls, off the async workers and bounded in time.
+//! - `tests`: the engine's and the database form's tests (the guide's stay in `guide`).
+
+mod configure;
+mod db_form;
+mod engine;
+pub mod guide;
+mod jobs;
+mod keychain;
+mod lifecycle;
+mod overrides;
+mod sleep;
+mod views;
+
+#[cfg(test)]
+mod tests;
+
+// What the tray needs from the layers below, so `src-tauri` depends on this crate alone.
+pub use devpilot_engine::{config, orchestrator, seal, settings, span};
+pub use devpilot_store::error::{Error, Result};
+pub use devpilot_store::queue;
+
+/// The app's status is the machine's: one [`Status`] in one `watch` channel, written by the
+/// orchestrator while one runs, and by the engine for what only it knows (names, the database,
+/// the agent kind) and while none runs.
+pub use devpilot_engine::orchestrator::{AgentKind, MachineState, Status};
+
+pub use db_form::DbForm;
+pub use engine::{Engine, DEMO_DURATION};
+pub use overrides::Overrides;
+pub use views::{Fleet, JobDetail, NewJob};

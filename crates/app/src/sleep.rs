@@ -1,0 +1,53 @@
+//! The machine's sleep and wake: hand off or pause before, re-check leases and resume after.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use devpilot_engine::settings::SleepAction;
+
+use crate::engine::Engine;
+
+impl Engine {
+    /// Before the machine sleeps: hand off (default) or pause, as the user chose.
+    /// Returns the ids handed off.
+    pub async fn prepare_for_sleep(&self) -> Vec<i64> {
+        let Some(h) = self.orchestrator() else { return vec![] };
+        let st = h.status();
+        if st.paused || !st.dispatch_enabled {
+            // Already not claiming: only release what runs, if the user wants hand-off.
+            if self.settings().sleep_action == SleepAction::HandOff && !st.running.is_empty() {
+                return h.hand_off(false).await;
+            }
+            return vec![];
+        }
+        self.paused_for_sleep.store(true, Ordering::SeqCst);
+        match self.settings().sleep_action {
+            SleepAction::HandOff => h.hand_off(true).await,
+            SleepAction::Pause => {
+                h.pause(None);
+                vec![]
+            }
+        }
+    }
+
+    /// After a wake: re-check every lease first, then resume what sleep paused.
+    /// Returns the ids whose lease was lost while asleep.
+    pub async fn woke(&self) -> Vec<i64> {
+        if let Ok(mut w) = self.woke_at.lock() {
+            *w = Some(Instant::now());
+        }
+        let Some(h) = self.orchestrator() else { return vec![] };
+        let lost = h.recheck_leases().await;
+        if self.paused_for_sleep.swap(false, Ordering::SeqCst) {
+            h.resume();
+        }
+        lost
+    }
+
+    /// Time since the last wake from sleep, if there was one.
+    pub fn since_wake(&self) -> Option<Duration> {
+        self.woke_at.lock().ok().and_then(|w| w.map(|t| t.elapsed()))
+    }
+}

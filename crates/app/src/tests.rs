@@ -1,0 +1,370 @@
+//! The engine's tests: the demo on the SQLite default, dispatch, overrides, settings applied
+//! live or refused, a corrupt config file, and the database form.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use devpilot_engine::config::Paths;
+use devpilot_engine::orchestrator::{Event, StopMode};
+use devpilot_engine::settings::{Settings, SleepAction};
+
+use super::*;
+
+fn paths(dir: &std::path::Path) -> Paths {
+    Paths { config_dir: dir.join("config"), data_dir: dir.join("data"), log_dir: dir.join("data").join("logs") }
+}
+
+async fn wait_for<F: Fn(&Status) -> bool>(e: &Engine, what: &str, f: F) -> Status {
+    let mut rx = e.watch_status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = rx.borrow_and_update().clone();
+        if f(&s) {
+            return s;
+        }
+        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            panic!("timed out waiting for {what}; last status {s:?}");
+        }
+    }
+}
+
+async fn wait_event<F: Fn(&Event) -> bool>(rx: &mut broadcast::Receiver<Event>, f: F) -> Event {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(ev)) if f(&ev) => return ev,
+            Ok(Ok(_)) => {}
+            other => panic!("no matching event: {other:?}"),
+        }
+    }
+}
+
+fn fast(p: &Paths) {
+    let s = Settings {
+        poll_interval: devpilot_engine::span::Span::parse("200ms").unwrap(),
+        max_poll_interval: devpilot_engine::span::Span::parse("1s").unwrap(),
+        orchestrator_id: "unit".into(),
+        ..Settings::default()
+    };
+    p.save(&s).unwrap();
+}
+
+/// With no agent on the embedded SQLite default, the demo agent runs a demo job to the end,
+/// and its log and history are readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_job_runs_on_the_sqlite_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(300));
+    let mut ev = e.subscribe();
+    e.start().await;
+    let st = wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+    assert_eq!(st.agent, AgentKind::Demo);
+    assert_eq!(st.backend, "sqlite");
+    assert!(p.default_db().exists(), "the embedded database is created on first use");
+    let id = e.enqueue_demo().await.unwrap();
+    wait_event(&mut ev, |x| matches!(x, Event::Claimed { job } if job.id == id)).await;
+    wait_event(&mut ev, |x| matches!(x, Event::Completed { job, .. } if job.id == id)).await;
+    let d = e.job_detail(id).await.unwrap();
+    assert_eq!(d.job.state, "completed");
+    assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);
+    assert!(d.history.iter().any(|h| h.kind == "claimed"));
+    assert_eq!(d.payload["source"], "devpilot-tray");
+    e.stop(StopMode::HandOff).await;
+}
+
+/// Dispatch off claims nothing (the loop polled after the job was enqueued, and rested
+/// without claiming) and is remembered in the config file: a fresh engine on the same
+/// files starts off, claims once switched on, and a third one starts on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_toggle_persists_and_gates_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let engine =
+        || Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+    let e = engine();
+    e.start().await;
+    wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+    e.set_dispatch(false).await.unwrap();
+    wait_for(&e, "off", |s| s.state == MachineState::Off).await;
+    assert!(!p.load().unwrap().dispatch_enabled);
+    let h = e.orchestrator().unwrap();
+    let polls = h.stats().polls.load(Ordering::SeqCst);
+    // The enqueue wakes the loop, which polls while off. A poll that claimed would leave it
+    // polling again within a second (the idle ceiling); an off machine rests until its
+    // next presence write, 30 s away.
+    let id = e.enqueue_demo().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.stats().polls.load(Ordering::SeqCst) == polls
+        || h.next_poll().await.is_none_or(|d| d <= Duration::from_secs(10))
+    {
+        assert!(Instant::now() < deadline, "the loop polled after the enqueue and rested, claiming nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(e.job_detail(id).await.unwrap().job.state, "queued");
+    e.stop(StopMode::HandOff).await;
+    drop(e);
+
+    // A new engine (as after a restart of the app) reads it from the file: off.
+    let e = engine();
+    e.start().await;
+    let st = wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
+    assert!(!st.dispatch_enabled);
+    e.set_dispatch(true).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while e.job_detail(id).await.unwrap().job.state != "completed" {
+        assert!(Instant::now() < deadline, "job was not run after dispatch was switched on");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(p.load().unwrap().dispatch_enabled);
+    e.stop(StopMode::HandOff).await;
+    drop(e);
+
+    // And on is remembered too.
+    let e = engine();
+    e.start().await;
+    let st = wait_for(&e, "idle after the second restart", |s| s.state == MachineState::Idle).await;
+    assert!(st.dispatch_enabled);
+    e.stop(StopMode::HandOff).await;
+}
+
+/// On PostgreSQL with no agent, nothing is claimed and the state says what to do. (The
+/// host is unreachable here; the agent decision comes first and does not need it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_without_agent_needs_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    let o = Overrides { database_url: Some("postgres://u@127.0.0.1:1/db".into()), ..Overrides::default() };
+    let e = Engine::new(p, "devpilot-test", o);
+    e.start().await;
+    let st = wait_for(&e, "needs_agent", |s| s.state == MachineState::NeedsAgent).await;
+    assert_eq!(st.agent, AgentKind::None);
+    assert!(st.message.unwrap().contains("agent command"));
+    assert!(e.hand_off(true).await.is_err(), "no orchestrator runs, so there is nothing to hand off");
+    e.stop(StopMode::HandOff).await;
+}
+
+/// Environment overrides win over the file, and an agent that does not exist is an error
+/// state, not a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_and_missing_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let db = dir.path().join("other.sqlite");
+    let o = Overrides {
+        database_url: Some(format!("sqlite://{}", db.display())),
+        orchestrator: Some("from-env".into()),
+        agent: Some("/nonexistent/agent --flag 'two words'".into()),
+    };
+    let e = Engine::new(p, "devpilot-test", o);
+    e.start().await;
+    let st = wait_for(&e, "error", |s| s.state == MachineState::Error).await;
+    assert_eq!(st.orchestrator_id, "from-env");
+    assert!(st.message.unwrap().contains("/nonexistent/agent"));
+    assert_eq!(st.overrides.len(), 3);
+    // The window can still read the queue: the engine connects anyway.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.jobs(None, 10).await.is_err() {
+        assert!(Instant::now() < deadline, "the queue never became readable");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(db.exists());
+    e.stop(StopMode::HandOff).await;
+}
+
+/// Bad settings are refused with a clear message and nothing is saved; an unreachable
+/// database is reported as such before anything is saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let before = std::fs::read_to_string(p.config_file()).unwrap();
+    let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
+    let mut s = p.load().unwrap();
+    s.orchestrator_id = "  ".into();
+    let err = e.apply_settings(s, &DbForm::of(None), None).await.unwrap_err();
+    assert!(err.to_string().contains("orchestrator id"), "{err}");
+    let s = p.load().unwrap();
+    let form = DbForm {
+        mode: "postgres".into(),
+        host: "127.0.0.1".into(),
+        port: Some(1),
+        database: "d".into(),
+        user: "u".into(),
+        ..DbForm::default()
+    };
+    let err = e.apply_settings(s.clone(), &form, Some("pw-not-stored".into())).await.unwrap_err();
+    assert_eq!(err.kind(), "unreachable", "{err}");
+    assert!(err.to_string().contains("127.0.0.1:1/d"), "{err}");
+    assert!(!err.to_string().contains("pw-not-stored"));
+    let form = DbForm { host: "".into(), ..form };
+    assert!(e.apply_settings(s, &form, None).await.unwrap_err().to_string().contains("host"));
+    assert_eq!(std::fs::read_to_string(p.config_file()).unwrap(), before);
+}
+
+/// An agent script that records its pid and whether it was stopped.
+fn long_agent(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join(name);
+    let text = format!(
+        "#!/bin/sh\necho \"start $DEVPILOT_JOB_ID {name}\" >> {rec}\ntrap 'echo \"term $DEVPILOT_JOB_ID\" >> {rec}; exit 143' TERM\nsleep 60 & wait\n",
+        rec = dir.join("agent.log").display()
+    );
+    std::fs::write(&script, text).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// Every live setting, changed while an agent runs, applies without stopping it:
+/// concurrency (proven by more jobs running at once), the lease timings, the poll
+/// intervals, notifications, attempts and the agent command. A change of orchestrator,
+/// by contrast, restarts the engine and hands the agent off (so the check can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_settings_leave_running_agents_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let mut s = p.load().unwrap();
+    s.agent = Some(long_agent(dir.path(), "agent-a.sh").display().to_string());
+    p.save(&s).unwrap();
+    let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
+    e.start().await;
+    wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+    let id = e.enqueue_demo().await.unwrap();
+    let st = wait_for(&e, "working", |s| s.running.iter().any(|r| r.job.id == id)).await;
+    let token = st.running[0].job.token;
+    let log = dir.path().join("agent.log");
+    type Change = (&'static str, fn(&mut Settings));
+    let changes: Vec<Change> = vec![
+        ("concurrency", |s| s.concurrency = 3),
+        ("claim timeout", |s| s.claim_timeout = devpilot_engine::span::Span::parse("20m").unwrap()),
+        ("heartbeat", |s| s.heartbeat = devpilot_engine::span::Span::parse("5s").unwrap()),
+        ("poll interval", |s| s.poll_interval = devpilot_engine::span::Span::parse("300ms").unwrap()),
+        ("idle ceiling", |s| s.max_poll_interval = devpilot_engine::span::Span::parse("2s").unwrap()),
+        ("notifications", |s| s.notify.completed = false),
+        ("attempts", |s| s.max_attempts = 5),
+        ("sleep action", |s| s.sleep_action = SleepAction::Pause),
+        ("agent", |s| s.agent = Some(s.agent.clone().unwrap().replace("agent-a.sh", "agent-b.sh"))),
+    ];
+    long_agent(dir.path(), "agent-b.sh");
+    for (what, change) in changes {
+        let mut s = p.load().unwrap();
+        change(&mut s);
+        e.apply_settings(s, &DbForm::of(None), None).await.unwrap_or_else(|err| panic!("{what}: {err}"));
+        let st = e.status();
+        assert!(st.running.iter().any(|r| r.job.id == id && r.job.token == token), "{what}: {st:?}");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(!text.contains("term"), "{what} stopped the agent: {text}");
+    }
+    assert_eq!(e.settings().concurrency, 3);
+    let more = [e.enqueue_demo().await.unwrap(), e.enqueue_demo().await.unwrap()];
+    wait_for(&e, "three at once", |s| s.running.len() == 3).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = |m: i64| std::fs::read_to_string(&log).unwrap_or_default().contains(&format!("start {m} agent-b.sh"));
+    while !more.iter().all(|m| started(*m)) {
+        assert!(Instant::now() < deadline, "the new agent (b) ran both new jobs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut s = p.load().unwrap();
+    s.orchestrator_id = "elsewhere".into();
+    e.apply_settings(s, &DbForm::of(None), None).await.unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(&format!("term {id}")), "a new orchestrator hands the running job off: {text}");
+    e.stop(StopMode::HandOff).await;
+}
+
+/// A config file that cannot be parsed is kept aside, the engine runs on the defaults and
+/// remembers it for the window; a later save writes a new file and leaves the kept one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_config_is_kept_aside_and_the_engine_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    std::fs::create_dir_all(&p.config_dir).unwrap();
+    std::fs::write(p.config_file(), "orchestrator_id = [unterminated").unwrap();
+    let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+    let mut notice = e.watch_set_aside();
+    e.start().await;
+    let st = wait_for(&e, "idle on defaults", |s| s.state == MachineState::Idle).await;
+    assert_eq!(st.orchestrator_id, Settings::default().orchestrator_id);
+    let kept = e.set_aside_config().expect("the engine remembers what it set aside");
+    assert!(notice.has_changed().unwrap(), "watchers learn of it");
+    assert!(notice.borrow_and_update().is_some());
+    assert!(kept.kept_as.contains("config.toml.bad-"), "{kept:?}");
+    assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "orchestrator_id = [unterminated");
+    e.set_dispatch(false).await.unwrap();
+    assert!(!p.load().unwrap().dispatch_enabled, "a new file is written");
+    assert_eq!(std::fs::read_to_string(&kept.kept_as).unwrap(), "orchestrator_id = [unterminated");
+    // A restart finds the good file: nothing new is set aside, and the notice stays until dismissed.
+    e.start().await;
+    wait_for(&e, "off after restart", |s| s.state == MachineState::Off).await;
+    assert_eq!(e.set_aside_config(), Some(kept));
+    e.dismiss_set_aside();
+    assert_eq!(e.set_aside_config(), None);
+    let kept_files = std::fs::read_dir(&p.config_dir)
+        .unwrap()
+        .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().contains(".bad-"));
+    assert_eq!(kept_files.count(), 1);
+    e.stop(StopMode::HandOff).await;
+}
+
+/// The database form builds a URL without a password and reads one back.
+#[test]
+fn db_form_round_trip() {
+    let f = DbForm {
+        mode: "postgres".into(),
+        host: "db.example".into(),
+        port: Some(6543),
+        database: "dev pilot".into(),
+        user: "alice".into(),
+        sslmode: "require".into(),
+        sslrootcert: String::new(),
+        url: String::new(),
+    };
+    let u = f.to_url().unwrap().unwrap();
+    assert_eq!(u.target(), "db.example:6543/dev%20pilot");
+    assert_eq!(DbForm::of(Some(&u.to_string())), f.clone());
+    let bad = DbForm { sslmode: "maybe".into(), ..f };
+    assert!(bad.to_url().unwrap_err().to_string().contains("sslmode"));
+    assert_eq!(DbForm::of(None).mode, "embedded");
+}
+
+/// A root certificate goes into the URL as `sslrootcert` (with a verifying sslmode), and
+/// comes back in the form; a missing file, a relative path or a mode that would not use
+/// it are refused, each with its reason.
+#[test]
+fn db_form_root_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("root ca.crt");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let f = DbForm {
+        mode: "postgres".into(),
+        host: "db.example".into(),
+        database: "devpilot".into(),
+        user: "alice".into(),
+        sslmode: "verify-full".into(),
+        sslrootcert: ca.display().to_string(),
+        ..DbForm::default()
+    };
+    let u = f.to_url().unwrap().unwrap();
+    assert!(u.to_string().contains("sslmode=verify-full&sslrootcert="), "{u}");
+    assert_eq!(u.password(), None);
+    assert_eq!(DbForm::of(Some(&u.to_string())), DbForm { port: Some(5432), ..f.clone() });
+    let no_mode = DbForm { sslmode: String::new(), ..f.clone() };
+    assert_eq!(DbForm::of(Some(&no_mode.to_url().unwrap().unwrap().to_string())).sslmode, "verify-full");
+    let err = |g: DbForm| g.to_url().unwrap_err().to_string();
+    let missing = dir.path().join("nope.crt").display().to_string();
+    assert_eq!(
+        err(DbForm { sslrootcert: missing.clone(), ..f.clone() }),
+        format!("the root certificate {missing} does not exist")
+    );
+    assert!(err(DbForm { sslrootcert: "ca.crt".into(), ..f.clone() }).contains("full path"));
+    assert!(err(DbForm { sslrootcert: dir.path().display().to_string(), ..f.clone() }).contains("not a file"));
+    assert!(err(DbForm { sslmode: "require".into(), ..f }).contains("verify-ca or verify-full"));
+}

@@ -1,0 +1,41 @@
+//! What the window reads and sends about jobs: [`JobDetail`], [`NewJob`], [`Fleet`].
+
+use serde::Serialize;
+
+use devpilot_store::queue::{Counts, JobEvent, JobRow, MachineRow};
+
+/// One job with everything the detail view shows.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobDetail {
+    pub job: JobRow,
+    pub payload: serde_json::Value,
+    pub history: Vec<JobEvent>,
+    /// The agent's output: this machine's full local log when it ran the job here, else
+    /// the tail its holder stores in the database (live while it runs).
+    pub log_tail: String,
+    /// Where `log_tail` comes from: `"local"`, or the machine that stored it.
+    pub log_from: Option<String>,
+    /// Why no online machine can take this queued job, if none can.
+    pub unroutable: Option<String>,
+}
+
+/// A job as the window's New job form sends it.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct NewJob {
+    pub title: String,
+    pub prompt: String,
+    pub repo: Option<String>,
+    /// Comma-separated labels the running machine must have.
+    pub labels: String,
+    pub priority: i32,
+    pub key: Option<String>,
+}
+
+/// The fleet view.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Fleet {
+    pub machines: Vec<MachineRow>,
+    pub running: Vec<JobRow>,
+    pub counts: Counts,
+}

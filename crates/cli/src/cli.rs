@@ -1,0 +1,139 @@
+//! The headless `devpilot` command line: its commands and their flags, the clap definition
+//! the man page and completions are generated from. Its names and flags are a contract.
+
+use clap::{Parser, Subcommand};
+
+use crate::enqueue::EnqueueArgs;
+use crate::run::RunArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "devpilot",
+    version,
+    about = "DevPilot dispatch: one shared queue of coding-agent jobs, each run on exactly one machine."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create or upgrade the schema.
+    Migrate,
+    /// Add a job. The payload (JSON) comes from --payload, --payload-file or stdin. Prints
+    /// the job's id; with --key, the id of the live job with that key if there is one.
+    Enqueue(EnqueueArgs),
+    /// Claim and run jobs until interrupted (SIGINT/SIGTERM hand off cleanly).
+    Run(RunArgs),
+    /// Jobs by state, who holds what and for how long, and machines.
+    Status {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release stale claims once (the cron / systemd-timer backstop).
+    Sweep {
+        #[arg(long, default_value = "30m")]
+        claim_timeout: String,
+        /// Ignored: each job carries its own attempt budget (kept so old crontabs still run).
+        #[arg(long, hide = true)]
+        max_attempts: Option<i32>,
+        /// Only this orchestrator (default: all).
+        #[arg(long)]
+        orchestrator: Option<String>,
+    },
+    /// Cancel a job, from any machine: a waiting job at once; a running one is stopped by its
+    /// holder at its next renewal (or at once, through NOTIFY).
+    Cancel {
+        /// The job's id.
+        id: i64,
+    },
+    /// Put a dead, failed or cancelled job back in the queue, with a fresh attempt budget.
+    Requeue {
+        /// The job's id.
+        id: i64,
+    },
+    /// Delete finished jobs (with their history), old machines and old agent files now (the
+    /// backstop of the retention that running machines do on their own).
+    Prune {
+        /// Completed and cancelled jobs finished longer ago than this (default: the settings'
+        /// retention, 14d).
+        #[arg(long)]
+        older_than: Option<String>,
+        /// Dead jobs finished longer ago than this (default: the settings' dead_retention, 30d).
+        #[arg(long)]
+        dead_older_than: Option<String>,
+        /// Only this orchestrator (default: all).
+        #[arg(long)]
+        orchestrator: Option<String>,
+    },
+    /// Hand off everything a machine holds, so another machine takes it now. Run from any
+    /// machine, it asks the holder to hand off (it commits and pushes each job's work in
+    /// progress first) and waits for it; a holder that does not answer within --wait is
+    /// released directly, and its work in progress stays on it.
+    Release {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        /// The holder (default: this machine).
+        #[arg(long)]
+        machine: Option<String>,
+        /// How long to wait for the holder to hand off. A holder renews at least once a
+        /// heartbeat (30s by default), and at once through NOTIFY on PostgreSQL.
+        #[arg(long, default_value = "45s")]
+        wait: String,
+    },
+    /// List this machine's job worktrees (kept ones say why), or remove the finished ones.
+    Worktrees {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        /// Remove the worktrees of finished jobs that hold nothing unsaved.
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config.
+    Login {
+        /// postgres://USER@HOST:PORT/DB, with no password.
+        #[arg(long)]
+        database_url: String,
+    },
+    /// The config file: where it is, and what it says.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCmd,
+    },
+    /// Print a shell's completion script.
+    ///
+    /// E.g. `devpilot completions bash > ~/.local/share/bash-completion/completions/devpilot`
+    /// (the Debian package installs them for bash, zsh and fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `devpilot man | man -l -`.
+    #[command(hide = true)]
+    Man,
+    /// The article's claim of job ID, once: for races and diagnostics.
+    #[command(hide = true)]
+    Claim {
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+        orchestrator: String,
+        #[arg(long)]
+        machine: String,
+        /// Open the queue, print `ready`, and claim only once a line arrives on stdin.
+        #[arg(long)]
+        wait_stdin: bool,
+        /// The job's id.
+        id: i64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Print the config file's path (it may not exist yet: then the defaults apply).
+    Path,
+    /// Print the settings as TOML, with where the database password is (never the password).
+    Show,
+}

@@ -1,0 +1,225 @@
+//! The commands on jobs and machines: cancel, requeue, prune, sweep, release, worktrees and
+//! the hidden claim.
+
+use std::time::Duration;
+
+use devpilot_engine::config::Paths;
+use devpilot_engine::orchestrator;
+use devpilot_engine::span::parse_duration;
+use devpilot_store::db::PoolSettings;
+use devpilot_store::error::{Error, Result};
+use devpilot_store::queue::{CancelOutcome, Queue};
+
+use crate::open::open_queue;
+use crate::output::{fmt_ids, human, shown};
+
+/// This machine's name, as history records who asked.
+fn who() -> String {
+    Paths::for_app("devpilot")
+        .and_then(|p| p.load())
+        .map(|s| s.machine_name())
+        .unwrap_or_else(|_| devpilot_engine::settings::default_machine_name())
+}
+
+pub async fn cancel(id: i64) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    match queue.cancel(id, &who()).await? {
+        Some(CancelOutcome::Cancelled) => println!("cancelled #{id}"),
+        Some(CancelOutcome::Requested { holder }) => println!(
+            "asked {} to stop #{id}; it stops the agent at its next renewal and the job ends cancelled",
+            shown(Some(holder.as_deref().unwrap_or("its holder")))
+        ),
+        None => {
+            let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
+            match job.state.as_str() {
+                "cancelled" => println!("#{id} is already cancelled"),
+                "running" => println!(
+                    "a cancel of #{id} was already asked for (by {}); {} stops it",
+                    shown(Some(job.cancel_requested_by.as_deref().unwrap_or("?"))),
+                    shown(Some(job.claimed_by.as_deref().unwrap_or("its holder")))
+                ),
+                other => return Err(Error::Invalid(format!("#{id} is {other}: there is nothing to cancel"))),
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn requeue(id: i64) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    if queue.requeue(id, &who()).await? {
+        println!("requeued #{id}");
+        return Ok(());
+    }
+    let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
+    Err(Error::Invalid(format!("#{id} is {}: only dead, failed or cancelled jobs can be requeued", job.state)))
+}
+
+pub async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orchestrator: Option<&str>) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let mut r = settings.retention();
+    if let Some(t) = older_than {
+        r.finished = parse_duration(t)?;
+    }
+    if let Some(t) = dead_older_than {
+        r.dead = parse_duration(t)?;
+    }
+    if r.finished < Duration::from_secs(60) || r.dead < Duration::from_secs(60) {
+        return Err(Error::Invalid("--older-than and --dead-older-than must be at least a minute".into()));
+    }
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let pruned = queue.prune(orchestrator, &r, 500).await?;
+    let dirs = vec![paths.job_log_dir(), orchestrator::payload_dir(&paths.data_dir)];
+    let files = tokio::task::spawn_blocking(move || orchestrator::prune_files(&dirs, orchestrator::file_retention(&r)))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    println!(
+        "deleted {} finished job(s) with their history, {} machine(s) not seen for {}, {} old agent file(s)",
+        pruned.jobs,
+        pruned.machines,
+        human(r.machines),
+        files
+    );
+    Ok(())
+}
+/// `devpilot sweep`: release stale claims once.
+pub async fn sweep(claim_timeout: &str, max_attempts: Option<i32>, orchestrator: Option<&str>) -> Result<()> {
+    let timeout = parse_duration(claim_timeout)?;
+    if max_attempts.is_some() {
+        eprintln!("note: --max-attempts is ignored: each job carries the attempt budget it was enqueued with");
+    }
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let swept = queue.sweep(orchestrator, timeout).await?;
+    let dead = swept.iter().filter(|s| s.dead).count();
+    println!("released {} stale claim(s), {} job(s) now dead", swept.len() - dead, dead);
+    Ok(())
+}
+
+/// `devpilot release`: ask the holder to hand off, wait for it, and say what moved; release
+/// directly what it does not hand off in time.
+pub async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Result<()> {
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let asked = queue.request_release(orchestrator, machine, &who()).await?;
+    if asked.is_empty() {
+        println!("{machine} holds no job");
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut left = asked.clone();
+    while !left.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut still = vec![];
+        for (id, token) in left {
+            match queue.job(id).await? {
+                Some((j, _)) if j.state == "running" && j.claim_token == token => still.push((id, token)),
+                Some(_) => println!("#{id} handed off by {machine}{}", moved(&queue, id, token).await?),
+                None => println!("#{id} is gone"),
+            }
+        }
+        left = still;
+    }
+    if left.is_empty() {
+        return Ok(());
+    }
+    let why = format!("{machine} did not answer within {}; released directly", human(wait));
+    let ids = queue.release_unanswered(&left, machine, &why).await?;
+    if !ids.is_empty() {
+        println!(
+            "{machine} did not answer within {}: released {} job(s) directly{}; their work in progress stayed on {machine}",
+            human(wait),
+            ids.len(),
+            fmt_ids(&ids)
+        );
+    }
+    let busy: Vec<i64> = left.iter().map(|(id, _)| *id).filter(|id| !ids.contains(id)).collect();
+    if !busy.is_empty() {
+        println!(
+            "{machine} answered and is still handing off{}; it releases them once their work in progress is pushed",
+            fmt_ids(&busy)
+        );
+    }
+    Ok(())
+}
+
+/// What this claim's hand-off carried, from its history, for `release`'s report.
+async fn moved(queue: &Queue, id: i64, token: i64) -> Result<String> {
+    let history = queue.history(id).await?;
+    let handed = history.iter().rev().find(|e| e.kind == "handed_off" && e.claim_token == Some(token));
+    let detail = handed.and_then(|e| e.detail.as_deref()).unwrap_or_default();
+    Ok(match (detail.find("pushed to "), queue.job(id).await?) {
+        (Some(_), Some((j, _))) if j.resume_branch.is_some() => {
+            format!("; its work in progress is on branch {}", shown(j.resume_branch.as_deref()))
+        }
+        _ if detail.contains("stayed on") => format!("; {}", shown(detail.split("; ").last())),
+        _ => "; it carried no work in progress".into(),
+    })
+}
+
+/// `devpilot worktrees [--prune]`.
+pub async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let root = orchestrator::worktree_root(&paths.data_dir, orchestrator);
+    let ws = devpilot_engine::worktree::Workspaces::new(
+        root.clone(),
+        settings.repos()?,
+        &settings.machine_name(),
+        Duration::from_secs(10),
+    );
+    let records = ws.records();
+    if records.is_empty() {
+        println!("no worktrees under {}", root.display());
+        return Ok(());
+    }
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let ids: Vec<i64> = records.iter().map(|r| r.job).collect();
+    let states: std::collections::HashMap<i64, devpilot_store::job::JobState> =
+        queue.job_states(&ids).await?.into_iter().collect();
+    let state_of = |id: i64| states.get(&id).map(|s| s.as_str()).unwrap_or("gone");
+    if prune {
+        let finished = |id: i64| states.get(&id).is_none_or(|s| s.is_finished());
+        let (removed, kept) = ws.prune(&finished).await;
+        for r in &removed {
+            println!("removed #{} {} ({})", r.job, r.path.display(), r.branch);
+        }
+        for r in &kept {
+            println!("kept    #{} {}: {}", r.job, r.path.display(), r.kept.clone().unwrap_or_default());
+        }
+        println!("{} removed, {} kept", removed.len(), kept.len());
+        return Ok(());
+    }
+    for r in &records {
+        let note = match (&r.kept, r.pending_push) {
+            (_, true) => " (work in progress waiting to be pushed)".to_string(),
+            (Some(k), _) => format!(" (kept: {k})"),
+            _ => String::new(),
+        };
+        println!("#{:<6} {:<10} {} {} [{}]{note}", r.job, state_of(r.job), r.path.display(), r.branch, r.repo);
+    }
+    Ok(())
+}
+
+/// `devpilot claim`: `claimed ID TOKEN` (exit 0) on a win, `lost ID` (exit 3) when the
+/// conditional UPDATE matched no row.
+pub async fn claim(orchestrator: &str, machine: &str, wait_stdin: bool, id: i64) -> Result<()> {
+    use std::io::Write;
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    if wait_stdin {
+        println!("ready");
+        std::io::stdout().flush()?;
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line)? == 0 {
+            return Err(Error::Invalid("stdin closed before the line that starts the claim".into()));
+        }
+    }
+    match queue.claim_by_id(id, orchestrator, machine).await? {
+        Some(c) => println!("claimed {id} {}", c.token),
+        None => {
+            println!("lost {id}");
+            std::io::stdout().flush()?;
+            std::process::exit(3);
+        }
+    }
+    Ok(())
+}

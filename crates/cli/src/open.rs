@@ -1,0 +1,44 @@
+//! The database the commands use, and the queue on it.
+//!
+//! Which database: `DEVPILOT_DATABASE_URL` when set, else the config file's URL (with its
+//! password from the keychain), else the embedded SQLite default, created on first use.
+
+use devpilot_engine::config::Paths;
+use devpilot_engine::database::resolve_database;
+use devpilot_engine::secrets;
+use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::error::{Error, Result};
+use devpilot_store::queue::Queue;
+
+/// `devpilot migrate`: create or upgrade the schema.
+pub async fn migrate() -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let url = resolve_database(&paths, secrets::SERVICE)?;
+    let conn = db::connect(&url, &PoolSettings::default()).await?;
+    db::migrate(&url, &conn).await?;
+    println!("migrated {}", url.target());
+    Ok(())
+}
+
+pub async fn open_queue(pool: PoolSettings) -> Result<(Queue, DbUrl)> {
+    open_queue_named(pool, None, false).await
+}
+
+/// Opens the configured queue, tagged `app_name`, in pooled mode if the URL says so or
+/// `pooled` asks (`run --poll-only`).
+pub async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled: bool) -> Result<(Queue, DbUrl)> {
+    let paths = Paths::for_app("devpilot")?;
+    let mut url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))??;
+    if let Some(name) = app_name {
+        url = url.with_application_name(name);
+    }
+    if pooled {
+        url = url.with_pooled();
+    }
+    let conn = db::open(&url, &pool).await?;
+    // Unprepared until proven safe (see Queue::pooled): a one-shot command gains nothing from
+    // prepared statements, and `run`'s LISTEN probe switches its machine over.
+    Ok((Queue::new(conn).pooled(true), url))
+}

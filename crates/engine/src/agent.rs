@@ -1,0 +1,678 @@
+//! The agent runner: starts one agent per claimed job and stops it on demand.
+//!
+//! The agent is an argv (program + arguments), never a shell string, and the payload never
+//! becomes part of it: the agent reads the payload from stdin or from the file named by
+//! `DEVPILOT_PAYLOAD_FILE`. Each agent runs in its own process group, so cancelling reaches
+//! the whole tree, and it dies with its runner (PR_SET_PDEATHSIG) so a killed runner can
+//! never leave an agent working on a job that the sweep has handed to someone else.
+//!
+//! An agent may be hostile (a prompt can talk it into anything it is allowed to do), so:
+//! - it always runs in a directory of its own: the job's worktree, or a fresh scratch dir;
+//! - its environment is an allowlist ([`crate::environ`]): the base variables, what its
+//!   preset's CLI reads, the settings' `pass_env`, and the job's `DEVPILOT_*` variables;
+//! - the files DevPilot writes for it are created new and private, never through a link it
+//!   planted, and what it writes back is read only from a small regular file, without
+//!   blocking, off the async runtime ([`crate::safe_fs`]);
+//! - what it says (a summary, a link, its log) is cleaned before it is stored
+//!   ([`clean_text`]), and a link is kept only if it is http(s).
+//!
+//! What the agent says back: its exit status (0 done, 75 = EX_TEMPFAIL "try later", anything
+//! else failed) and, optionally, a JSON result file at `DEVPILOT_RESULT_FILE`:
+//! `{"summary": "...", "url": "https://...", "retry_after": "2026-12-01T10:00:00Z" | 3600}`.
+//! A malformed result file is logged and ignored; it never fails a job. With no summary in
+//! it, the summary is the last non-empty line the agent printed.
+//!
+//! A preset ([`crate::preset`]) is an argv built per job from the payload's title, prompt
+//! and URL (a prompt too long for one argument goes by the CLI's stdin or prompt-file mode);
+//! a job with a `repo` runs in its git worktree ([`crate::worktree`]), with
+//! `DEVPILOT_WORKTREE` and `DEVPILOT_BRANCH` (and, after a hand-off, `DEVPILOT_RESUME_BRANCH`
+//! and `DEVPILOT_RESUMED_FROM`) in its environment.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, Command};
+
+use crate::preset::{Preset, PresetSettings};
+use devpilot_store::error::{Error, Result};
+use devpilot_store::queue::{Claim, RetryAfter};
+use devpilot_store::spec::JobSpec;
+
+/// What runs a job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentSpec {
+    /// A real agent process.
+    Command(Vec<String>),
+    /// A built-in preset (claude, codex, aider, gemini), with this machine's additions.
+    Preset { preset: Preset, settings: PresetSettings },
+    /// The built-in demo: logs the payload and succeeds after `duration`.
+    Demo { duration: Duration },
+    /// Succeeds at once, in process (benchmarks of the queue itself).
+    NoOp,
+}
+
+/// Where agents write and who they run for.
+#[derive(Clone, Debug)]
+pub struct AgentEnv {
+    pub log_dir: PathBuf,
+    pub payload_dir: PathBuf,
+    pub machine: String,
+    /// Variables of the runner's environment the settings pass on to every agent, besides
+    /// the allowlist (names or `PREFIX*` patterns).
+    pub pass_env: Vec<String>,
+}
+
+/// Extra environment variables for an agent.
+type EnvVars = Vec<(String, String)>;
+
+/// Where and for what one job's agent runs, besides its claim.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub spec: JobSpec,
+    /// The directory the agent runs in: the job's worktree, or a scratch dir of its own.
+    pub cwd: PathBuf,
+    /// The job's worktree and branch, when it has a repo.
+    pub worktree: Option<(PathBuf, String)>,
+}
+
+/// Why an agent did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// This machine cannot run agents now (the program is missing, the payload dir cannot be
+    /// written): hand the job back and stop claiming until it can.
+    Machine(Error),
+    /// The job itself cannot start (its argv is too long, a bad working directory): the
+    /// attempt counts and fails with this, and the machine goes on to the next job.
+    Job(String),
+}
+
+/// How an agent ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentExit {
+    Success,
+    Failed(String),
+    /// Exit 75 (EX_TEMPFAIL): not a failure; try again later (a usage limit, say).
+    TryLater,
+}
+
+/// The exit status that means "try later" (sysexits.h's EX_TEMPFAIL).
+pub const EX_TEMPFAIL: i32 = 75;
+
+/// What an agent wrote to its result file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentResult {
+    pub summary: Option<String>,
+    pub url: Option<String>,
+    pub retry_after: Option<RetryAfter>,
+}
+
+impl AgentResult {
+    /// Parses a result file's text. Unknown fields are ignored; a wrong type is an error.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON ({e})"))?;
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let text_field = |k: &str| match obj.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) if s.trim().is_empty() => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(format!("\"{k}\" must be a string, not {other}")),
+        };
+        let retry_after = match obj.get("retry_after") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(n)) => {
+                let secs = n.as_f64().filter(|s| s.is_finite() && *s >= 0.0).ok_or("\"retry_after\" must be >= 0")?;
+                Some(RetryAfter::In(Duration::from_secs_f64(secs.min(366.0 * 86_400.0))))
+            }
+            Some(serde_json::Value::String(s)) => {
+                let ms = crate::span::parse_time_ms(s)
+                    .map_err(|e| format!("\"retry_after\" is not an RFC 3339 time ({e})"))?;
+                Some(RetryAfter::At(ms))
+            }
+            Some(other) => return Err(format!("\"retry_after\" must be a time or a number of seconds, not {other}")),
+        };
+        let summary = text_field("summary")?.map(|s| clean_text(&s)).filter(|s| !s.trim().is_empty());
+        // A link that is not http(s) (`javascript:`, `file:`) is dropped, the rest kept.
+        let url = text_field("url")?.and_then(|u| {
+            let link = web_link(&u);
+            if link.is_none() {
+                tracing::warn!(url = %u.escape_debug(), "ignoring the agent's url: only http(s) links are kept");
+            }
+            link
+        });
+        Ok(Self { summary, url, retry_after })
+    }
+}
+
+/// `text` as a link worth keeping: an absolute http(s) URL (never `javascript:`, `file:` or
+/// a relative path), at most 2,000 bytes, as the URL parser writes it.
+pub fn web_link(text: &str) -> Option<String> {
+    let u = url::Url::parse(text.trim()).ok()?;
+    let s = u.to_string();
+    (matches!(u.scheme(), "http" | "https") && u.host().is_some() && s.len() <= 2000).then_some(s)
+}
+
+impl AgentSpec {
+    /// Checks that the agent program exists and is executable, so a typo is reported before
+    /// any job is claimed.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            AgentSpec::Command(argv) => {
+                let prog = argv.first().ok_or_else(|| Error::Invalid("the agent command is empty".into()))?;
+                resolve_program(prog).map(|_| ())
+            }
+            AgentSpec::Preset { preset, .. } => resolve_preset(*preset).map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
+    /// What a person would call this agent: the preset's name, or the program.
+    pub fn describe(&self) -> String {
+        match self {
+            AgentSpec::Command(argv) => argv.first().cloned().unwrap_or_default(),
+            AgentSpec::Preset { preset, .. } => format!("the {preset} preset"),
+            AgentSpec::Demo { .. } => "the demo agent".into(),
+            AgentSpec::NoOp => "no agent".into(),
+        }
+    }
+
+    /// The argv, the variable names its CLI reads, extra environment, and how the prompt
+    /// travels, for one job.
+    fn command_line(&self, claim: &Claim, spec: &JobSpec) -> Option<CommandLine> {
+        match self {
+            AgentSpec::Command(argv) => {
+                Some(CommandLine { argv: argv.clone(), needs: &[], env: vec![], prompt: PromptVia::Argv })
+            }
+            AgentSpec::Preset { preset, settings } => {
+                let prompt = spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload);
+                let env = settings.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let (argv, via) = preset.invocation(&prompt, &settings.args);
+                Some(CommandLine { argv, needs: preset.env_needs(), env, prompt: via.with(prompt) })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether starting this agent writes anything (the in-process no-op does not).
+    pub fn writes_log(&self) -> bool {
+        !matches!(self, AgentSpec::NoOp)
+    }
+
+    /// Whether this agent is a process (and so needs a directory of its own to run in).
+    pub fn is_process(&self) -> bool {
+        matches!(self, AgentSpec::Command(_) | AgentSpec::Preset { .. })
+    }
+
+    /// Starts the agent for `claim` in `launch.cwd`, its output appended to `log` (see
+    /// [`AgentEnv::open_log`]).
+    pub async fn start(
+        &self,
+        claim: &Claim,
+        env: &AgentEnv,
+        launch: &Launch,
+        log: Option<std::fs::File>,
+    ) -> std::result::Result<RunningAgent, StartError> {
+        let (log, log_path) = match log {
+            Some(l) => (l, env.log_path(claim.id)),
+            // Nothing runs, so there is no output to keep. (Creating a file per job was most
+            // of the client's CPU in the benchmark's no-op drain: ext4 inode allocation.)
+            None => return Ok(RunningAgent::InProcess(None)),
+        };
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+        match self {
+            AgentSpec::NoOp => Ok(RunningAgent::InProcess(None)),
+            AgentSpec::Demo { duration } => Ok(RunningAgent::InProcess(Some(start_demo(claim, *duration, log)))),
+            AgentSpec::Command(_) | AgentSpec::Preset { .. } => {
+                self.start_process(claim, env, launch, log, LogSpan { path: log_path, start: log_start })
+            }
+        }
+    }
+
+    /// Starts the agent's process (a command or a preset) with the job's files and
+    /// environment, its output appended to `log`, which `span` names.
+    fn start_process(
+        &self,
+        claim: &Claim,
+        env: &AgentEnv,
+        launch: &Launch,
+        log: std::fs::File,
+        span: LogSpan,
+    ) -> std::result::Result<RunningAgent, StartError> {
+        let line = self.command_line(claim, &launch.spec).unwrap_or_default();
+        let prog = match self {
+            AgentSpec::Preset { preset, .. } => resolve_preset(*preset),
+            _ => resolve_program(&line.argv[0]),
+        }
+        .map_err(StartError::Machine)?;
+        let files = JobFiles::write(env, claim, &line.prompt).map_err(StartError::Machine)?;
+        let mut cmd = Command::new(&prog);
+        cmd.args(&line.argv[1..]);
+        if let PromptVia::File(_) = &line.prompt {
+            cmd.arg(format!("--message-file={}", files.prompt_file.display()));
+        }
+        stdin_for(&mut cmd, &line.prompt, &files)?;
+        cmd.env_clear()
+            .envs(crate::environ::allowed(&[crate::environ::BASE, line.needs], &env.pass_env))
+            .envs(line.env)
+            .env("DEVPILOT_JOB_ID", claim.id.to_string())
+            .env("DEVPILOT_ATTEMPT", claim.attempt.to_string())
+            .env("DEVPILOT_CLAIM_TOKEN", claim.token.to_string())
+            .env("DEVPILOT_ORCHESTRATOR_ID", &claim.orchestrator_id)
+            .env("DEVPILOT_MACHINE", &env.machine)
+            .env("DEVPILOT_PAYLOAD_FILE", &files.payload_file)
+            .env("DEVPILOT_RESULT_FILE", &files.result_file)
+            .current_dir(&launch.cwd)
+            .stdout(Stdio::from(log.try_clone().map_err(|e| StartError::Machine(e.into()))?))
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .process_group(0);
+        resume_env(&mut cmd, claim, launch);
+        die_with_parent(&mut cmd);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return Err(self.start_failed(&line.argv[0], e)),
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let body = files.body.clone();
+            // The agent may ignore stdin; a closed pipe is not an error.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&body).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        Ok(RunningAgent::Process { child: Box::new(child), files, log: span })
+    }
+
+    /// Why a spawn failed: the machine's problem when the program is missing (it is looked
+    /// for again), else the job's (an argument list too long, a NUL, a bad directory).
+    fn start_failed(&self, program: &str, e: std::io::Error) -> StartError {
+        match self.check() {
+            Err(missing) => StartError::Machine(missing),
+            Ok(()) if e.raw_os_error() == Some(libc::E2BIG) => {
+                StartError::Job(format!("the agent could not start: its argument list is too long ({e})"))
+            }
+            Ok(()) => StartError::Job(format!("the agent '{program}' could not start for this job: {e}")),
+        }
+    }
+}
+
+/// The built-in demo agent: logs the payload, waits `duration`, succeeds.
+fn start_demo(claim: &Claim, duration: Duration, mut log: std::fs::File) -> tokio::task::JoinHandle<AgentExit> {
+    let payload = serde_json::to_string_pretty(&claim.payload).unwrap_or_default();
+    tokio::spawn(async move {
+        use std::io::Write;
+        let _ = writeln!(log, "demo agent: received payload\n{payload}");
+        tokio::time::sleep(duration).await;
+        let _ = writeln!(log, "demo agent: done");
+        AgentExit::Success
+    })
+}
+
+/// Where the agent's stdin comes from, by how its prompt is passed.
+fn stdin_for(cmd: &mut Command, prompt: &PromptVia<String>, files: &JobFiles) -> std::result::Result<(), StartError> {
+    match prompt {
+        // A long prompt on stdin comes from its private file: no writer to keep up
+        // with a CLI that reads only once it has started.
+        PromptVia::Stdin(_) => {
+            let prompt = std::fs::File::open(&files.prompt_file).map_err(|e| StartError::Machine(e.into()))?;
+            cmd.stdin(Stdio::from(prompt));
+        }
+        PromptVia::File(_) => {
+            cmd.stdin(Stdio::null());
+        }
+        PromptVia::Argv => {
+            cmd.stdin(Stdio::piped());
+        }
+    }
+    Ok(())
+}
+
+/// The job's worktree, and the branch and machine it resumes from, if any.
+fn resume_env(cmd: &mut Command, claim: &Claim, launch: &Launch) {
+    if let Some((dir, branch)) = &launch.worktree {
+        cmd.env("DEVPILOT_WORKTREE", dir).env("DEVPILOT_BRANCH", branch);
+    }
+    if let Some(b) = &claim.resume_branch {
+        cmd.env("DEVPILOT_RESUME_BRANCH", b);
+    }
+    if let Some(m) = &claim.resumed_from {
+        cmd.env("DEVPILOT_RESUMED_FROM", m);
+    }
+}
+
+/// The agent dies with the orchestrator (Linux).
+#[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe and touches only the child being exec'd.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// An agent's command line, before it is started.
+#[derive(Default)]
+struct CommandLine {
+    argv: Vec<String>,
+    /// The variables its CLI reads (a preset's API keys and base URLs).
+    needs: &'static [&'static str],
+    env: EnvVars,
+    prompt: PromptVia<String>,
+}
+
+/// How a preset's prompt travels (see [`crate::preset::Preset::invocation`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PromptVia<T = ()> {
+    /// In the argv (a plain command agent has none): stdin carries the payload.
+    #[default]
+    Argv,
+    /// On stdin (read from its private file), instead of the payload.
+    Stdin(T),
+    /// In a private file the CLI is pointed at (aider's `--message-file`).
+    File(T),
+}
+
+impl PromptVia {
+    fn with(self, prompt: String) -> PromptVia<String> {
+        match self {
+            PromptVia::Argv => PromptVia::Argv,
+            PromptVia::Stdin(()) => PromptVia::Stdin(prompt),
+            PromptVia::File(()) => PromptVia::File(prompt),
+        }
+    }
+}
+
+/// The files of one attempt: the payload (also on stdin), the result file the agent may
+/// write, and a prompt file for a CLI that reads its prompt from one. All in the private
+/// payload dir, created new, removed when the agent is dropped.
+#[derive(Debug)]
+pub struct JobFiles {
+    pub payload_file: PathBuf,
+    pub result_file: PathBuf,
+    pub prompt_file: PathBuf,
+    body: Vec<u8>,
+}
+
+impl JobFiles {
+    fn write(env: &AgentEnv, claim: &Claim, prompt: &PromptVia<String>) -> Result<Self> {
+        use std::io::Write;
+        crate::safe_fs::private_dir(&env.payload_dir)?;
+        let stem = env.payload_dir.join(format!("job-{}-{}", claim.id, claim.token));
+        let files = Self {
+            payload_file: stem.with_extension("json"),
+            result_file: stem.with_extension("result.json"),
+            prompt_file: stem.with_extension("prompt.txt"),
+            body: serde_json::to_vec(&claim.payload).map_err(|e| Error::Payload(e.to_string()))?,
+        };
+        // A stale result file (or something planted where the agent will write one) goes.
+        let _ = std::fs::remove_file(&files.result_file);
+        crate::safe_fs::create_private(&files.payload_file)?.write_all(&files.body)?;
+        if let PromptVia::File(text) | PromptVia::Stdin(text) = prompt {
+            crate::safe_fs::create_private(&files.prompt_file)?.write_all(text.as_bytes())?;
+        }
+        Ok(files)
+    }
+}
+
+impl Drop for JobFiles {
+    fn drop(&mut self) {
+        for f in [&self.payload_file, &self.result_file, &self.prompt_file] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The part of a job's log that one attempt's agent wrote.
+#[derive(Clone, Debug)]
+pub struct LogSpan {
+    pub path: PathBuf,
+    pub start: u64,
+}
+
+impl LogSpan {
+    /// How many bytes the agent has written so far.
+    pub fn written(&self) -> u64 {
+        std::fs::metadata(&self.path).map(|m| m.len().saturating_sub(self.start)).unwrap_or(0)
+    }
+
+    /// The last non-empty line the agent printed (at most 300 characters).
+    pub fn last_line(&self) -> Option<String> {
+        let line = last_lines(&self.path, self.start, 1);
+        (!line.is_empty()).then(|| line.chars().take(300).collect())
+    }
+}
+
+/// The last `n` non-empty lines of the file at `path` after byte `from` (reading at most its
+/// last 64 KiB), joined by " / ".
+pub fn last_lines(path: &Path, from: u64, n: usize) -> String {
+    let Some((text, _)) = read_tail(path, from, 64 * 1024) else { return String::new() };
+    let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).rev().take(n).collect();
+    lines.reverse();
+    lines.join(" / ")
+}
+
+/// The last `max` bytes of the file at `path` (empty if it cannot be read), cut at a line.
+pub fn tail_of(path: &Path, max: u64) -> String {
+    let Some((text, cut)) = read_tail(path, 0, max) else { return String::new() };
+    match (cut, text.find('\n')) {
+        // Started mid-line: drop the partial first line.
+        (true, Some(nl)) => text[nl + 1..].to_string(),
+        _ => text,
+    }
+}
+
+/// At most the last `max` bytes of the log at `path` after byte `from`, as text, and whether
+/// it was cut. A log the agent replaced with a symlink (to `/dev/zero`, say) or a FIFO is
+/// not read: it is opened without following links or blocking, and read no further than
+/// `max`.
+fn read_tail(path: &Path, from: u64, max: u64) -> Option<(String, bool)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = crate::safe_fs::open_regular(path).ok()??;
+    let len = f.metadata().ok()?.len();
+    let start = from.max(len.saturating_sub(max));
+    let mut buf = vec![];
+    f.seek(SeekFrom::Start(start)).ok()?;
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some((clean_text(&String::from_utf8_lossy(&buf)), start > from))
+}
+
+/// Text an agent produced, fit to store and show: no NUL (which PostgreSQL cannot store, and
+/// which would end an inlined statement early) and no other control character but newline,
+/// tab and carriage return. Shown on a terminal it is escaped again (by the CLI).
+pub fn clean_text(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t' | '\r')).collect()
+}
+
+impl AgentEnv {
+    pub fn log_path(&self, job: i64) -> PathBuf {
+        self.log_dir.join(format!("job-{job}.log"))
+    }
+
+    /// Opens the job's log for appending (0600, in a 0700 directory; never through a link),
+    /// with a header line for this attempt.
+    pub fn open_log(&self, claim: &Claim) -> Result<std::fs::File> {
+        use std::io::Write;
+        crate::safe_fs::private_dir(&self.log_dir)?;
+        let mut log = crate::safe_fs::append_private(&self.log_path(claim.id))?;
+        let _ = writeln!(
+            log,
+            "=== job {} attempt {} (claim {}) on {} ===",
+            claim.id, claim.attempt, claim.token, self.machine
+        );
+        Ok(log)
+    }
+}
+
+/// The most of a result file that is read: a larger one is ignored (and logged).
+pub const RESULT_FILE_CAP: u64 = 64 * 1024;
+
+/// A started agent.
+pub enum RunningAgent {
+    Process { child: Box<Child>, files: JobFiles, log: LogSpan },
+    InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
+}
+
+impl RunningAgent {
+    /// Waits for the agent to end on its own. Cancel-safe.
+    pub async fn wait(&mut self) -> AgentExit {
+        match self {
+            RunningAgent::Process { child, .. } => match child.wait().await {
+                Ok(s) => exit_of(s),
+                Err(e) => AgentExit::Failed(format!("lost track of the agent: {e}")),
+            },
+            RunningAgent::InProcess(None) => AgentExit::Success,
+            RunningAgent::InProcess(Some(task)) => match task.await {
+                Ok(exit) => exit,
+                Err(e) => AgentExit::Failed(format!("the built-in agent stopped: {e}")),
+            },
+        }
+    }
+
+    /// The agent's exit, if it has already ended (without waiting).
+    pub fn try_exit(&mut self) -> Option<AgentExit> {
+        match self {
+            RunningAgent::Process { child, .. } => match child.try_wait() {
+                Ok(Some(s)) => Some(exit_of(s)),
+                _ => None,
+            },
+            RunningAgent::InProcess(None) => Some(AgentExit::Success),
+            RunningAgent::InProcess(Some(task)) => task.is_finished().then_some(AgentExit::Success),
+        }
+    }
+
+    /// Stops the agent: SIGTERM to its process group, then SIGKILL after `grace`.
+    pub async fn terminate(&mut self, grace: Duration) {
+        match self {
+            RunningAgent::Process { child, .. } => {
+                let Some(pid) = child.id() else { return };
+                let pgid = pid as libc::pid_t;
+                // SAFETY: plain kill(2) on the agent's own process group.
+                unsafe { libc::kill(-pgid, libc::SIGTERM) };
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    let _ = child.wait().await;
+                }
+            }
+            RunningAgent::InProcess(Some(task)) => task.abort(),
+            RunningAgent::InProcess(None) => {}
+        }
+    }
+
+    /// What the agent wrote to its result file: `Ok(None)` when it wrote nothing, `Err` with
+    /// the reason when the file is malformed, or is not a regular file of at most
+    /// [`RESULT_FILE_CAP`] bytes (the caller logs it and carries on). Read on a blocking
+    /// thread, without following a link and without blocking on a FIFO.
+    pub async fn result(&self) -> std::result::Result<Option<AgentResult>, String> {
+        let RunningAgent::Process { files, .. } = self else { return Ok(None) };
+        let path = files.result_file.clone();
+        let read = tokio::task::spawn_blocking(move || crate::safe_fs::read_regular(&path, RESULT_FILE_CAP))
+            .await
+            .map_err(|e| e.to_string())?;
+        match read {
+            Ok(crate::safe_fs::Found::Missing) => Ok(None),
+            Ok(crate::safe_fs::Found::Refused(why)) => {
+                Err(format!("{} is not read: {why}", files.result_file.display()))
+            }
+            Ok(crate::safe_fs::Found::Read(bytes)) => {
+                let text = String::from_utf8_lossy(&bytes);
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                AgentResult::parse(&text).map(Some)
+            }
+            Err(e) => Err(format!("cannot read {}: {e}", files.result_file.display())),
+        }
+    }
+
+    /// The agent's output so far, if it is a process.
+    pub fn log(&self) -> Option<&LogSpan> {
+        match self {
+            RunningAgent::Process { log, .. } => Some(log),
+            RunningAgent::InProcess(_) => None,
+        }
+    }
+
+    /// The agent's process id, if it is a process.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            RunningAgent::Process { child, .. } => child.id(),
+            RunningAgent::InProcess(_) => None,
+        }
+    }
+}
+
+fn exit_of(s: std::process::ExitStatus) -> AgentExit {
+    match s.code() {
+        Some(0) => AgentExit::Success,
+        Some(EX_TEMPFAIL) => AgentExit::TryLater,
+        _ => AgentExit::Failed(describe_status(s)),
+    }
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("agent exited with status {c}"),
+        (None, Some(sig)) => format!("agent was killed by signal {sig}"),
+        _ => "agent ended abnormally".into(),
+    }
+}
+
+/// The program of `preset` on PATH, or the error that names the preset and the PATH searched.
+pub fn resolve_preset(preset: Preset) -> Result<PathBuf> {
+    resolve_program(preset.program()).map_err(|_| preset_missing(preset))
+}
+
+fn preset_missing(preset: Preset) -> Error {
+    Error::PresetMissing {
+        preset: preset.name().into(),
+        program: preset.program().into(),
+        path: std::env::var("PATH").unwrap_or_default(),
+    }
+}
+
+/// Finds `prog` on PATH (or as a path) and checks it is an executable file.
+pub fn resolve_program(prog: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable =
+        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return if executable(&p) { Ok(p) } else { Err(Error::AgentMissing(prog.to_string())) };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| executable(p))
+        .ok_or_else(|| Error::AgentMissing(prog.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result file's fields parse; both forms of retry_after work; a bad one is an error.
+    #[test]
+    fn result_files_parse_or_explain() {
+        let r = AgentResult::parse(r#"{"summary":"fixed it","url":"https://x/1","retry_after":90,"extra":1}"#).unwrap();
+        assert_eq!(r.summary.as_deref(), Some("fixed it"));
+        assert_eq!(r.url.as_deref(), Some("https://x/1"));
+        assert_eq!(r.retry_after, Some(RetryAfter::In(Duration::from_secs(90))));
+        let r = AgentResult::parse(r#"{"retry_after":"2026-12-01T10:00:00Z"}"#).unwrap();
+        assert_eq!(r.retry_after, Some(RetryAfter::At(1_796_119_200_000)));
+        assert_eq!(AgentResult::parse("{}").unwrap(), AgentResult::default());
+        assert!(AgentResult::parse("not json").unwrap_err().contains("not valid JSON"));
+        assert!(AgentResult::parse(r#"{"summary": 3}"#).unwrap_err().contains("summary"));
+        assert!(AgentResult::parse(r#"{"retry_after": "soon"}"#).unwrap_err().contains("RFC 3339"));
+        assert!(AgentResult::parse(r#"{"retry_after": -1}"#).is_err());
+        // Only http(s) links are kept, and text loses its NUL and control characters.
+        let r = AgentResult::parse(r#"{"summary":"a\u0000b\u001b[2Jc","url":"javascript:alert(1)"}"#).unwrap();
+        assert_eq!((r.summary.as_deref(), r.url), (Some("ab[2Jc"), None));
+        assert_eq!(AgentResult::parse(r#"{"url":"file:///etc/passwd"}"#).unwrap().url, None);
+        assert_eq!(web_link("https://github.com/a/b/pull/4").as_deref(), Some("https://github.com/a/b/pull/4"));
+    }
+}

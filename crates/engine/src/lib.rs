@@ -1,0 +1,38 @@
+//! The DevPilot engine: the machine that polls, claims, heartbeats, runs agents in git
+//! worktrees and hands off, over the store in `devpilot-store`. No Tauri in here: the tray
+//! app (through `devpilot-app`) and the headless `devpilot` CLI both start it.
+//!
+//! # Layout
+//! - [`orchestrator`]: the loop that polls, claims, heartbeats, sweeps, prunes and obeys the
+//!   user (on/off, pause, hand-off, cancel, soft then hard stop), and publishes
+//!   [`orchestrator::Event`]s.
+//! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file),
+//!   reads what it says back (exit status, result file) and stops it (SIGTERM, then SIGKILL).
+//! - [`preset`]: the built-in agents (claude, codex, aider, gemini) and their argv.
+//! - [`worktree`]: a git worktree per job, and the hand-off that commits and pushes its work.
+//! - [`git`]: DevPilot's own git calls, which run nothing an agent planted (hooks, fsmonitor,
+//!   programs named in the repository's config) and name each worktree's gitdir.
+//! - [`safe_fs`]: files written where an agent can reach (never through a link, never outside
+//!   the worktree) and files an agent wrote (only small regular files, read without blocking).
+//! - [`environ`]: the allowlists of what the processes DevPilot starts see of its environment.
+//! - [`settings`]: everything a user can set, its one table of defaults and its one check.
+//! - [`span`]: durations and times as people type them.
+//! - [`config`]: where the app keeps its files, and the settings file (read, set aside, saved).
+//! - [`database`]: which database this machine uses (environment, settings, keychain, default).
+//! - [`secrets`]: the database password in the OS keychain.
+//! - [`seal`]: a runner takes its secrets out of its environment at start and is not
+//!   dumpable, so a same-user agent cannot read them from `/proc`.
+
+pub mod agent;
+pub mod config;
+pub mod database;
+pub mod environ;
+pub mod git;
+pub mod orchestrator;
+pub mod preset;
+pub mod safe_fs;
+pub mod seal;
+pub mod secrets;
+pub mod settings;
+pub mod span;
+pub mod worktree;

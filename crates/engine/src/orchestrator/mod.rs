@@ -1,0 +1,50 @@
+//! The orchestrator: one machine's side of the queue, built from parts that each have one
+//! job and explicit states:
+//!
+//! - the **poller** ([`poller`]) claims work into free slots, waking on NOTIFY or its timer;
+//! - the **lease keeper** ([`lease`]) renews with (id, token), keeps a local deadline per
+//!   job on a clock that counts suspended time, and declares losses;
+//! - the **runner** ([`runner`]) starts and stops agents and reports their outcomes;
+//! - **maintenance** ([`maintenance`]) runs the throttled sweep and retention off the poll
+//!   path.
+//!
+//! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself),
+//! [`stats`] (its counters), [`config`] (what it runs with) and [`clock`] (the
+//! suspend-aware clock of the deadlines).
+//!
+//! The `Machine` task ([`machine`]) owns the user's wishes (on/off, pause, hand-off, stop),
+//! the running slots and the published [`Status`]; [`spawn`](mod@spawn) wires the parts
+//! together around it, and its handlers live in [`wishes`], [`slots`] and [`presence`].
+//! Everything that talks to the database runs in tasks it spawns and reports back over
+//! channels, so a slow or unreachable database never stops it from answering a pause, a
+//! hand-off or a stop.
+//!
+//! Stopping is structured: every job, poll and presence write is a task of a
+//! [`TaskTracker`](tokio_util::task::TaskTracker); a hard stop cancels the root
+//! [`CancellationToken`](tokio_util::sync::CancellationToken) that every job's cancel
+//! descends from; and a stop (or a hand-off) is over when its tracker has no task left.
+
+mod clock;
+mod config;
+mod handle;
+mod lease;
+mod machine;
+mod maintenance;
+mod poller;
+mod presence;
+mod runner;
+mod slots;
+mod spawn;
+mod stats;
+mod status;
+mod wishes;
+
+pub use self::clock::{BootClock, Clock};
+pub use self::config::{payload_dir, worktree_root, ClaimMode, RunConfig};
+pub use self::handle::{Handle, StopMode};
+pub use self::lease::{call_bound, Timing};
+pub use self::maintenance::{file_retention, prune_files};
+pub use self::runner::Watchdog;
+pub use self::spawn::{spawn, spawn_into};
+pub use self::stats::Stats;
+pub use self::status::{AgentKind, Event, JobRef, LossReason, MachineState, PresenceFields, RunningJob, Status};

@@ -1,0 +1,624 @@
+//! The runner: prepares a job's place (its git worktree, the repo's setup), starts one agent
+//! per claim, stops it when told (and why) or when its watchdog trips, keeps the tail of its
+//! output in the database, and reports the outcome with fenced writes. A job's task never
+//! decides *whether* to stop; the machine does (a hand-off, a lost or expired lease, a user's
+//! cancel) through the job's [`Cancel`]. A hand-off of a job with a worktree commits and
+//! pushes its work first, and the release names the branch.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{Order, Standing};
+use super::status::{Event, JobRef, LossReason};
+use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
+use crate::worktree::{Workspaces, Worktree};
+use devpilot_store::error::{Error, Result};
+use devpilot_store::job::{event, JobState};
+use devpilot_store::queue::{Backoff, Claim, FailOutcome, Queue, RetryAfter};
+use devpilot_store::retry::{self, Budget};
+use devpilot_store::spec::JobSpec;
+
+/// Stops an agent that prints nothing for `idle`, or runs longer than `max_runtime`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watchdog {
+    pub idle: Option<Duration>,
+    pub max_runtime: Option<Duration>,
+}
+
+impl Watchdog {
+    /// Resolves, with the reason, when the agent has been silent or running too long; never
+    /// when neither limit is set. Output is what the agent appended to its log.
+    async fn tripped(self, log: Option<LogSpan>) -> String {
+        let (Some(log), true) = (log, self.idle.is_some() || self.max_runtime.is_some()) else {
+            return std::future::pending().await;
+        };
+        let started = tokio::time::Instant::now();
+        let (mut seen, mut quiet_since) = (log.written(), started);
+        let tick = self.idle.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1)) / 4;
+        loop {
+            tokio::time::sleep(tick.max(Duration::from_millis(20))).await;
+            let now = tokio::time::Instant::now();
+            let written = log.written();
+            if written != seen {
+                (seen, quiet_since) = (written, now);
+            }
+            if let Some(idle) = self.idle.filter(|i| now - quiet_since >= *i) {
+                return format!("no output for {}; the watchdog stopped the agent", humantime::format_duration(idle));
+            }
+            if let Some(max) = self.max_runtime.filter(|m| now - started >= *m) {
+                return format!(
+                    "ran longer than its maximum runtime of {}; the watchdog stopped the agent",
+                    humantime::format_duration(max)
+                );
+            }
+        }
+    }
+}
+
+/// The most of an agent's log kept in the database for other machines to watch.
+pub const LOG_TAIL_BYTES: u64 = 16 * 1024;
+
+/// Why a job's agent is being stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The user or the machine hands the job back: release it, attempt not counted.
+    HandOff,
+    /// A renewal found the lease gone.
+    LeaseLost,
+    /// The local deadline passed with no confirmed renewal.
+    LeaseExpired,
+    /// A user cancelled the job (seen at a renewal): stop the agent, end the claim cancelled.
+    Cancelled,
+}
+
+/// A job's stop switch: the first reason given wins.
+#[derive(Clone)]
+pub struct Cancel {
+    token: CancellationToken,
+    reason: Arc<Mutex<Option<CancelReason>>>,
+}
+
+impl Cancel {
+    /// A child of `parent`: cancelling the parent (a hard stop) stops this job as a hand-off.
+    pub fn child_of(parent: &CancellationToken) -> Self {
+        Self { token: parent.child_token(), reason: Arc::default() }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    pub fn cancel(&self, why: CancelReason) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(why);
+        }
+        self.token.cancel();
+    }
+
+    fn reason(&self) -> CancelReason {
+        self.reason.lock().ok().and_then(|r| *r).unwrap_or(CancelReason::HandOff)
+    }
+}
+
+/// What a job's task tells the machine when it ends.
+#[derive(Debug)]
+pub struct JobDone {
+    pub id: i64,
+    pub token: i64,
+    /// The agent could not start: the machine must stop claiming until it can.
+    pub agent_error: Option<Error>,
+}
+
+/// Everything a job's task needs; shared by every job started under the same settings.
+pub struct JobCtx {
+    pub queue: Queue,
+    /// The repos' worktrees, when this machine has repos.
+    pub workspaces: Option<Arc<Workspaces>>,
+    pub watchdog: Watchdog,
+    /// How often the tail of a running agent's log is stored (the heartbeat).
+    pub log_every: Duration,
+    pub agent: AgentSpec,
+    pub env: AgentEnv,
+    pub machine: String,
+    /// SIGTERM to SIGKILL on a hand-off.
+    pub grace: Duration,
+    /// SIGTERM to SIGKILL when the lease is gone: short, the other machine may start soon.
+    pub kill_grace: Duration,
+    pub events: broadcast::Sender<Event>,
+    pub completer: Completer,
+    pub done: mpsc::UnboundedSender<JobDone>,
+    /// The lease keeper, asked before an outcome is written.
+    pub keeper: mpsc::UnboundedSender<Order>,
+    /// The retry backoff of jobs that carry none of their own.
+    pub backoff: Backoff,
+    /// Where a job with no repo gets a scratch directory of its own to run in.
+    pub scratch_root: std::path::PathBuf,
+}
+
+enum Outcome {
+    Exited(AgentExit, Option<AgentResult>),
+    Cancelled(CancelReason),
+}
+
+/// Why a job's place could not be prepared.
+enum NotReady {
+    /// This machine cannot run agents now (say, its log directory is unwritable): hand the
+    /// job back and stop claiming.
+    Machine(Error),
+    /// The job's worktree or setup failed: the attempt fails with this.
+    Job(String),
+    /// The machine stopped the job while it was being prepared (and why).
+    Stopped(CancelReason),
+}
+
+/// Where a job's agent runs, once prepared.
+struct Place {
+    log: Option<std::fs::File>,
+    spec: JobSpec,
+    worktree: Option<Worktree>,
+    /// A job with no repo: a fresh directory of its own, removed when the job's task ends.
+    scratch: Option<Scratch>,
+}
+
+/// Runs `claim` to its end and reports it.
+pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
+    let job = JobRef::of(&claim);
+    let (id, token) = (claim.id, claim.token);
+    let prepared = tokio::select! {
+        biased;
+        _ = cancel.token.cancelled() => Err(NotReady::Stopped(cancel.reason())),
+        p = prepare(&ctx, &claim) => p,
+    };
+    let Place { log, spec, worktree, scratch } = match prepared {
+        Ok(p) => p,
+        Err(why) => return not_ready(&ctx, job, why).await,
+    };
+    let cwd = match (&worktree, &scratch) {
+        (Some(w), _) => w.path.clone(),
+        (None, Some(s)) => s.0.clone(),
+        (None, None) => std::path::PathBuf::new(),
+    };
+    let launch = Launch { spec, cwd, worktree: worktree.as_ref().map(|w| (w.path.clone(), w.branch.clone())) };
+    let mut agent = match ctx.agent.start(&claim, &ctx.env, &launch, log).await {
+        Ok(a) => a,
+        Err(e) => {
+            if let (Some(ws), Some(wt)) = (&ctx.workspaces, &worktree) {
+                ws.finish(wt, false).await;
+            }
+            let why = match e {
+                StartError::Machine(e) => NotReady::Machine(e),
+                StartError::Job(msg) => NotReady::Job(msg),
+            };
+            return not_ready(&ctx, job, why).await;
+        }
+    };
+    let span = agent.log().cloned();
+    let tail = span.clone().map(|s| spawn_log_tail(&ctx, (id, token), s));
+    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), id).await;
+    drop(agent);
+    if let Some(t) = tail {
+        t.abort();
+        // The last words, on a task of its own: no outcome waits on a slow database. An
+        // agent that printed nothing has no words to store (that was one statement per job).
+        if let Some(s) = span.clone().filter(|s| s.written() > 0) {
+            let ctx = ctx.clone();
+            tokio::spawn(async move { store_tail(&ctx, (id, token), &s).await });
+        }
+    }
+    let outcome = match outcome {
+        Outcome::Exited(exit, result) => match standing(&ctx, (id, token)).await {
+            Standing::Held => Outcome::Exited(exit, with_summary(result, span.as_ref())),
+            // Past the deadline (say the runner was frozen while its agent finished) the
+            // outcome is not ours to write, even if the agent did the work.
+            Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
+            Standing::Lost => Outcome::Cancelled(CancelReason::LeaseLost),
+        },
+        cancelled => cancelled,
+    };
+    let ev = match (&ctx.workspaces, &worktree) {
+        (Some(ws), Some(wt)) => report_with_worktree(&ctx, ws, wt, job, outcome).await,
+        _ => report(&ctx, job, outcome, None).await,
+    };
+    if let Some(ev) = ev {
+        let _ = ctx.events.send(ev);
+    }
+    drop(scratch);
+    let _ = ctx.done.send(JobDone { id, token, agent_error: None });
+}
+
+/// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated) or
+/// the watchdog (likewise).
+async fn supervise(ctx: &JobCtx, agent: &mut RunningAgent, cancel: &Cancel, span: Option<LogSpan>, id: i64) -> Outcome {
+    tokio::select! {
+        biased;
+        exit = agent.wait() => Outcome::Exited(exit, result_of(agent, id).await),
+        _ = cancel.token.cancelled() => {
+            let why = cancel.reason();
+            match agent.try_exit() {
+                // It finished just as we were told to stop by a hand-off: report the outcome
+                // (fenced). After a lost or expired lease the outcome is not ours to write.
+                Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit, result_of(agent, id).await),
+                _ => {
+                    let grace = if why == CancelReason::HandOff { ctx.grace } else { ctx.kill_grace };
+                    agent.terminate(grace).await;
+                    Outcome::Cancelled(why)
+                }
+            }
+        }
+        why = ctx.watchdog.tripped(span) => {
+            tracing::warn!(job = id, "{why}");
+            agent.terminate(ctx.grace).await;
+            Outcome::Exited(AgentExit::Failed(why), None)
+        }
+    }
+}
+
+/// Reads the payload (strictly: a payload that does not parse, or whose `repo` is not the
+/// one the pick routed it by, is never run), opens the job's log and gives the agent a place
+/// of its own: the job's worktree (created, with the repo's setup where it may run), or for
+/// a job with no repo a fresh scratch directory. Never the runner's own directory.
+async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotReady> {
+    let spec = JobSpec::parse(&claim.payload).map_err(|e| NotReady::Job(format!("{e}; the job was not run")))?;
+    if spec.repo != claim.repo {
+        return Err(NotReady::Job(format!(
+            "the job was routed as repo {} but its payload says repo {}; the job was not run",
+            claim.repo.as_deref().unwrap_or("(none)"),
+            spec.repo.as_deref().unwrap_or("(none)")
+        )));
+    }
+    let needs_log = ctx.agent.writes_log() || spec.repo.is_some();
+    let mut log = match needs_log.then(|| ctx.env.open_log(claim)).transpose() {
+        Ok(l) => l,
+        Err(e) => return Err(NotReady::Machine(e)),
+    };
+    let Some(repo) = spec.repo.clone() else {
+        let scratch = match ctx.agent.is_process() {
+            true => Some(Scratch::new(&ctx.scratch_root, claim).map_err(NotReady::Machine)?),
+            false => None,
+        };
+        return Ok(Place { log, spec, worktree: None, scratch });
+    };
+    let Some(ws) = &ctx.workspaces else {
+        return Err(NotReady::Job(format!("this machine has no repo '{repo}' configured")));
+    };
+    let Some(l) = log.as_mut() else { return Ok(Place { log: None, spec, worktree: None, scratch: None }) };
+    let branch = spec.branch(claim.id);
+    let wt = ws
+        .prepare(claim.id, &repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
+        .await
+        .map_err(NotReady::Job)?;
+    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.id)).await {
+        ws.finish(&wt, false).await;
+        return Err(NotReady::Job(e));
+    }
+    Ok(Place { log, spec, worktree: Some(wt), scratch: None })
+}
+
+/// The scratch directory of a job with no repo: `<data dir>/scratch/<orchestrator>/<id>-<token>`,
+/// private, made new for each attempt and removed (without following links) when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(root: &std::path::Path, claim: &Claim) -> Result<Self> {
+        crate::safe_fs::private_dir(root)?;
+        let dir = root.join(format!("{}-{}", claim.id, claim.token));
+        if std::fs::symlink_metadata(&dir).is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_file(&dir);
+        }
+        crate::safe_fs::private_dir(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks out of the directory.
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::debug!(dir = %self.0.display(), error = %e, "could not remove a job's scratch dir");
+        }
+    }
+}
+
+/// A job whose place could not be prepared, or whose agent could not start.
+async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
+    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    let agent_error = match why {
+        NotReady::Machine(e) => {
+            // A broken agent is this machine's problem, not the job's: hand it back unharmed,
+            // and tell the machine, which stops claiming until the agent is back.
+            tracing::error!(job = id, error = %e, "agent could not start");
+            let _ = ctx.events.send(Event::AgentError { job: job.clone(), error: e.to_string() });
+            let reason = format!("not run here: {e}");
+            let _ = retry::transient("handing back", Budget::WRITE, || ctx.queue.release(id, token, m, &reason)).await;
+            Some(e)
+        }
+        NotReady::Job(msg) => {
+            tracing::warn!(job = id, "{msg}");
+            if let Some(ev) = report_exit(ctx, job, AgentExit::Failed(msg), AgentResult::default()).await {
+                let _ = ctx.events.send(ev);
+            }
+            None
+        }
+        NotReady::Stopped(why) => {
+            if let Some(ev) = report(ctx, job, Outcome::Cancelled(why), None).await {
+                let _ = ctx.events.send(ev);
+            }
+            None
+        }
+    };
+    let _ = ctx.done.send(JobDone { id, token, agent_error });
+}
+
+/// With no summary in the result file, the last line the agent printed.
+fn with_summary(result: Option<AgentResult>, span: Option<&LogSpan>) -> Option<AgentResult> {
+    let mut r = result.unwrap_or_default();
+    if r.summary.is_none() {
+        r.summary = span.and_then(LogSpan::last_line);
+    }
+    Some(r)
+}
+
+/// Stores the tail of the agent's log every `log_every` while it grows.
+fn spawn_log_tail(ctx: &Arc<JobCtx>, pair: (i64, i64), span: LogSpan) -> tokio::task::JoinHandle<()> {
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        // Nothing is worth storing until the agent writes something: our header line alone
+        // would cost a statement per job.
+        let mut last = Some(0);
+        let mut tick = tokio::time::interval(ctx.log_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let written = span.written();
+            if last != Some(written) {
+                last = Some(written);
+                store_tail(&ctx, pair, &span).await;
+            }
+        }
+    })
+}
+
+/// One try: the next heartbeat's store carries the same text anyway.
+async fn store_tail(ctx: &JobCtx, (id, token): (i64, i64), span: &LogSpan) {
+    let tail = crate::agent::tail_of(&span.path, LOG_TAIL_BYTES);
+    if let Err(e) = ctx.queue.store_log_tail(id, token, &ctx.machine, &tail).await {
+        tracing::debug!(job = id, error = %e, "could not store the log's tail");
+    }
+}
+
+/// The outcome of a job with a worktree: a hand-off carries the work in progress (commit,
+/// push within the bound, and the branch named in the fenced release); a completion pushes
+/// if the repo says so and removes the worktree when nothing would be lost (else the job
+/// says where it is kept); anything else keeps it for the next attempt here.
+async fn report_with_worktree(
+    ctx: &JobCtx,
+    ws: &Workspaces,
+    wt: &Worktree,
+    job: JobRef,
+    outcome: Outcome,
+) -> Option<Event> {
+    match outcome {
+        Outcome::Cancelled(CancelReason::HandOff) => {
+            let carried = ws.hand_off(wt).await;
+            tracing::info!(job = job.id, took_ms = carried.took.as_millis() as u64, "{}", carried.detail);
+            let ev = report(ctx, job, Outcome::Cancelled(CancelReason::HandOff), Some(carried.clone())).await;
+            ws.after_hand_off(wt, &carried).await;
+            ev
+        }
+        Outcome::Exited(AgentExit::Success, result) => {
+            if let Some(kept) = ws.finish(wt, true).await {
+                let write = || ctx.queue.record_worktree(job.id, job.token, &kept);
+                if let Err(e) = retry::transient("recording the worktree", Budget::NOTE, write).await {
+                    tracing::warn!(job = job.id, error = %e, "could not record where the worktree is kept");
+                }
+            }
+            report(ctx, job, Outcome::Exited(AgentExit::Success, result), None).await
+        }
+        other => {
+            ws.finish(wt, false).await;
+            report(ctx, job, other, None).await
+        }
+    }
+}
+
+/// Asks the lease keeper where this claim stands. No keeper (the machine is going away):
+/// held, and the fenced write decides.
+async fn standing(ctx: &JobCtx, pair: (i64, i64)) -> Standing {
+    let (tx, rx) = oneshot::channel();
+    if ctx.keeper.send(Order::Standing { pair, reply: tx }).is_err() {
+        return Standing::Held;
+    }
+    rx.await.unwrap_or(Standing::Held)
+}
+
+/// What the agent wrote to its result file; a malformed file is logged and ignored.
+async fn result_of(agent: &RunningAgent, id: i64) -> Option<AgentResult> {
+    match agent.result().await {
+        Ok(r) => r,
+        Err(why) => {
+            tracing::warn!(job = id, "ignoring the agent's result file: {why}");
+            None
+        }
+    }
+}
+
+/// Keeps the agent's summary and link on the job (fenced). Failing to is logged: the
+/// outcome matters more than its description.
+async fn keep_result(ctx: &JobCtx, (id, token): (i64, i64), r: &AgentResult) {
+    if r.summary.is_none() && r.url.is_none() {
+        return;
+    }
+    let write = || ctx.queue.record_result(id, token, r.summary.as_deref(), r.url.as_deref());
+    if let Err(e) = retry::transient("recording the result", Budget::NOTE, write).await {
+        tracing::warn!(job = id, error = %e, "could not record the agent's result");
+    }
+}
+
+/// Writes the outcome (fenced) and says what happened. `carried`: what a hand-off did with
+/// the work in progress.
+async fn report(
+    ctx: &JobCtx,
+    job: JobRef,
+    outcome: Outcome,
+    carried: Option<crate::worktree::HandOff>,
+) -> Option<Event> {
+    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    match outcome {
+        Outcome::Exited(exit, result) => {
+            let result = result.unwrap_or_default();
+            keep_result(ctx, (id, token), &result).await;
+            report_exit(ctx, job, exit, result).await
+        }
+        Outcome::Cancelled(CancelReason::Cancelled) => {
+            match retry::transient("cancelling", Budget::WRITE, || ctx.queue.finish_cancel(id, token, m)).await {
+                Ok(true) => Some(Event::Cancelled { job }),
+                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the cancel", e),
+            }
+        }
+        Outcome::Cancelled(CancelReason::HandOff) => {
+            let reason = match &carried {
+                Some(c) => format!("handed off by its machine; {}", c.detail),
+                None => "handed off by its machine".to_string(),
+            };
+            let resume = carried.as_ref().and_then(|c| c.pushed.as_deref());
+            match retry::transient("handing off", Budget::WRITE, || {
+                ctx.queue.release_with(id, token, m, &reason, resume)
+            })
+            .await
+            {
+                Ok(true) => Some(Event::Released { job }),
+                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the hand-off", e),
+            }
+        }
+        Outcome::Cancelled(CancelReason::LeaseLost) => {
+            note_later(ctx, (id, token), event::LEASE_LOST, "a renewal found the lease gone; agent stopped");
+            Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired })
+        }
+        Outcome::Cancelled(CancelReason::LeaseExpired) => {
+            // The outcome is never written: the sweep hands the job to the next machine.
+            let detail = "no renewal confirmed before the local deadline; agent stopped";
+            note_later(ctx, (id, token), event::LEASE_EXPIRED, detail);
+            Some(Event::LeaseLost { job, reason: LossReason::DeadlinePassed })
+        }
+    }
+}
+
+/// Writes the outcome of an agent that exited.
+async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentResult) -> Option<Event> {
+    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    match exit {
+        AgentExit::Success => {
+            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(id, token)).await {
+                Ok(Some(JobState::Cancelled)) => Some(Event::Cancelled { job }),
+                Ok(Some(_)) => Some(Event::Completed { job, summary: result.summary, url: result.url }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
+                Err(e) => gave_up(id, "the completion", e),
+            }
+        }
+        AgentExit::Failed(msg) => {
+            let fail = || ctx.queue.fail_with(id, token, m, &msg, ctx.backoff);
+            match retry::transient("failing", Budget::WRITE, fail).await {
+                Ok(Some(FailOutcome::Cancelled)) => Some(Event::Cancelled { job }),
+                Ok(Some(o)) => Some(Event::Failed { job, error: msg, dead: o == FailOutcome::Dead }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the failure", e),
+            }
+        }
+        AgentExit::TryLater => {
+            let after = result.retry_after.unwrap_or(RetryAfter::Backoff);
+            let park = || ctx.queue.park(id, token, m, after, ctx.backoff);
+            match retry::transient("parking", Budget::WRITE, park).await {
+                Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
+                Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),
+                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+                Err(e) => gave_up(id, "the park", e),
+            }
+        }
+    }
+}
+
+/// Records a loss once the database answers again, on a task of its own: the job's task ends
+/// as soon as its agent is dead, so no stop or hand-off waits on a database that is gone.
+fn note_later(ctx: &JobCtx, (id, token): (i64, i64), kind: &'static str, detail: &'static str) {
+    let (q, machine) = (ctx.queue.clone(), ctx.machine.clone());
+    tokio::spawn(async move { q.note(id, kind, &machine, Some(token), detail).await });
+}
+
+/// A write that could not be made within its budget: the sweep recovers the job.
+fn gave_up(id: i64, what: &str, e: Error) -> Option<Event> {
+    tracing::error!(job = id, error = %e, "giving up on {what}; the sweep will recover the job");
+    None
+}
+
+/// One completion waiting for its batch: the claim, and where its ending goes.
+type Completion = (i64, i64, oneshot::Sender<Result<Option<JobState>>>);
+
+/// Batches completions from one process into one fenced statement per flush. Under load
+/// each flush carries whatever queued up during the previous one; idle, it adds no delay.
+#[derive(Clone)]
+pub struct Completer {
+    tx: mpsc::UnboundedSender<Completion>,
+}
+
+impl Completer {
+    /// Runs until every clone of the returned completer is dropped.
+    pub fn spawn(queue: Queue, machine: String) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Completion>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < 256 {
+                    match rx.try_recv() {
+                        Ok(x) => batch.push(x),
+                        Err(_) => break,
+                    }
+                }
+                let pairs: Vec<(i64, i64)> = batch.iter().map(|(i, t, _)| (*i, *t)).collect();
+                match queue.complete_many(&pairs, &machine).await {
+                    Ok(accepted) => {
+                        for (id, token, reply) in batch {
+                            let ended = accepted.iter().find(|(p, _)| *p == (id, token)).map(|(_, s)| *s);
+                            let _ = reply.send(Ok(ended));
+                        }
+                    }
+                    Err(e) => {
+                        for (_, _, reply) in batch {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        Self { tx }
+    }
+
+    /// The state the claim ended in (`completed`, or `cancelled` after a cancel), or `None`
+    /// when the completion was fenced off.
+    pub async fn complete(&self, id: i64, token: i64) -> Result<Option<JobState>> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send((id, token, tx)).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
+        rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?
+    }
+}
+
+/// Pushes, now and then every `every`, the work in progress that a hand-off could not push
+/// (offline, say), and records the branch on its job so the next claim resumes from it.
+pub async fn push_pending(ws: Arc<Workspaces>, queue: Queue, every: Duration, stop: CancellationToken) {
+    loop {
+        for (job, branch) in ws.push_pending().await {
+            if let Err(e) = queue.resume_later(job, &branch, &ws.machine).await {
+                tracing::warn!(job, error = %e, "pushed the work in progress but could not record it on the job");
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}

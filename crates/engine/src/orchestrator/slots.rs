@@ -1,0 +1,203 @@
+//! The [`Machine`]'s slots: polling for claims, starting jobs into free slots, and what the
+//! lease keeper and finished jobs report about them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tokio_util::task::TaskTracker;
+
+use super::config::ClaimMode;
+use super::handle::StopMode;
+use super::lease::{News, Order, Pair};
+use super::machine::{unix_ms, Machine, Net, Slot};
+use super::poller::ClaimRequest;
+use super::runner::{run_job, Cancel, CancelReason, JobDone};
+use super::status::{Event, JobRef};
+use devpilot_store::error::Result;
+use devpilot_store::queue::{Claim, Polled};
+
+impl Machine {
+    pub(super) fn job_done(&mut self, done: JobDone) {
+        if self.slots.get(&done.id).is_some_and(|s| s.job.token == done.token) {
+            self.slots.remove(&done.id);
+        }
+        let _ = self.keeper.send(Order::Forget((done.id, done.token)));
+        if let Some(e) = &done.agent_error {
+            self.set_problem(e);
+        }
+        // A slot freed up: look for more work now.
+        self.poller.now();
+        self.publish();
+    }
+
+    pub(super) fn lease_news(&mut self, news: News) {
+        let cancel = |m: &Self, (id, token): Pair, why| {
+            if let Some(s) = m.slots.get(&id).filter(|s| s.job.token == token) {
+                s.cancel.cancel(why);
+            }
+        };
+        match news {
+            News::Lost(pair) => cancel(self, pair, CancelReason::LeaseLost),
+            News::Expired(pair) => cancel(self, pair, CancelReason::LeaseExpired),
+            News::CancelAsked(pair) => {
+                if self.slots.get(&pair.0).is_some_and(|s| s.job.token == pair.1) {
+                    tracing::info!(job = pair.0, "a cancel was asked for; stopping the agent");
+                }
+                cancel(self, pair, CancelReason::Cancelled)
+            }
+            News::ReleaseAsked(pair) => self.release_asked(pair),
+            News::Reached => self.set_online(true, None),
+            News::Unreachable(e) => {
+                tracing::warn!(error = %e, "heartbeat failed");
+                self.emit(Event::HeartbeatFailed { error: e.to_string() });
+                self.set_online(false, Some(e.to_string()));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ polling
+
+    pub(super) fn poll(&mut self) {
+        self.stats.polls.fetch_add(1, Ordering::Relaxed);
+        let free = self.cfg.concurrency.saturating_sub(self.slots.len() as u32);
+        self.maintenance.prune_tick();
+        if !self.accepting() || free == 0 {
+            self.maintenance.tick();
+            self.maybe_presence();
+            // Nothing to claim; a command or a finished job wakes us.
+            self.poller.rest(self.cfg.presence_every);
+            return;
+        }
+        self.poller.started();
+        // The herd-free pick carries the housekeeping that is due, so that an idle machine
+        // sends one statement per poll: presence in the same statement, and a read-only
+        // stale-lease test whose answer decides whether a sweep is worth a statement.
+        let by_id = self.cfg.claim_mode == ClaimMode::ById;
+        let presence = (!by_id && self.presence_due()).then(|| self.presence_fields());
+        let stale_after = (!by_id && self.maintenance.take_due()).then_some(self.cfg.claim_timeout);
+        if by_id {
+            self.maintenance.tick();
+            self.maybe_presence();
+        }
+        let req = ClaimRequest {
+            queue: self.queue.clone(),
+            mode: self.cfg.claim_mode,
+            orchestrator_id: self.cfg.orchestrator_id.clone(),
+            machine: self.cfg.machine.clone(),
+            free,
+            presence,
+            stale_after,
+            route: Arc::new(self.cfg.route()),
+            stats: self.stats.clone(),
+            events: self.events.clone(),
+        };
+        let (tx, hold, sent) = (self.net_tx.clone(), self.work.token(), self.clock.now());
+        tokio::spawn(async move {
+            let result = req.run().await;
+            let _ = tx.send(Net::Polled { result, asked: free, sent, hold });
+        });
+    }
+
+    pub(super) fn net(&mut self, net: Net) {
+        match net {
+            Net::Polled { result, asked, sent, hold } => self.polled(result, asked, sent, hold),
+            Net::OpenWork(Ok(w)) if w.open == 0 && self.slots.is_empty() && self.stop.is_none() => {
+                if w.unroutable > 0 {
+                    tracing::warn!(
+                        "no work this machine can take is left; {} queued job(s) wait for a machine with other \
+                         repos or labels (`devpilot status` says which, and why)",
+                        w.unroutable
+                    );
+                }
+                self.begin_stop(StopMode::HandOff, None);
+                self.publish();
+            }
+            Net::OpenWork(_) => {}
+        }
+    }
+
+    pub(super) fn polled(&mut self, result: Result<Polled>, asked: u32, sent: Duration, hold: TaskTrackerToken) {
+        let polled = match result {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "poll failed");
+                self.set_online(false, Some(e.to_string()));
+                self.poller.failed();
+                return;
+            }
+        };
+        self.set_online(true, None);
+        if polled.stale {
+            self.maintenance.sweep();
+        }
+        if !self.accepting() || !TaskTracker::ptr_eq(hold.task_tracker(), &self.work) {
+            // Dispatch went off, a pause, a hand-off or a stop began, or the agent went
+            // missing, while this poll was in flight: these claims are not wanted here (a
+            // hand-off that goes on claiming still gives back what was asked for before it).
+            // They go back on the poll's own tracker, so whatever waits for it waits for them.
+            for c in polled.claims {
+                self.hand_back(c, hold.task_tracker());
+            }
+            self.poller.answered(0, asked, false, self.cfg.until_empty);
+            self.publish();
+            return;
+        }
+        let got = polled.claims.len();
+        for c in polled.claims {
+            self.start_job(c, sent);
+        }
+        let busy = self.slots.len() as u32 >= self.cfg.concurrency;
+        self.poller.answered(got, asked, busy, self.cfg.until_empty);
+        if let Some(d) = polled.next_due {
+            // A job waits for a time (scheduled, or backing off): poll when it is due, not
+            // at the idle ceiling.
+            self.poller.cap(d);
+        }
+        if got == 0 && self.cfg.until_empty && self.slots.is_empty() {
+            self.check_open_work();
+        }
+        self.publish();
+    }
+
+    /// Releases a claim that landed after this machine stopped claiming, unrun and without
+    /// burning an attempt.
+    pub(super) fn hand_back(&self, c: Claim, on: &TaskTracker) {
+        tracing::info!(job = c.id, "a claim landed after claiming stopped; handing it back");
+        let (q, machine) = (self.queue.clone(), self.cfg.machine.clone());
+        on.spawn(async move {
+            let reason = "claimed just as this machine stopped claiming; handed back unrun";
+            let release = || q.release(c.id, c.token, &machine, reason);
+            if let Err(e) =
+                devpilot_store::retry::transient("handing back", devpilot_store::retry::Budget::WRITE, release).await
+            {
+                tracing::warn!(job = c.id, error = %e, "could not hand a claim back; the sweep will");
+            }
+        });
+    }
+
+    pub(super) fn start_job(&mut self, claim: Claim, sent: Duration) {
+        let job = JobRef::of(&claim);
+        if let Some(old) = self.slots.remove(&claim.id) {
+            // We re-claimed a job whose earlier claim of ours was swept (say, this machine
+            // stalled past the timeout). That old run is no longer ours: stop it.
+            old.cancel.cancel(CancelReason::LeaseLost);
+            let _ = self.keeper.send(Order::Forget((claim.id, old.job.token)));
+        }
+        let _ = self.keeper.send(Order::Hold { pair: (claim.id, claim.token), sent });
+        let cancel = Cancel::child_of(&self.hard_stop);
+        self.slots.insert(claim.id, Slot { job: job.clone(), started: unix_ms(), cancel: cancel.clone() });
+        self.emit(Event::Claimed { job });
+        self.work.spawn(run_job(self.ctx.clone(), claim, cancel));
+    }
+
+    pub(super) fn check_open_work(&self) {
+        let (q, tx, orch) = (self.queue.clone(), self.net_tx.clone(), self.cfg.orchestrator_id.clone());
+        let route = self.cfg.route();
+        self.work.spawn(async move {
+            let res = q.open_work(&orch, &route).await;
+            let _ = tx.send(Net::OpenWork(res));
+        });
+    }
+}

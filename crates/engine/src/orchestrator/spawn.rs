@@ -1,0 +1,147 @@
+//! Starting a machine: [`spawn`] and [`spawn_into`] wire the lease keeper, maintenance and
+//! the runner's context around a [`Machine`] task.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::clock::{BootClock, Clock};
+use super::config::RunConfig;
+use super::handle::Handle;
+use super::lease::{call_bound, Keeper, Order};
+use super::machine::{Health, Inbox, Machine, Problem, Wishes};
+use super::maintenance::{Maintenance, SweepCfg};
+use super::poller::Poller;
+use super::runner::{Completer, JobCtx, JobDone};
+use super::stats::Stats;
+use super::status::{Event, Status};
+use crate::agent::AgentEnv;
+use crate::worktree::Workspaces;
+use devpilot_store::listen::Hint;
+use devpilot_store::queue::Queue;
+
+/// Starts the orchestrator with a status channel of its own. `hints` carries LISTEN/NOTIFY
+/// wake-ups (see [`devpilot_store::listen`]).
+pub fn spawn(
+    queue: Queue,
+    cfg: RunConfig,
+    hints: Option<mpsc::Receiver<Hint>>,
+) -> (Handle, tokio::task::JoinHandle<()>) {
+    let status = watch::Sender::new(Status {
+        orchestrator_id: cfg.orchestrator_id.clone(),
+        machine: cfg.machine.clone(),
+        ..Status::default()
+    });
+    let (events, _) = broadcast::channel(1024);
+    spawn_into(queue, cfg, hints, status, events, Arc::new(BootClock))
+}
+
+/// Starts the orchestrator publishing into `status` and `events` (an app's channels, which
+/// outlive restarts), with the lease deadlines on `clock`.
+pub fn spawn_into(
+    queue: Queue,
+    cfg: RunConfig,
+    hints: Option<mpsc::Receiver<Hint>>,
+    status: watch::Sender<Status>,
+    events: broadcast::Sender<Event>,
+    clock: Arc<dyn Clock>,
+) -> (Handle, tokio::task::JoinHandle<()>) {
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+    let stats = Arc::new(Stats::default());
+    let handle = Handle { cmd: cmd_tx, events: events.clone(), status: status.subscribe(), stats: stats.clone() };
+    let queue = queue.with_call_timeout(call_bound(cfg.heartbeat));
+    let (news_tx, news_rx) = mpsc::unbounded_channel();
+    let (orders, orders_rx) = mpsc::unbounded_channel();
+    tokio::spawn(
+        Keeper::new(queue.clone(), clock.clone(), cfg.timing(), news_tx).counting(stats.clone()).run(orders_rx),
+    );
+    let (swept_tx, swept_rx) = mpsc::unbounded_channel();
+    let every = (cfg.sweep_every, cfg.prune_every);
+    let (maintenance, sweep_cfg) =
+        Maintenance::spawn(sweep_cfg(&queue, &cfg), every, events.clone(), stats.clone(), swept_tx);
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (net_tx, net_rx) = mpsc::unbounded_channel();
+    let problem = cfg.agent.check().err().map(|e| Problem::new(&e, cfg.problem_recheck()));
+    let m = Machine {
+        wishes: Wishes { enabled: cfg.start_enabled, paused: None },
+        poller: Poller::new(cfg.poll_base(), cfg.max_poll_interval),
+        ctx: Arc::new(job_ctx(&queue, &cfg, &events, done_tx.clone(), orders.clone())),
+        queue,
+        cfg,
+        events,
+        status,
+        stats,
+        slots: HashMap::new(),
+        keeper: orders,
+        maintenance,
+        sweep_cfg,
+        last_presence: None,
+        presence_order: (rand::random::<i64>(), 0),
+        db: Health { online: true, error: None },
+        problem,
+        work: TaskTracker::new(),
+        hard_stop: CancellationToken::new(),
+        stop: None,
+        clock,
+        net_tx,
+        done_tx,
+    };
+    let join =
+        tokio::spawn(m.run(Inbox { cmd: cmd_rx, done: done_rx, news: news_rx, net: net_rx, swept: swept_rx }, hints));
+    (handle, join)
+}
+
+pub(super) fn sweep_cfg(queue: &Queue, cfg: &RunConfig) -> SweepCfg {
+    SweepCfg {
+        queue: queue.clone(),
+        orchestrator_id: cfg.orchestrator_id.clone(),
+        claim_timeout: cfg.claim_timeout,
+        retention: cfg.retention,
+        file_dirs: vec![cfg.log_dir.clone(), cfg.payload_dir.clone()],
+        workspaces: workspaces(cfg),
+    }
+}
+
+/// The machine's worktrees, when it has repos.
+fn workspaces(cfg: &RunConfig) -> Option<Arc<Workspaces>> {
+    (!cfg.repos.is_empty()).then(|| {
+        Arc::new(
+            Workspaces::new(cfg.worktree_root.clone(), cfg.repos.clone(), &cfg.machine, cfg.push_bound)
+                .with_pass_env(cfg.pass_env.clone()),
+        )
+    })
+}
+
+pub(super) fn job_ctx(
+    queue: &Queue,
+    cfg: &RunConfig,
+    events: &broadcast::Sender<Event>,
+    done: mpsc::UnboundedSender<JobDone>,
+    keeper: mpsc::UnboundedSender<Order>,
+) -> JobCtx {
+    JobCtx {
+        queue: queue.clone(),
+        workspaces: workspaces(cfg),
+        watchdog: cfg.watchdog,
+        log_every: cfg.heartbeat,
+        agent: cfg.agent.clone(),
+        env: AgentEnv {
+            log_dir: cfg.log_dir.clone(),
+            payload_dir: cfg.payload_dir.clone(),
+            machine: cfg.machine.clone(),
+            pass_env: cfg.pass_env.clone(),
+        },
+        machine: cfg.machine.clone(),
+        grace: cfg.cancel_grace,
+        kill_grace: cfg.timing().kill_grace,
+        events: events.clone(),
+        completer: Completer::spawn(queue.clone(), cfg.machine.clone()),
+        done,
+        keeper,
+        backoff: cfg.backoff,
+        scratch_root: cfg.scratch_root.clone(),
+    }
+}

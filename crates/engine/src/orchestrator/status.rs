@@ -1,0 +1,224 @@
+//! What a machine says about itself: the one [`Status`] of its `watch` channel, and the
+//! [`Event`]s it broadcasts to the tray, the notifications and the CLI.
+
+use serde::Serialize;
+
+use devpilot_store::queue::{Claim, Presence, Route};
+
+/// A job, as events and the status name it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobRef {
+    pub id: i64,
+    pub title: Option<String>,
+    pub attempt: i32,
+    pub token: i64,
+}
+
+impl JobRef {
+    pub(super) fn of(c: &Claim) -> Self {
+        Self { id: c.id, title: c.title.clone(), attempt: c.attempt, token: c.token }
+    }
+
+    /// "title (#id)" or "#id".
+    pub fn label(&self) -> String {
+        match &self.title {
+            Some(t) => format!("{t} (#{})", self.id),
+            None => format!("#{}", self.id),
+        }
+    }
+}
+
+/// Why this machine lost a job.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LossReason {
+    /// A renewal found the lease gone (swept and maybe re-claimed elsewhere).
+    LeaseExpired,
+    /// No renewal was confirmed before the local deadline (the network is gone, or the
+    /// machine slept): the agent was stopped before anyone else could start one.
+    DeadlinePassed,
+    /// The agent finished but the fenced completion was rejected.
+    CompletionRejected,
+}
+
+/// What the orchestrator tells the tray, the notifications and the CLI.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Claimed {
+        job: JobRef,
+    },
+    LostRace {
+        job_id: i64,
+    },
+    HeartbeatFailed {
+        error: String,
+    },
+    LeaseLost {
+        job: JobRef,
+        reason: LossReason,
+    },
+    Completed {
+        job: JobRef,
+        /// What the agent said it did, and a link (its result file).
+        summary: Option<String>,
+        url: Option<String>,
+    },
+    /// A user cancelled the job while it ran here; the agent was stopped.
+    Cancelled {
+        job: JobRef,
+    },
+    /// The agent asked to be tried later (exit 75); the attempt did not count.
+    Parked {
+        job: JobRef,
+        /// Claimable again from this database time.
+        until_unix_ms: i64,
+    },
+    Failed {
+        job: JobRef,
+        error: String,
+        dead: bool,
+    },
+    Released {
+        job: JobRef,
+    },
+    AgentError {
+        job: JobRef,
+        error: String,
+    },
+    /// The agent cannot run here: the machine stopped claiming (said once).
+    AgentUnavailable {
+        error: String,
+    },
+    /// The agent is back: the machine claims again.
+    AgentAvailable,
+    Swept {
+        released: usize,
+        dead: usize,
+    },
+    SweepFailed {
+        error: String,
+    },
+    DatabaseOffline {
+        error: String,
+    },
+    DatabaseOnline,
+    StateChanged {
+        state: MachineState,
+    },
+    Stopped,
+}
+
+/// What this machine (and the app around it) is doing, in one word.
+#[derive(Clone, Copy, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MachineState {
+    /// The app is still connecting.
+    #[default]
+    Starting,
+    Idle,
+    Working,
+    Paused,
+    Off,
+    Offline,
+    /// Something the user must fix: the agent program, the keychain, the config file.
+    Error,
+    /// PostgreSQL with no agent command: nothing is claimed.
+    NeedsAgent,
+    Stopped,
+}
+
+impl MachineState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineState::Starting => "starting",
+            MachineState::Idle => "idle",
+            MachineState::Working => "working",
+            MachineState::Paused => "paused",
+            MachineState::Off => "off",
+            MachineState::Offline => "offline",
+            MachineState::Error => "error",
+            MachineState::NeedsAgent => "needs_agent",
+            MachineState::Stopped => "stopped",
+        }
+    }
+}
+
+/// Which agent runs jobs here.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    Demo,
+    Command,
+    /// A built-in preset (claude, codex, aider, gemini).
+    Preset,
+    #[default]
+    None,
+}
+
+/// A job running here.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RunningJob {
+    pub job: JobRef,
+    /// Local wall clock, for display only; leases use the database clock.
+    pub started_unix_ms: u64,
+}
+
+/// The one status of a machine, in one `watch` channel. The orchestrator writes what it
+/// knows (state, dispatch, pause, running jobs, the database's health, a problem); the app
+/// that embeds it writes who and where (names, database, agent kind, overrides) and the
+/// state while no orchestrator runs.
+#[derive(Clone, Debug, Serialize, PartialEq, Default)]
+pub struct Status {
+    pub state: MachineState,
+    /// What is wrong and what to do, when the state needs explaining.
+    pub message: Option<String>,
+    pub orchestrator_id: String,
+    pub machine: String,
+    /// `host:port/db` or the SQLite path; never a password.
+    pub database: String,
+    pub backend: String,
+    pub agent: AgentKind,
+    pub dispatch_enabled: bool,
+    pub paused: bool,
+    /// Seconds until an automatic resume; `None` while paused means "until resumed".
+    pub paused_for_secs: Option<u64>,
+    /// When that automatic resume is due, by this machine's wall clock (ms since the epoch,
+    /// whole seconds), for "paused until 14:30". Derived from the remaining time at each
+    /// publish, so it follows the pause's real end (the timer is monotonic: it does not run
+    /// while the machine sleeps) and changes only when the pause does.
+    pub paused_until_unix_ms: Option<u64>,
+    pub running: Vec<RunningJob>,
+    pub db_online: bool,
+    /// The environment variables overriding the settings file.
+    pub overrides: Vec<String>,
+}
+
+/// A presence row without its names, so it can travel into a spawned task.
+#[derive(Clone, Copy, Debug)]
+pub struct PresenceFields {
+    pub(super) status: &'static str,
+    pub(super) dispatch_enabled: bool,
+    pub(super) paused_until: Option<i64>,
+    pub(super) running: i32,
+    pub(super) concurrency: i32,
+    /// (run, seq): see [`Presence::order`].
+    pub(super) order: (i64, i64),
+}
+
+impl PresenceFields {
+    pub(super) fn presence<'a>(&self, orchestrator_id: &'a str, machine: &'a str, route: &'a Route) -> Presence<'a> {
+        Presence {
+            route: Some(route),
+            orchestrator_id,
+            machine,
+            status: self.status,
+            dispatch_enabled: self.dispatch_enabled,
+            paused_until: self.paused_until,
+            running: self.running,
+            concurrency: self.concurrency,
+            problem: None,
+            order: Some(self.order),
+        }
+    }
+}

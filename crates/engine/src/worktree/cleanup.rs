@@ -1,0 +1,122 @@
+//! Cleanup: after an attempt or a hand-off, and by retention, a worktree goes only when
+//! nothing in it would be lost; otherwise it is kept and its record says why.
+
+use std::path::Path;
+
+use super::handoff::{commit_all, push, unsaved};
+use super::record::{HandOff, Record, Worktree};
+use super::workspaces::{in_use, Workspaces, CLEANUP_BOUND, GIT_BOUND};
+use crate::git::Git;
+
+impl Workspaces {
+    /// The cleanup after a hand-off's release: the worktree goes if nothing in it would be
+    /// lost. Bounded, and after the release, so it never holds a job back.
+    pub async fn after_hand_off(&self, wt: &Worktree, carried: &HandOff) {
+        if carried.pushed.is_some() || !carried.detail.contains("stayed on") {
+            let _ = tokio::time::timeout(CLEANUP_BOUND, self.remove_if_safe(wt)).await;
+        }
+        in_use().remove(&wt.path);
+    }
+
+    /// After the job's attempt ended: push the branch if the job completed and the repo says
+    /// so, then remove the worktree if nothing in it would be lost. `Some(where)` when it is
+    /// kept. A failed attempt keeps its worktree (until retention) for the next attempt here.
+    pub async fn finish(&self, wt: &Worktree, completed: bool) -> Option<String> {
+        let kept = self.finish_inner(wt, completed).await;
+        in_use().remove(&wt.path);
+        kept
+    }
+
+    pub(super) async fn finish_inner(&self, wt: &Worktree, completed: bool) -> Option<String> {
+        if !completed {
+            let mut r = Self::record_of(wt);
+            r.kept = Some("its attempt did not complete".into());
+            self.save(&r);
+            return None;
+        }
+        if wt.repo.push {
+            if let Ok(Ok(_lock)) = tokio::time::timeout(CLEANUP_BOUND, self.lock(&wt.repo.path)).await {
+                // An agent that leaves committing to us (aider with --no-auto-commits) still
+                // gets its work onto the pushed branch.
+                let message = format!("devpilot: job #{} completed on {}", wt.job, self.machine);
+                let pushed = async {
+                    let git = wt.git().await;
+                    commit_all(&git, wt, &message, GIT_BOUND).await?;
+                    push(&git, wt, GIT_BOUND).await
+                };
+                if let Err(e) = pushed.await {
+                    tracing::warn!(job = wt.job, error = %e, "could not push the job's branch");
+                }
+            }
+        }
+        let removed = tokio::time::timeout(CLEANUP_BOUND + GIT_BOUND, self.remove_if_safe(wt)).await;
+        match removed {
+            Ok(kept) => kept.map(|why| format!("{}:{} ({why})", self.machine, wt.path.display())),
+            Err(_) => Some(format!("{}:{} (cleanup timed out)", self.machine, wt.path.display())),
+        }
+    }
+
+    /// Removes the worktree if nothing would be lost; else keeps it and says why.
+    pub(super) async fn remove_if_safe(&self, wt: &Worktree) -> Option<String> {
+        let why = match unsaved(&wt.git().await, wt, GIT_BOUND).await {
+            Ok(u) => u.describe(),
+            Err(e) => Some(format!("its state could not be read ({e})")),
+        };
+        if let Some(why) = why {
+            let mut r = Self::record_of(wt);
+            r.kept = Some(why.clone());
+            self.save(&r);
+            return Some(why);
+        }
+        let _lock = self.lock(&wt.repo.path).await.ok();
+        // The files copied in from the clone are ours to remove (never through a symlinked
+        // directory); anything else untracked has kept the worktree above.
+        for f in &wt.repo.copy {
+            let _ = crate::safe_fs::remove_beneath(&wt.path, Path::new(f));
+        }
+        // Nothing in it is unsaved: the directory goes (without following a link out of it),
+        // and git forgets it. (`git worktree remove` would run a status inside the worktree,
+        // reading what the agent left there.)
+        let clone = Git::clone_at(&wt.repo.path).await;
+        let removed = std::fs::remove_dir_all(&wt.path).map_err(|e| e.to_string());
+        let removed = match removed {
+            Ok(()) => clone.run(&["worktree", "prune"], GIT_BOUND).await,
+            Err(e) => Err(e),
+        };
+        match removed {
+            Ok(_) => {
+                // Only a branch whose every commit is on the remote (the agent may have
+                // switched branches in the worktree).
+                let remotes = format!("--remotes={}", wt.repo.remote);
+                let local = format!("refs/heads/{}", wt.branch);
+                let left = clone.run(&["rev-list", "--count", &local, "--not", &remotes], GIT_BOUND).await;
+                if left.as_deref() == Ok("0") {
+                    let _ = clone.run(&["branch", "-D", &wt.branch], GIT_BOUND).await;
+                }
+                let _ = std::fs::remove_file(self.record_path(wt.job));
+                None
+            }
+            Err(e) => {
+                tracing::warn!(job = wt.job, error = %e, "could not remove the worktree");
+                Some(format!("it could not be removed ({e})"))
+            }
+        }
+    }
+
+    /// Removes the worktrees of jobs in `finished` that have nothing unsaved; returns the
+    /// removed and the kept ones (with why).
+    pub async fn prune(&self, finished: &(dyn Fn(i64) -> bool + Sync)) -> (Vec<Record>, Vec<Record>) {
+        let (mut removed, mut kept) = (vec![], vec![]);
+        for r in self.records().into_iter().filter(|r| finished(r.job) && !r.pending_push) {
+            let wt = self.worktree_of(&r);
+            if in_use().contains(&wt.path) {
+                continue;
+            }
+            match self.remove_if_safe(&wt).await {
+                None => removed.push(r),
+                Some(why) => kept.push(Record { kept: Some(why), ..r }),
+            }
+        }
+        (removed, kept)
+    }
+}

@@ -1,0 +1,180 @@
+//! How every statement is sent: bounded, prepared or inlined (pooled mode), never with a NUL;
+//! a state change with its history ([`Queue::change`]); the clock and NOTIFY.
+
+use std::sync::atomic::Ordering;
+
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TransactionTrait, Value};
+
+use super::dialect::postgres_dialect;
+use super::history::History;
+use super::rows::{first_i64, ids_of};
+use super::Queue;
+use crate::error::{Error, Result};
+
+impl Queue {
+    /// Runs `call` within this queue's bound.
+    pub(super) async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.bound, call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.reconnect_in_background();
+                Err(Error::Timeout(self.bound))
+            }
+        }
+    }
+
+    /// A call cut at its bound may have been waiting for a connection to be established (after
+    /// a database restart, or on a loaded machine where the password handshake alone takes
+    /// longer than the bound): cutting it also cut the connect. So the connect goes on here, in
+    /// a task of its own bounded only by the pool's connect timeout, and the next call finds
+    /// the connection ready. Without it, forty machines reconnecting at once after a restart
+    /// each cut their own handshake short, forever.
+    fn reconnect_in_background(&self) {
+        if self.reconnecting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (db, flag) = (self.db.clone(), self.reconnecting.clone());
+        tokio::spawn(async move {
+            if let Err(e) = db.ping().await {
+                // Only the kind: a raw driver error is not run through the URL's redaction.
+                let kind = Error::from(e).kind();
+                tracing::debug!(kind, "reconnecting in the background failed; the next call tries again");
+            }
+            flag.store(false, Ordering::SeqCst);
+        });
+    }
+
+    pub(super) async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
+        let values = without_nul(values);
+        self.bounded(async {
+            if !self.is_pooled() {
+                match self.db.query_all_raw(self.stmt(sql, values.clone())).await {
+                    Err(e) if self.pooler_symptom(&e) => {}
+                    answer => return Ok(answer?),
+                }
+            }
+            Ok(crate::db::query_simple(&self.db, self.inlined(sql, &values)).await?)
+        })
+        .await
+    }
+
+    pub(super) async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
+        let values = without_nul(values);
+        self.bounded(async {
+            if !self.is_pooled() {
+                match self.db.execute_raw(self.stmt(sql, values.clone())).await {
+                    Err(e) if self.pooler_symptom(&e) => {}
+                    answer => return Ok(answer?.rows_affected()),
+                }
+            }
+            Ok(crate::db::exec_simple(&self.db, self.inlined(sql, &values)).await?)
+        })
+        .await
+    }
+
+    /// A statement of this module with its values written in (pooled mode, PostgreSQL).
+    fn inlined(&self, sql: &str, values: &[Value]) -> String {
+        crate::db::inline_values(&postgres_dialect(sql), values)
+    }
+
+    /// Whether `e` is what a transaction-mode pooler does to prepared statements: SQLSTATE
+    /// 42P05 (`prepared statement "sqlx_s_1" already exists`: another client prepared it on
+    /// this server) or 26000 (it was prepared on another server). Either fails at Parse or
+    /// Bind, before anything ran, so the statement is safe to send again unprepared. If so,
+    /// this queue (and its clones) switch to pooled mode for good.
+    fn pooler_symptom(&self, e: &sea_orm::DbErr) -> bool {
+        if self.backend != DbBackend::Postgres || !crate::error::is_prepared_statement_error(e) {
+            return false;
+        }
+        if !self.pooled.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                "the database connection goes through a transaction-mode pooler (a prepared statement \
+                 was found on the wrong server): switching to pooled mode, with no prepared statements \
+                 and no LISTEN; add pooled=true to the database URL to start that way"
+            );
+        }
+        true
+    }
+
+    /// A state change and its history, committed together. `update` is an UPDATE whose
+    /// RETURNING names at least `id, orchestrator_id, claim_token, claimed_by, state`; the
+    /// rows it returns are the answer. On PostgreSQL the history INSERT rides in the same
+    /// statement as a data-modifying CTE over the returned rows. SQLite has no such CTEs, so
+    /// the UPDATE and the INSERT run in one short transaction: the INSERT reads the changed
+    /// rows back, which inside the transaction are exactly what the UPDATE left.
+    pub(super) async fn change(
+        &self,
+        update: &str,
+        mut values: Vec<Value>,
+        h: &History<'_>,
+    ) -> Result<Vec<QueryResult>> {
+        if self.backend == DbBackend::Postgres {
+            values.push(h.machine.map(str::to_string).into());
+            let machine = format!("COALESCE(${}, claimed_by)", values.len());
+            let detail = h.detail.sql(&mut values);
+            let sql = format!(
+                "WITH changed AS ({update}), history AS (
+                    INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+                    SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {{NOW}} FROM changed)
+                 SELECT * FROM changed",
+                kind = h.kind
+            );
+            return self.query(&sql, values).await;
+        }
+        self.bounded(async {
+            let txn = self.db.begin().await?;
+            let rows = txn.query_all_raw(self.stmt(update, values)).await?;
+            if !rows.is_empty() {
+                txn.execute_raw(self.history_of(&ids_of(&rows)?, h)).await?;
+            }
+            txn.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// SQLite's half of [`Queue::change`]: the history of rows `ids` as they are now.
+    fn history_of(&self, ids: &[i64], h: &History<'_>) -> Statement {
+        let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
+        let detail = h.detail.sql(&mut values);
+        let first = values.len();
+        let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", first + i + 1)).collect();
+        values.extend(ids.iter().map(|id| Value::from(*id)));
+        let sql = format!(
+            "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+             SELECT id, orchestrator_id, {kind}, COALESCE($1, claimed_by), claim_token, {detail}, {{NOW}}
+               FROM dispatch_queue WHERE id IN ({list})",
+            kind = h.kind,
+            list = list.join(", ")
+        );
+        self.stmt(&sql, values)
+    }
+
+    /// Sends an empty NOTIFY on `channel`: the LISTEN probe's (see [`crate::listen`]), on this
+    /// queue's pool, so that the probe costs a machine no connection of its own.
+    pub async fn notify(&self, channel: &str) -> Result<()> {
+        self.query("SELECT pg_notify($1, '') IS NULL AS sent", vec![channel.into()]).await.map(drop)
+    }
+
+    /// The database clock, in milliseconds since the epoch.
+    pub async fn now_ms(&self) -> Result<i64> {
+        let rows = self.query("SELECT {NOW} AS now", vec![]).await?;
+        first_i64(&rows, "now")
+    }
+}
+
+/// The last net under every statement: PostgreSQL cannot store a NUL in text (and through a
+/// pooler, inlined into the query string, it would end the statement early: SQLSTATE 08P01),
+/// so a NUL that got past the checks at the door is replaced by U+FFFD, never sent. Text
+/// from people is refused at enqueue ([`crate::spec::check_payload`]); text from agents is
+/// cleaned where it is read (the engine's `agent::clean_text`).
+fn without_nul(mut values: Vec<Value>) -> Vec<Value> {
+    for v in &mut values {
+        if let Value::String(Some(s)) = v {
+            if s.contains('\0') {
+                *s = s.replace('\0', "\u{fffd}");
+            }
+        }
+    }
+    values
+}

@@ -1,5 +1,0 @@
-//! `devpilot`: the headless command line. See [`devpilot::cli`].
-
-fn main() -> std::process::ExitCode {
-    devpilot::cli::main()
-}
