@@ -14,6 +14,8 @@ export RUST_BACKTRACE=0
 # House rules first: a formatting or lint slip fails in seconds, not after the whole suite.
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# No file over 800 lines, no function over 80, no import cycle between files (README, Layout).
+python3 scripts/layout_check.py
 # The contrib systemd units (systemd-analyze verify; seconds, no build).
 bash tests/contrib/verify-units.sh
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::measure::{log, median, prefill_url, Env, Plan, ORCH};
+use crate::common::{completed, log, median, prefill_url, Backend, Env, Plan, ORCH};
 
 fn devpilot_bin() -> PathBuf {
     std::env::current_exe().unwrap().with_file_name("devpilot")
@@ -27,7 +27,7 @@ fn children_cpu_ms() -> f64 {
 /// One drain of `jobs` by `procs` × `devpilot run --concurrency conc -- /bin/sh -c 'exit 0'`.
 /// `runtime_dir`: the processes' `XDG_RUNTIME_DIR` (a login session's tmpfs), or none.
 async fn once(env: &Env, procs: usize, conc: usize, jobs: i64, runtime_dir: Option<&std::path::Path>) -> Value {
-    let url = env.fresh(crate::measure::Backend::Pg).await;
+    let url = env.fresh(Backend::Pg).await;
     prefill_url(&url, jobs).await;
     let home = env.tmp.join(format!("cli{}", env.next()));
     let pg0 = crate::cluster::postgres_cpu_ms();
@@ -62,7 +62,7 @@ async fn once(env: &Env, procs: usize, conc: usize, jobs: i64, runtime_dir: Opti
     let secs = start.elapsed().as_secs_f64();
     let cpu = children_cpu_ms() - cpu0;
     let pg = crate::cluster::postgres_cpu_ms() - pg0;
-    let done = crate::measure::completed(&url).await;
+    let done = completed(&url).await;
     // The data dirs stay until the run ends: thousands of files deleted now would slow the
     // next drain's file creation (ext4 scans past recently deleted inodes).
     json!({

@@ -18,7 +18,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde_json::{json, Value};
 
 use crate::cluster;
-use crate::measure::{connect, exec, log, median, pct, scalar, Env, ORCH};
+use crate::common::{connect, exec, log, median, pct, scalar, Backend, Env, ORCH};
 use crate::worker::Proc;
 
 /// How big and how long: `quick` only checks the machinery.
@@ -178,15 +178,10 @@ fn tcp_clients(port: u16) -> usize {
         .count()
 }
 
-/// 2,000 idle machines, pooled, through PgBouncer in transaction mode.
-pub async fn idle(env: &Env, plan: &FleetPlan) -> Value {
-    let bouncer = PgBouncer::start(&env.pg, "transaction");
-    let direct = env.fresh(crate::measure::Backend::Pg).await;
-    let dbname = Env::dbname(&direct);
-    let url = bouncer.url(&dbname);
-    let s = plan.scale as u64;
+/// The idle fleet's flags: every interval (poll, ceiling, presence, sweep) divided by `s`.
+fn scaled_intervals(s: u64) -> Vec<String> {
     let ms = |real_ms: u64| (real_ms / s).to_string();
-    let extra: Vec<String> = [
+    [
         "--poll-ms",
         &ms(2_000),
         "--max-poll-ms",
@@ -200,40 +195,73 @@ pub async fn idle(env: &Env, plan: &FleetPlan) -> Value {
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
+    .collect()
+}
+
+/// PostgreSQL's CPU over the next `window`, as a share of one core.
+async fn postgres_core_fraction(window: Duration) -> f64 {
+    let (pg0, t0) = (cluster::postgres_cpu_ms(), Instant::now());
+    tokio::time::sleep(window).await;
+    (cluster::postgres_cpu_ms() - pg0) / 1000.0 / t0.elapsed().as_secs_f64()
+}
+
+/// What the idle fleet cost over one window at its ceiling: CPU in ms, statements, and the
+/// connections sampled once a second.
+struct IdleWindow {
+    secs: f64,
+    calls: i64,
+    pg: f64,
+    bouncer_cpu: f64,
+    fleet_cpu: f64,
+    servers: Vec<f64>,
+    clients: Vec<f64>,
+}
+
+/// Measures the fleet of `pids` on database `dbname` (behind PgBouncer on `bouncer_port`)
+/// over `window`.
+async fn idle_window(env: &Env, dbname: &str, bouncer_port: u16, pids: &[u32], window: Duration) -> IdleWindow {
+    let calls_sql = format!(
+        "SELECT coalesce(sum(calls), 0)::bigint AS n FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{dbname}'"
+    );
+    let servers_sql = format!("SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname = '{dbname}'");
+    let calls0 = scalar(&env.admin, &calls_sql).await;
+    let (pg0, bouncer0, fleet0) = (cluster::postgres_cpu_ms(), cpu_of("pgbouncer"), pids_cpu(pids));
+    let t0 = Instant::now();
+    let mut servers = vec![];
+    let mut clients = vec![];
+    while t0.elapsed() < window {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        servers.push(scalar(&env.admin, &servers_sql).await as f64);
+        clients.push(tcp_clients(bouncer_port) as f64);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (pg, bouncer_cpu, fleet_cpu) =
+        (cluster::postgres_cpu_ms() - pg0, cpu_of("pgbouncer") - bouncer0, pids_cpu(pids) - fleet0);
+    // Our own sampling (one count per second) runs on the admin connection, in another
+    // database: pg_stat_statements counts it there, not here.
+    let calls = scalar(&env.admin, &calls_sql).await - calls0;
+    IdleWindow { secs, calls, pg, bouncer_cpu, fleet_cpu, servers, clients }
+}
+
+/// 2,000 idle machines, pooled, through PgBouncer in transaction mode.
+pub async fn idle(env: &Env, plan: &FleetPlan) -> Value {
+    let bouncer = PgBouncer::start(&env.pg, "transaction");
+    let direct = env.fresh(Backend::Pg).await;
+    let dbname = Env::dbname(&direct);
+    let url = bouncer.url(&dbname);
+    let s = plan.scale as u64;
+    let extra = scaled_intervals(s);
     // PostgreSQL's own background work (checkpointer, WAL writer, autovacuum) does not scale
     // with the fleet's poll rate: measure it alone first.
-    let idle_pg = {
-        let (pg0, t0) = (cluster::postgres_cpu_ms(), Instant::now());
-        tokio::time::sleep(plan.window / 2).await;
-        (cluster::postgres_cpu_ms() - pg0) / 1000.0 / t0.elapsed().as_secs_f64()
-    };
+    let idle_pg = postgres_core_fraction(plan.window / 2).await;
     log(format!("  starting {} pooled machines through PgBouncer (intervals / {})", plan.machines, plan.scale));
     let t_start = Instant::now();
     let fleet = start_fleet(env, &url, plan.machines, plan.orchs, plan.procs, &extra).await;
     let pids: Vec<u32> = fleet.iter().map(|w| w.pid()).collect();
     let started_secs = t_start.elapsed().as_secs_f64();
     tokio::time::sleep(plan.warmup).await;
-    let calls_sql = format!(
-        "SELECT coalesce(sum(calls), 0)::bigint AS n FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{dbname}'"
-    );
-    let servers_sql = format!("SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname = '{dbname}'");
-    let calls0 = scalar(&env.admin, &calls_sql).await;
-    let (pg0, bouncer0, fleet0) = (cluster::postgres_cpu_ms(), cpu_of("pgbouncer"), pids_cpu(&pids));
-    let t0 = Instant::now();
-    let mut servers = vec![];
-    let mut clients = vec![];
-    while t0.elapsed() < plan.window {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        servers.push(scalar(&env.admin, &servers_sql).await as f64);
-        clients.push(tcp_clients(bouncer.port) as f64);
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    let (pg, bouncer_cpu, fleet_cpu) =
-        (cluster::postgres_cpu_ms() - pg0, cpu_of("pgbouncer") - bouncer0, pids_cpu(&pids) - fleet0);
-    // Our own sampling (one count per second) runs on the admin connection, in another
-    // database: pg_stat_statements counts it there, not here.
-    let calls = scalar(&env.admin, &calls_sql).await - calls0;
+    let IdleWindow { secs, calls, pg, bouncer_cpu, fleet_cpu, servers, clients } =
+        idle_window(env, &dbname, bouncer.port, &pids, plan.window).await;
     let db = connect(&direct, 1).await;
     let machines_rows = scalar(&db, "SELECT count(*) AS n FROM machines").await;
     let lat = pickups(&db, plan.orchs, plan.pickups, true, Duration::from_secs(700 / s)).await;
@@ -303,7 +331,7 @@ async fn hint_cost(
 /// 300 machines on 30 orchestrators, LISTENing directly: pickup with NOTIFY, and the cost of
 /// one hint on the shared channel against one channel per orchestrator.
 pub async fn listening(env: &Env, plan: &FleetPlan) -> Value {
-    let url = env.fresh(crate::measure::Backend::Pg).await;
+    let url = env.fresh(Backend::Pg).await;
     log(format!("  starting {} listening machines on {} orchestrators", plan.listeners, plan.listen_orchs));
     let fleet = start_fleet(env, &url, plan.listeners, plan.listen_orchs, 3, &["--listen".to_string()]).await;
     let pids: Vec<u32> = fleet.iter().map(|w| w.pid()).collect();

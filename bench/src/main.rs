@@ -5,11 +5,14 @@
 //!
 //! # Layout
 //! - [`cluster`]: the throwaway PostgreSQL and CPU accounting from /proc.
-//! - [`measure`]: measurements a to h.
+//! - [`common`]: what the measurements share: the run's environment and plan, database helpers,
+//!   pre-filling a queue, statistics.
+//! - [`measure`]: measurements a to h, one module each (pgbench, claims, drain, latency, idle).
 //! - [`agent_path`]: (e) as a user runs it, `devpilot run` processes spawning a shell agent per job.
 //! - [`fleet`]: one PostgreSQL and thousands of machines: an idle pooled fleet, a listening one.
 //! - [`peers`]: Graphile Worker and pg-boss (`bench/peers/peer.js`) on the same cluster.
 //! - [`report`]: the Markdown report, the JSON file and the chart.
+//! - [`report_fmt`]: the number helpers both parts of the report use.
 //! - [`report_peers`]: the report's side-by-side with the peers, the ratios and their chart.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
 //!   `/bin/true`) agent, driven by the parent over stdin/stdout, for the multi-process drains.
@@ -20,10 +23,12 @@
 
 mod agent_path;
 mod cluster;
+mod common;
 mod fleet;
 mod measure;
 mod peers;
 mod report;
+mod report_fmt;
 mod report_peers;
 mod worker;
 

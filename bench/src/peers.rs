@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::measure::{log, median, Env, Plan};
+use crate::common::{log, median, Env, Plan};
 
 pub const PEERS: [&str; 2] = ["graphile", "pgboss"];
 

@@ -7,52 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::Value;
 
-pub(crate) fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
-pub(crate) fn rows(v: &Value) -> Vec<Value> {
-    v.as_array().cloned().unwrap_or_default()
-}
-
-/// (a) at `claimers` clients; 128 uses the highest measured (32).
-pub(crate) fn limit_at(j: &Value, claimers: u64) -> f64 {
-    let a = rows(&j["a"]);
-    a.iter()
-        .find(|r| r["claimers"].as_u64() == Some(claimers))
-        .or_else(|| a.last())
-        .map(|r| f(&r["claims_per_s"]))
-        .unwrap_or(f64::NAN)
-}
-
-pub(crate) fn find(v: &[Value], claimers: u64, procs: u64, batched: bool) -> Option<&Value> {
-    v.iter().find(|r| {
-        r["claimers"].as_u64() == Some(claimers)
-            && r["processes"].as_u64() == Some(procs)
-            && r["batched"].as_bool() == Some(batched)
-    })
-}
-
-pub(crate) fn n0(x: f64) -> String {
-    if x.is_nan() {
-        return "n/a".into();
-    }
-    let s = format!("{:.0}", x);
-    // thousands separators
-    let (neg, digits) = s.strip_prefix('-').map(|d| (true, d)).unwrap_or((false, &s));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if neg {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
+use crate::report_fmt::{f, find, limit_at, n0, rows};
 
 pub fn render(j: &Value, out: &Path) {
     let md = markdown(j, out);
@@ -69,6 +24,24 @@ pub fn render(j: &Value, out: &Path) {
 
 fn markdown(j: &Value, out: &Path) -> String {
     let mut m = String::new();
+    intro(&mut m, j);
+    targets(&mut m, j);
+    claims_section(&mut m, j);
+    pick_section(&mut m, j);
+    drains_section(&mut m, j);
+    latency_section(&mut m, j);
+    idle_section(&mut m, j);
+    sqlite_section(&mut m, j);
+
+    let _ = writeln!(m, "## Chart\n\n![throughput against claimers](throughput.png)\n");
+    if let Ok(notes) = std::fs::read_to_string(out.join("NOTES.md")) {
+        let _ = writeln!(m, "{notes}");
+    }
+    m
+}
+
+/// The run: when, where, the server's settings and the plan.
+fn intro(m: &mut String, j: &Value) {
     let _ = writeln!(m, "# DevPilot dispatch benchmark\n");
     let _ = writeln!(
         m,
@@ -94,8 +67,10 @@ fn markdown(j: &Value, out: &Path) -> String {
          Every claimer in b–d is its own \"machine\" with its own one-connection pool. The pgbench client, the benchmark and PostgreSQL share the same {} cores.\n",
         j["plan"]["claim_secs"], j["plan"]["repeats"], j["cores"]
     );
+}
 
-    // ---------------------------------------------------------------- targets
+/// The targets table (with the peers' rows and section when they were measured).
+fn targets(m: &mut String, j: &Value) {
     let _ = writeln!(m, "## Targets\n");
     let _ = writeln!(m, "| target | value | measured | verdict |\n|---|---|---|---|");
     let w = |k: &str| {
@@ -127,11 +102,13 @@ fn markdown(j: &Value, out: &Path) -> String {
         verdict(spp <= 1.0 + 1e-9)
     );
     if j["peers"].is_object() {
-        crate::report_peers::targets(&mut m, j);
-        crate::report_peers::section(&mut m, j);
+        crate::report_peers::targets(m, j);
+        crate::report_peers::section(m, j);
     }
+}
 
-    // ---------------------------------------------------------------- a–c
+/// (a), (b) and (c): claims per second against the physical limit.
+fn claims_section(m: &mut String, j: &Value) {
     let _ = writeln!(m, "\n## Claims (a, b, c) on PostgreSQL\n");
     let _ = writeln!(m, "Ratios are to (a) at the same number of clients, measured in this run.\n");
     let _ = writeln!(m, "| # | path | claimers | claims/s | × (a) | wasted attempts per claim | statements per claim |\n|---|---|---|---|---|---|---|");
@@ -161,10 +138,10 @@ fn markdown(j: &Value, out: &Path) -> String {
          (b) and (c) go through `devpilot_store::queue::Queue`, which also writes a `job_events` history row per claim: on PostgreSQL `claim_next` does it inside the claim statement (a data-modifying CTE, so (c) does more work per statement than (a)), and the naive path's by-id claim in a second statement (the \"statements per claim\" column counts statements). \
          A wasted attempt is a claim statement that claimed nothing while claimable jobs remained (for b: a conditional UPDATE that lost the race)."
     );
+}
 
-    pick_section(&mut m, j);
-
-    // ---------------------------------------------------------------- d, e
+/// (d) and (e): the full job cycle, with the profile of the 1-process drains.
+fn drains_section(m: &mut String, j: &Value) {
     let _ = writeln!(m, "\n## Full job cycle through the orchestrator loop (d, e) on PostgreSQL\n");
     let _ = writeln!(
         m,
@@ -214,8 +191,10 @@ fn markdown(j: &Value, out: &Path) -> String {
             }
         }
     }
+}
 
-    // ---------------------------------------------------------------- f, g
+/// (f): pickup latency on both backends.
+fn latency_section(m: &mut String, j: &Value) {
     let _ = writeln!(m, "\n## Pickup latency (f): enqueue to agent start, idle machine\n");
     let _ = writeln!(m, "| backend | mode | poll interval / ceiling | samples | p50 ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|");
     for (backend, key, v) in [
@@ -240,6 +219,11 @@ fn markdown(j: &Value, out: &Path) -> String {
         "\nTimed from just before `Queue::enqueue` to the loop's `Claimed` event, which it emits as it starts the agent; the machine is idle between samples (5–30 ms gaps with NOTIFY, 5–200 ms poll-only). \
          The NOTIFY machine runs the CLI defaults (poll 2 s, idle backoff to 5 min), so every pickup there is the hint's doing."
     );
+}
+
+/// (g): what an idle machine costs.
+fn idle_section(m: &mut String, j: &Value) {
+    let g = &j["g"];
     let _ = writeln!(m, "\n## Idle cost per machine (g), PostgreSQL with LISTEN\n");
     let _ = writeln!(
         m,
@@ -272,8 +256,10 @@ fn markdown(j: &Value, out: &Path) -> String {
     for s in rows(&g["statements_breakdown"]) {
         let _ = writeln!(m, "| {} | `{}` |", s["calls"], s["query"].as_str().unwrap_or("").replace('|', "\\|"));
     }
+}
 
-    // ---------------------------------------------------------------- h
+/// (h): the embedded SQLite backend.
+fn sqlite_section(m: &mut String, j: &Value) {
     let h = &j["h"];
     let _ = writeln!(m, "\n## The embedded SQLite backend (h)\n");
     let _ = writeln!(m, "WAL, `synchronous=NORMAL`, one file; the same statements (SQLite's single writer lock replaces SKIP LOCKED). Ratios are to PostgreSQL's (a).\n");
@@ -303,12 +289,6 @@ fn markdown(j: &Value, out: &Path) -> String {
         );
     }
     let _ = writeln!(m, "\n(f) for SQLite is in the latency table above.\n");
-
-    let _ = writeln!(m, "## Chart\n\n![throughput against claimers](throughput.png)\n");
-    if let Ok(notes) = std::fs::read_to_string(out.join("NOTES.md")) {
-        let _ = writeln!(m, "{notes}");
-    }
-    m
 }
 
 /// The job model's pick against the previous one (FIFO by `created_at`), both under pgbench

@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::Value;
 
-use crate::report::{f, find, limit_at, n0, rows};
+use crate::report_fmt::{f, find, limit_at, n0, rows};
 
 const PEERS: [(&str, &str); 2] = [("graphile", "Graphile Worker"), ("pgboss", "pg-boss")];
 
@@ -286,6 +286,12 @@ fn e_section(m: &mut String, j: &Value) {
 }
 
 fn fleet_section(m: &mut String, j: &Value) {
+    fleet_idle_section(m, j);
+    fleet_listening_section(m, j);
+}
+
+/// The idle fleet behind PgBouncer: what it costs PostgreSQL, measured and at the real intervals.
+fn fleet_idle_section(m: &mut String, j: &Value) {
     let fi = &j["fleet_idle"];
     let s = fi["scale"].as_u64().unwrap_or(10);
     let _ = writeln!(m, "\n## One PostgreSQL, thousands of machines\n");
@@ -352,6 +358,10 @@ fn fleet_section(m: &mut String, j: &Value) {
         f(&fi["pickup_ms"]["p95"]),
         f(&fi["pickup_p50_ms_real"]) / 1000.0
     );
+}
+
+/// The listening fleet: pickup by NOTIFY, and what one hint costs on each kind of channel.
+fn fleet_listening_section(m: &mut String, j: &Value) {
     let fl = &j["fleet_listening"];
     let _ = writeln!(
         m,

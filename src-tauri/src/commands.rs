@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use devpilot_app::config::SetAside;
 use devpilot_app::guide::Tested;
+use devpilot_app::job::JobState;
 use devpilot_app::orchestrator::StopMode;
 use devpilot_app::queue::{CancelOutcome, Counts, Enqueued, JobRow};
 use devpilot_app::settings::Settings;
@@ -16,8 +17,9 @@ use devpilot_app::{Error, Result};
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, Runtime, State};
 
+use crate::autostart::set_autostart;
 use crate::notify::Sent;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The command table, for the real app and for tests.
 pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + Sync + 'static {
@@ -130,14 +132,12 @@ pub struct JobList {
 
 #[tauri::command]
 pub async fn list_jobs(state: State<'_, AppState>, job_state: Option<String>, limit: Option<u32>) -> Result<JobList> {
-    const STATES: [&str; 6] = ["queued", "running", "failed", "completed", "dead", "cancelled"];
-    let filter = job_state.filter(|s| !s.is_empty() && s != "all");
-    if let Some(s) = &filter {
-        if !STATES.contains(&s.as_str()) {
-            return Err(Error::Invalid(format!("unknown job state '{s}'")));
-        }
-    }
-    let (jobs, counts) = state.engine.jobs(filter.as_deref(), limit.unwrap_or(100)).await?;
+    // "" and "all" are the window's "every state".
+    let filter = match job_state.as_deref().filter(|s| !s.is_empty() && *s != "all") {
+        None => None,
+        Some(s) => Some(JobState::parse(s).ok_or_else(|| Error::Invalid(format!("unknown job state '{s}'")))?),
+    };
+    let (jobs, counts) = state.engine.jobs(filter, limit.unwrap_or(100)).await?;
     let unroutable = state.engine.unroutable(&jobs).await?;
     Ok(JobList { jobs, counts, unroutable })
 }
@@ -229,7 +229,7 @@ pub async fn save_settings<R: Runtime>(
     let password = input.password.take();
     let autostart = input.settings.autostart;
     state.engine.apply_settings(input.settings.clone(), &input.db, password).await?;
-    crate::set_autostart(&app, autostart);
+    set_autostart(&app, autostart);
     get_settings(state).await
 }
 
@@ -238,17 +238,30 @@ pub async fn forget_password(state: State<'_, AppState>) -> Result<()> {
     state.engine.forget_password().await
 }
 
-/// Quits. `mode`: "hand_off" releases running jobs now; "drain" lets them finish (up to 10
-/// minutes) and hands off the rest; "check" quits only if nothing runs, and otherwise
-/// returns the running job ids for the window to ask about.
+/// How to quit, as the window asks: in JSON "check", "hand_off" or "drain".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuitMode {
+    /// Quit only if nothing runs; otherwise answer the running job ids for the window to ask about.
+    Check,
+    /// Release running jobs now, then quit.
+    HandOff,
+    /// Let running jobs finish (up to 10 minutes), hand off the rest, then quit.
+    Drain,
+    /// A mode this version does not know, kept as sent so [`quit`] refuses it by name.
+    #[serde(untagged)]
+    Unknown(String),
+}
+
+/// Quits as `mode` says (see [`QuitMode`]); answers the running job ids when it did not quit.
 #[tauri::command]
-pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mode: String) -> Result<Vec<i64>> {
+pub async fn quit<R: Runtime>(app: AppHandle<R>, state: State<'_, AppState>, mode: QuitMode) -> Result<Vec<i64>> {
     let running: Vec<i64> = state.engine.status().running.iter().map(|r| r.job.id).collect();
-    let stop = match mode.as_str() {
-        "check" if !running.is_empty() => return Ok(running),
-        "check" | "hand_off" => StopMode::HandOff,
-        "drain" => StopMode::Drain { grace: Duration::from_secs(600) },
-        other => return Err(Error::Invalid(format!("unknown quit mode '{other}'"))),
+    let stop = match mode {
+        QuitMode::Check if !running.is_empty() => return Ok(running),
+        QuitMode::Check | QuitMode::HandOff => StopMode::HandOff,
+        QuitMode::Drain => StopMode::Drain { grace: Duration::from_secs(600) },
+        QuitMode::Unknown(other) => return Err(Error::Invalid(format!("unknown quit mode '{other}'"))),
     };
     tracing::info!(?stop, running = running.len(), "quitting");
     state.quitting.store(true, Ordering::SeqCst);
@@ -510,6 +523,16 @@ mod tests {
         call(&w, "save_settings", json!({"input": {"settings": settings, "db": view["db"]}})).unwrap();
         let st = wait_status(&w, "idle");
         assert_eq!(st["orchestrator_id"], "renamed");
+    }
+
+    /// The quit modes keep the names the window sends; another name is kept, to be refused.
+    #[test]
+    fn quit_modes_keep_their_json_names() {
+        for (mode, name) in [(QuitMode::Check, "check"), (QuitMode::HandOff, "hand_off"), (QuitMode::Drain, "drain")] {
+            assert_eq!(serde_json::to_value(&mode).unwrap(), name);
+            assert_eq!(serde_json::from_value::<QuitMode>(json!(name)).unwrap(), mode);
+        }
+        assert_eq!(serde_json::from_value::<QuitMode>(json!("later")).unwrap(), QuitMode::Unknown("later".into()));
     }
 
     /// Quit with nothing running reports no jobs to ask about; unknown modes are refused.

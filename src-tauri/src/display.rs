@@ -7,23 +7,43 @@ const HEADLESS: &str = "On a headless machine (a server, or over SSH), run the e
 or the systemd user unit the package installs (`systemctl --user enable --now devpilot`; see contrib/systemd). \
 It is the same engine: it claims, runs and hands off jobs just as the tray app does.";
 
-/// Ok when GTK can open the session's display (Wayland or X11); else the paragraph to print.
-/// GTK decides (it also finds a Wayland socket through WAYLAND_SOCKET or the default
-/// `wayland-0`); the variables only word the message. Call on the main thread, before the
-/// app is built: GTK stays initialised on it, and tao then reuses that.
-pub fn check() -> Result<(), String> {
-    let Err(why) = init_toolkit() else { return Ok(()) };
+/// Why the tray app cannot start here; its text is the paragraph to print.
+#[derive(Debug)]
+pub enum NoDisplay {
+    /// Neither DISPLAY nor WAYLAND_DISPLAY (nor WAYLAND_SOCKET) is set.
+    Unset,
+    /// GTK could not open the session `session` names, for the toolkit's reason `why`.
+    Unopenable { session: String, why: String },
+}
+
+impl std::fmt::Display for NoDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoDisplay::Unset => write!(
+                f,
+                "devpilot-tray: there is no graphical session here (neither DISPLAY nor WAYLAND_DISPLAY is set), \
+                 so the tray app cannot start. {HEADLESS}"
+            ),
+            NoDisplay::Unopenable { session, why } => write!(
+                f,
+                "devpilot-tray: cannot open the graphical session ({session}: {why}), so the tray app cannot start. \
+                 {HEADLESS}"
+            ),
+        }
+    }
+}
+
+/// Ok when GTK can open the session's display (Wayland or X11). GTK decides (it also finds
+/// a Wayland socket through WAYLAND_SOCKET or the default `wayland-0`); the variables only
+/// word the message. Call on the main thread, before the app is built: GTK stays
+/// initialised on it, and tao then reuses that.
+pub fn check() -> Result<(), NoDisplay> {
+    let Some(why) = toolkit_refusal() else { return Ok(()) };
     let set = |v: &str| std::env::var_os(v).is_some_and(|s| !s.is_empty());
     if !set("DISPLAY") && !set("WAYLAND_DISPLAY") && !set("WAYLAND_SOCKET") {
-        return Err(format!(
-            "devpilot-tray: there is no graphical session here (neither DISPLAY nor WAYLAND_DISPLAY is set), \
-             so the tray app cannot start. {HEADLESS}"
-        ));
+        return Err(NoDisplay::Unset);
     }
-    Err(format!(
-        "devpilot-tray: cannot open the graphical session ({}: {why}), so the tray app cannot start. {HEADLESS}",
-        session()
-    ))
+    Err(NoDisplay::Unopenable { session: session(), why })
 }
 
 /// Which session GTK was pointed at, for the message.
@@ -37,12 +57,13 @@ fn session() -> String {
     }
 }
 
+/// The toolkit's reason it cannot start, if it cannot.
 #[cfg(target_os = "linux")]
-fn init_toolkit() -> Result<(), String> {
-    gtk::init().map_err(|e| e.message.to_string())
+fn toolkit_refusal() -> Option<String> {
+    gtk::init().err().map(|e| e.message.to_string())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn init_toolkit() -> Result<(), String> {
-    Ok(())
+fn toolkit_refusal() -> Option<String> {
+    None
 }

@@ -13,8 +13,8 @@ use tauri::menu::{CheckMenuItem, IsMenuItem, Menu, MenuItem, PredefinedMenuItem,
 use tauri::tray::{TrayIcon, TrayIconBuilder};
 use tauri::{AppHandle, Manager, Runtime};
 
+use crate::state::AppState;
 use crate::tray_text::{hover_text, job_lines, state_line};
-use crate::AppState;
 
 pub const TRAY_ID: &str = "devpilot";
 

@@ -8,15 +8,15 @@
 //!
 //! Checked at start (the answer decides whether the window opens), then kept current: the
 //! watcher's name and host signals on the bus, plus a slow poll for XEmbed (it has no bus
-//! signal). Without a host the window is the app's face ([`crate::window`]).
+//! signal), in [`crate::state::TrayHost`]. Without a host the window is the app's face
+//! ([`crate::window`]).
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tauri::{AppHandle, Emitter, Manager, Runtime};
-use tokio::sync::watch;
 
-use crate::AppState;
+use crate::state::AppState;
 
 const WATCHER: &str = "org.kde.StatusNotifierWatcher";
 /// How long the check at start may take before we assume there is no host.
@@ -36,42 +36,6 @@ const SETTLE: Duration = Duration::from_millis(1500);
 trait StatusNotifierWatcher {
     #[zbus(property)]
     fn is_status_notifier_host_registered(&self) -> zbus::Result<bool>;
-}
-
-/// A second close within this of the first goes through without asking again.
-const ASK_AGAIN: Duration = Duration::from_secs(10);
-
-/// Whether a tray host shows the icon, as last seen. Starts as "yes" so nothing asks before
-/// the first check has answered.
-pub struct TrayHost {
-    tx: watch::Sender<bool>,
-    /// When closing the window last asked (see [`TrayHost::asked_recently`]).
-    asked: std::sync::Mutex<Option<std::time::Instant>>,
-}
-
-impl Default for TrayHost {
-    fn default() -> Self {
-        Self { tx: watch::Sender::new(true), asked: std::sync::Mutex::new(None) }
-    }
-}
-
-impl TrayHost {
-    pub fn present(&self) -> bool {
-        *self.tx.borrow()
-    }
-
-    /// A close is being asked about now: true when one was asked within [`ASK_AGAIN`]
-    /// before (then this one goes through), else it is remembered and false.
-    pub fn asked_recently(&self) -> bool {
-        let Ok(mut last) = self.asked.lock() else { return false };
-        let now = std::time::Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < ASK_AGAIN) {
-            *last = None;
-            return true;
-        }
-        *last = Some(now);
-        false
-    }
 }
 
 /// Where the checks look: the session bus (if any) and, when GTK talks X11, the X server.
@@ -277,6 +241,6 @@ async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) 
 }
 
 fn set<R: Runtime>(app: &AppHandle<R>, present: bool) {
-    app.state::<AppState>().tray_host.tx.send_replace(present);
+    app.state::<AppState>().tray_host.set(present);
     let _ = app.emit("tray-host", present);
 }

@@ -26,7 +26,7 @@ pub fn tune_webkit_env() {
 /// when the last window is gone, WebKit's network helper ends too.
 pub fn on_event<R: Runtime>(window: &Window<R>, event: &WindowEvent) {
     if let WindowEvent::CloseRequested { api, .. } = event {
-        let state = window.app_handle().state::<crate::AppState>();
+        let state = window.app_handle().state::<crate::state::AppState>();
         if !state.tray_host.present() && !state.quitting.load(std::sync::atomic::Ordering::SeqCst) {
             // A second close soon after the first goes through (the app keeps running): a
             // page that cannot answer (hung, crashed) must not make the window unclosable.
@@ -267,7 +267,7 @@ pub fn open_url(url: &str) -> devpilot_app::Result<()> {
         return Err(devpilot_app::Error::Invalid(format!("not opening '{url}': only http(s) links are opened")));
     }
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-    spawn_opener(opener, url.as_ref()).map_err(|e| devpilot_app::Error::Io(format!("cannot run {opener}: {e}")))
+    spawn_opener(opener, url.as_ref()).map_err(|e| devpilot_app::Error::io(format!("cannot run {opener}"), e))
 }
 
 /// Opens a folder in the file manager.
@@ -280,8 +280,11 @@ pub fn reveal(dir: &Path) -> devpilot_app::Result<()> {
     } else {
         "xdg-open"
     };
-    spawn_opener(opener, dir.as_os_str())
-        .map_err(|e| devpilot_app::Error::Io(format!("cannot run {opener}: {e}; the logs are in {}", dir.display())))
+    spawn_opener(opener, dir.as_os_str()).map_err(|e| {
+        // Where the logs are goes after the error's own words, as the window shows it.
+        let e = std::io::Error::new(e.kind(), format!("{e}; the logs are in {}", dir.display()));
+        devpilot_app::Error::io(format!("cannot run {opener}"), e)
+    })
 }
 
 /// Starts the desktop's opener on `arg`, detached from our stdio.

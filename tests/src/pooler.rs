@@ -6,7 +6,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::{free_port, is_root, shared_pg, PgCluster};
+use crate::net::free_port;
+use crate::pg::{is_root, shared_pg, PgCluster};
+use crate::watchdog::when_gone;
 
 /// A PgBouncer process, stopped when this value is dropped (or the test process exits).
 pub struct PgBouncer {
@@ -105,7 +107,7 @@ impl PgBouncer {
 
     /// Kills PgBouncer once the test process is gone (runuser does not pass our death on).
     fn spawn_watchdog(&self) {
-        crate::when_gone(&format!(
+        when_gone(&format!(
             "pid=$(cat {dir}/pgbouncer.pid 2>/dev/null); [ -n \"$pid\" ] && kill -INT $pid 2>/dev/null; \
              sleep 1; rm -rf {dir}",
             dir = self.dir.display()

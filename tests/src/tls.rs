@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::{is_root, PgCluster, TEST_SETTINGS};
+use crate::pg::{is_root, PgCluster, TEST_SETTINGS};
+use crate::watchdog::remove_when_gone;
 
 /// The files of a test PKI: `ca` signed the server's certificate, which names only
 /// `localhost`; `other_ca` signed nothing the server has.
@@ -44,7 +45,7 @@ impl Certs {
     /// Makes a CA, a second CA, and a server certificate for `localhost` signed by the first.
     pub fn make() -> Certs {
         let dir = tempfile::Builder::new().prefix("devpilot-pki-").tempdir().expect("tempdir").keep();
-        crate::remove_when_gone(&dir);
+        remove_when_gone(&dir);
         make_ca(&dir, "ca");
         make_ca(&dir, "other-ca");
         openssl(&dir, &format!("req {EC_KEY} -keyout server.key -out server.csr -subj /CN=localhost"));

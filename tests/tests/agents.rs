@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use devpilot_store::job::JobState;
+use devpilot_store::queue::Fence;
 use devpilot_tests::{
     enqueue, fast_flags, git, run_cli, spawn_runner, wait_for, worktree_of, write_config, Backend, GitRemote,
     RecordingAgent, Runner, TestDb,
@@ -45,7 +47,7 @@ fn runner(db: &TestDb, home: &Path, orch: &str, machine: &str, extra: &[&str], a
     spawn_runner(home, &db.raw_url, orch, machine, &flags, agent, &[])
 }
 
-async fn wait_state(db: &TestDb, id: i64, state: &str, limit: Duration) -> bool {
+async fn wait_state(db: &TestDb, id: i64, state: JobState, limit: Duration) -> bool {
     wait_for(limit, || async { db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == state) }).await
 }
 
@@ -99,7 +101,7 @@ async fn a_hand_off_carries_the_work_to_the_next_machine(backend: Backend) {
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("#{id} handed off by laptop; its work in progress is on branch {branch}")), "{out}");
-    assert!(wait_state(&db, id, "completed", Duration::from_secs(30)).await, "the desktop completes it");
+    assert!(wait_state(&db, id, JobState::Completed, Duration::from_secs(30)).await, "the desktop completes it");
 
     assert_eq!(remote.show(&branch, "part1.txt").as_deref(), Some("part 1 by laptop\n"));
     assert_eq!(remote.show(&branch, "part2.txt").as_deref(), Some("part 2 by desktop\n"));
@@ -205,10 +207,10 @@ async fn routing_sends_each_job_to_a_machine_that_qualifies(backend: Backend) {
     let x = runner(&db, &home_x, &orch, "x", &["--concurrency", "2"], &agent.script);
     let y = runner(&db, &home_y, &orch, "y", &[], &agent.script);
     for (id, _) in &want {
-        assert!(wait_state(&db, *id, "completed", Duration::from_secs(60)).await, "job {id} completes");
+        assert!(wait_state(&db, *id, JobState::Completed, Duration::from_secs(60)).await, "job {id} completes");
     }
     for id in &anywhere {
-        assert!(wait_state(&db, *id, "completed", Duration::from_secs(30)).await);
+        assert!(wait_state(&db, *id, JobState::Completed, Duration::from_secs(30)).await);
     }
     for (id, machine) in &want {
         let h = db.queue.history(*id).await.unwrap();
@@ -244,7 +246,7 @@ async fn routing_sends_each_job_to_a_machine_that_qualifies(backend: Backend) {
     assert!(out.contains(&format!("#{tpu}")) && out.contains("no online machine has label tpu"), "{out}");
     assert!(out.contains(&format!("#{gamma}")) && out.contains("no online machine has repo gamma"), "{out}");
     for id in [tpu, gamma] {
-        assert_eq!(db.queue.job(id).await.unwrap().unwrap().0.state, "queued", "nobody took #{id}");
+        assert_eq!(db.queue.job(id).await.unwrap().unwrap().0.state, JobState::Queued, "nobody took #{id}");
         let h = db.queue.history(id).await.unwrap();
         assert!(!h.iter().any(|e| e.kind == "claimed"), "nobody ever claimed #{id}: {h:?}");
     }
@@ -330,7 +332,7 @@ fi"#,
         (silent, "no output for 1s; the watchdog stopped the agent"),
         (chatty, "ran longer than its maximum runtime of 3s; the watchdog stopped the agent"),
     ] {
-        assert!(wait_state(&db, id, "dead", Duration::from_secs(30)).await, "job {id} is stopped");
+        assert!(wait_state(&db, id, JobState::Dead, Duration::from_secs(30)).await, "job {id} is stopped");
         let (job, _) = db.queue.job(id).await.unwrap().unwrap();
         assert_eq!(job.last_error.as_deref(), Some(why));
         let h = db.queue.history(id).await.unwrap();
@@ -359,7 +361,10 @@ async fn the_log_tail_is_visible_from_any_machine(backend: Backend) {
     );
     let tail = other.log_tail(id).await.unwrap().unwrap();
     assert_eq!(tail.machine, "desktop");
-    assert!(!other.store_log_tail(id, tail.claim_token - 1, "laptop", "forged").await.unwrap(), "fenced");
+    assert!(
+        !other.store_log_tail(&Fence { job: id, token: tail.claim_token - 1 }, "laptop", "forged").await.unwrap(),
+        "fenced"
+    );
     assert!(other.log_tail(id).await.unwrap().unwrap().tail.contains("step 3"));
     drop(r);
 }
@@ -398,7 +403,7 @@ async fn setup_failures_and_worktree_cleanup(backend: Backend) {
     let mut r = spawn_runner(&home, &db.raw_url, &orch, "m", &flags, &agent.script, &[("DIRTY", &dirty.to_string())]);
     assert_eq!(r.wait_timeout(Duration::from_secs(60)), Some(0));
     let (job, _) = db.queue.job(bad).await.unwrap().unwrap();
-    assert_eq!(job.state, "dead");
+    assert_eq!(job.state, JobState::Dead);
     let err = job.last_error.unwrap_or_default();
     // "42" is the setup's own output: the command line only says $((40 + 2)).
     assert!(err.contains("setup `sh -c") && err.contains("npm ERR! missing lockfile 42"), "{err}");
@@ -406,7 +411,7 @@ async fn setup_failures_and_worktree_cleanup(backend: Backend) {
     assert!(log.contains("npm ERR! missing lockfile 42"), "{log}");
     assert!(!worktree_of(&home, &orch, clean).exists(), "a clean completed job's worktree goes at once");
     let (job, _) = db.queue.job(dirty).await.unwrap().unwrap();
-    assert_eq!(job.state, "completed");
+    assert_eq!(job.state, JobState::Completed);
     let kept = job.worktree.unwrap_or_default();
     assert!(kept.contains(&worktree_of(&home, &orch, dirty).display().to_string()) && kept.contains("uncommitted"));
 
@@ -432,10 +437,10 @@ async fn sql_producers_are_routed_too(backend: Backend) {
     .await;
     let id = db.scalar("SELECT MAX(id) FROM dispatch_queue").await.unwrap();
     let (job, _) = db.queue.job(id).await.unwrap().unwrap();
-    assert_eq!((job.repo.as_deref(), job.requires.clone()), (Some("webapp"), vec!["gpu".to_string()]));
+    assert_eq!((job.repo.as_deref(), job.requires.to_vec()), (Some("webapp"), vec!["gpu".to_string()]));
     assert!(db.queue.claim_next(&orch, "plain", 1).await.unwrap().is_empty(), "a machine without the repo skips it");
     let route = devpilot_store::queue::Route { repos: vec!["webapp".into()], labels: vec!["gpu".into()] };
     let extras = devpilot_store::queue::PollExtras { route: Some(&route), ..Default::default() };
     let got = db.queue.claim_next_with(&orch, "qualified", 1, &extras).await.unwrap().claims;
-    assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), vec![id]);
+    assert_eq!(got.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![id]);
 }

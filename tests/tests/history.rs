@@ -131,34 +131,7 @@ async fn history_matches_rows_after_kill_9(backend: Backend) {
     let reader = tokio::spawn(read_snapshots(db.queue.clone(), stop.clone(), restarting.clone()));
 
     let started = Instant::now();
-    let mut runners: Vec<Runner> = (0..RUNNERS).map(|i| spawn(&db, &orch, &format!("m{i}"), &agent)).collect();
-    let mut kills = 0;
-    // On PostgreSQL the server restarts once, after the first or second kill (while jobs are
-    // open: the loop ends before any fault once the queue is drained).
-    let mut pg_restarts = 0;
-    let restart_after = if backend.is_postgres() { rand::random_range(1..=2) } else { usize::MAX };
-    while kills < MAX_KILLS && started.elapsed() < DRAIN_LIMIT {
-        // The fault schedule, not a wait for a condition: kill at random moments of the drain.
-        tokio::time::sleep(Duration::from_millis(rand::random_range(300..=800))).await;
-        if db.queue.counts(&orch).await.expect("counts").open() == 0 {
-            break;
-        }
-        if kills == restart_after && pg_restarts == 0 {
-            restarting.store(true, Ordering::SeqCst);
-            restart_postgres(&db, &orch).await;
-            restarting.store(false, Ordering::SeqCst);
-            pg_restarts += 1;
-            continue;
-        }
-        let i = rand::random_range(0..RUNNERS);
-        let machine = runners[i].machine.clone();
-        // The runner and its agents die together, mid-whatever-they-were-doing.
-        signal_tree(runners[i].pid(), libc::SIGKILL);
-        assert!(runners[i].wait_timeout(Duration::from_secs(10)).is_some(), "{machine} died of SIGKILL");
-        // Same machine name: the restarted process is the same machine coming back.
-        runners[i] = spawn(&db, &orch, &machine, &agent);
-        kills += 1;
-    }
+    let (runners, kills, pg_restarts) = drain_with_faults(&db, &orch, &agent, backend, &restarting, started).await;
 
     let q = db.queue.clone();
     let o = orch.clone();
@@ -183,6 +156,55 @@ async fn history_matches_rows_after_kill_9(backend: Backend) {
         started.elapsed()
     );
 
+    faults_happened_and_every_snapshot_agreed(backend, kills, pg_restarts, &snaps);
+    every_job_agrees_with_its_history(&db, &orch).await;
+}
+
+/// Starts the runners and, until the queue is drained (or `MAX_KILLS`, or `DRAIN_LIMIT`
+/// from `started`), kills one at random moments and starts it again; on PostgreSQL, restarts
+/// the server once. Returns (the runners, kills, PostgreSQL restarts).
+async fn drain_with_faults(
+    db: &TestDb,
+    orch: &str,
+    agent: &RecordingAgent,
+    backend: Backend,
+    restarting: &AtomicBool,
+    started: Instant,
+) -> (Vec<Runner>, usize, usize) {
+    let mut runners: Vec<Runner> = (0..RUNNERS).map(|i| spawn(db, orch, &format!("m{i}"), agent)).collect();
+    let mut kills = 0;
+    // On PostgreSQL the server restarts once, after the first or second kill (while jobs are
+    // open: the loop ends before any fault once the queue is drained).
+    let mut pg_restarts = 0;
+    let restart_after = if backend.is_postgres() { rand::random_range(1..=2) } else { usize::MAX };
+    while kills < MAX_KILLS && started.elapsed() < DRAIN_LIMIT {
+        // The fault schedule, not a wait for a condition: kill at random moments of the drain.
+        tokio::time::sleep(Duration::from_millis(rand::random_range(300..=800))).await;
+        if db.queue.counts(orch).await.expect("counts").open() == 0 {
+            break;
+        }
+        if kills == restart_after && pg_restarts == 0 {
+            restarting.store(true, Ordering::SeqCst);
+            restart_postgres(db, orch).await;
+            restarting.store(false, Ordering::SeqCst);
+            pg_restarts += 1;
+            continue;
+        }
+        let i = rand::random_range(0..RUNNERS);
+        let machine = runners[i].machine.clone();
+        // The runner and its agents die together, mid-whatever-they-were-doing.
+        signal_tree(runners[i].pid(), libc::SIGKILL);
+        assert!(runners[i].wait_timeout(Duration::from_secs(10)).is_some(), "{machine} died of SIGKILL");
+        // Same machine name: the restarted process is the same machine coming back.
+        runners[i] = spawn(db, orch, &machine, agent);
+        kills += 1;
+    }
+    (runners, kills, pg_restarts)
+}
+
+/// The faults happened (a kill; on PostgreSQL one restart, with reads after it), and every
+/// snapshot the reader took saw the rows and their history agree.
+fn faults_happened_and_every_snapshot_agreed(backend: Backend, kills: usize, pg_restarts: usize, snaps: &Snapshots) {
     assert!(kills >= 1, "at least one runner was killed mid-drain");
     if backend.is_postgres() {
         assert_eq!(pg_restarts, 1, "PostgreSQL was restarted mid-drain");
@@ -197,8 +219,12 @@ async fn history_matches_rows_after_kill_9(backend: Backend) {
         snaps.taken,
         &snaps.violations[..snaps.violations.len().min(10)]
     );
+}
 
-    let jobs = db.queue.jobs(&orch, None, 1000).await.expect("jobs");
+/// Per job at the end: a completed job has one `completed` event, under the row's token, and
+/// every claim has its `claimed` event.
+async fn every_job_agrees_with_its_history(db: &TestDb, orch: &str) {
+    let jobs = db.queue.jobs(orch, None, 1000).await.expect("jobs");
     assert_eq!(jobs.len(), JOBS, "every job is still there");
     let mut problems = vec![];
     for job in &jobs {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use devpilot_store::job::JobState;
 use devpilot_store::queue::JobOptions;
 use devpilot_tests::{
     devpilot, enqueue, fast_flags, git, run_cli, spawn_runner, wait_for, write_config, Backend, GitRemote,
@@ -119,7 +120,7 @@ async fn a_symlinked_copy_file_is_never_written_through(backend: Backend) {
     let id = enqueue(&home, &db, &orch, &["--title", "Leak", "--repo", "web", "--base", "evil", "--max-attempts", "1"]);
     let (code, log) = drain(&home, &db, &orch, &agent.script, &[], Duration::from_secs(60));
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(job(&db, id).await.state, "completed");
+    assert_eq!(job(&db, id).await.state, JobState::Completed);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n", "nothing written outside");
     let branch = format!("devpilot/{id}-leak");
     assert_eq!(remote.show(&branch, "work.txt").as_deref(), Some("did the work\n"), "the job's work was pushed");
@@ -176,11 +177,11 @@ async fn an_unparsable_payload_never_runs_and_no_job_runs_in_the_runners_directo
     ]) {
         let j = job(&db, *id).await;
         let err = j.last_error.unwrap_or_default();
-        assert_eq!(j.state, "dead", "job {id}: {err}");
+        assert_eq!(j.state, JobState::Dead, "job {id}: {err}");
         assert!(err.contains(why) && err.contains("the job was not run"), "job {id}: {err}");
         assert!(!pwd.join(id.to_string()).exists(), "job {id} ran an agent");
     }
-    assert_eq!(job(&db, ids[3]).await.state, "completed");
+    assert_eq!(job(&db, ids[3]).await.state, JobState::Completed);
     let ran_in = std::fs::read_to_string(pwd.join(ids[3].to_string())).unwrap();
     let scratch = home.join("data/devpilot/scratch");
     assert!(ran_in.trim().starts_with(&scratch.display().to_string()), "ran in {ran_in}");
@@ -247,10 +248,10 @@ echo planted everything"#,
     let planted = std::fs::read_to_string(&mark).unwrap_or_default();
     assert!(planted.is_empty(), "code the agent planted ran inside DevPilot's git:\n{planted}");
     assert!(!planted.contains("DEVPILOT_DATABASE_URL"), "and saw the database URL");
-    assert_eq!(job(&db, id).await.state, "completed", "{}", job_log(&home, id));
+    assert_eq!(job(&db, id).await.state, JobState::Completed, "{}", job_log(&home, id));
     assert_eq!(remote.show(&format!("devpilot/{id}-plant"), "work.txt").as_deref(), Some("planted\n"));
     // The second job's agent plants again; its worktree was made with all of it in place.
-    assert_eq!(job(&db, next).await.state, "completed", "{}", job_log(&home, next));
+    assert_eq!(job(&db, next).await.state, JobState::Completed, "{}", job_log(&home, next));
 }
 
 /// A key of the clone's config that `-c` cannot take back (here a `pushInsteadOf` that would
@@ -280,7 +281,7 @@ echo work > work.txt"#,
     assert!(refs.stdout.is_empty(), "the push went to the agent's repository");
     assert!(remote.show(&format!("devpilot/{id}-rewrite"), "work.txt").is_none(), "nor anywhere else");
     let j = job(&db, id).await;
-    assert_eq!(j.state, "completed");
+    assert_eq!(j.state, JobState::Completed);
     let kept = j.worktree.unwrap_or_default();
     assert!(kept.contains("pushinsteadof") && kept.contains("does not follow"), "{kept}");
 }
@@ -322,7 +323,7 @@ async fn setup_runs_only_on_the_remotes_base(backend: Backend) {
     let second = enqueue(&home, &db, &orch, &["--title", "second", "--repo", "web", "--base", &branch]);
     let (code, log) = drain(&home, &db, &orch, &agent.script, &[], Duration::from_secs(60));
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(job(&db, second).await.state, "completed");
+    assert_eq!(job(&db, second).await.state, JobState::Completed);
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "base-setup\n", "setup ran once, on the base only");
     let jl = job_log(&home, first);
     assert!(jl.contains("setup `sh setup.sh` not run: this worktree holds an agent's work"), "{jl}");
@@ -347,7 +348,7 @@ async fn a_base_is_taken_only_from_the_remote(backend: Backend) {
     let (code, log) = drain(&home, &db, &orch, &agent.script, &[], Duration::from_secs(60));
     assert_eq!(code, Some(0), "{log}");
     let j = job(&db, id).await;
-    assert_eq!(j.state, "dead");
+    assert_eq!(j.state, JobState::Dead);
     assert!(j.last_error.unwrap_or_default().contains("no branch 'secret-wip' on origin"));
     let refs = Command::new("git")
         .arg("--git-dir")
@@ -406,11 +407,11 @@ async fn a_poison_prompt_never_blocks_the_machine(backend: Backend) {
     let stdin: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(stdin >= 200_000, "the whole prompt arrived on stdin: {line}");
     for id in [long, small] {
-        assert_eq!(job(&db, id).await.state, "completed", "job {id}");
+        assert_eq!(job(&db, id).await.state, JobState::Completed, "job {id}");
     }
     if let Some(id) = nul_id {
         let j = job(&db, id).await;
-        assert_eq!(j.state, "dead");
+        assert_eq!(j.state, JobState::Dead);
         assert!(j.last_error.unwrap_or_default().contains("NUL"), "failed with the reason");
     }
 }
@@ -454,12 +455,13 @@ echo finished"#,
     let zero = enqueue(&home, &db, &orch, &["--payload", r#"{"kind": "zero"}"#, "--priority", "1"]);
     let mut r = spawn_runner(&home, &db.raw_url, &orch, "m", &fast_flags(), &agent.script, &[]);
     for id in [fifo, zero] {
-        let done = wait_for(Duration::from_secs(30), || async { job(&db, id).await.state == "completed" }).await;
+        let done =
+            wait_for(Duration::from_secs(30), || async { job(&db, id).await.state == JobState::Completed }).await;
         assert!(done, "job {id} completes: {}", std::fs::read_to_string(&r.log).unwrap_or_default());
         assert_eq!(job(&db, id).await.summary.as_deref(), Some("finished"));
     }
     let stay = enqueue(&home, &db, &orch, &["--payload", r#"{"kind": "stay"}"#]);
-    assert!(wait_for(Duration::from_secs(30), || async { job(&db, stay).await.state == "running" }).await);
+    assert!(wait_for(Duration::from_secs(30), || async { job(&db, stay).await.state == JobState::Running }).await);
     assert!(
         wait_for(Duration::from_secs(10), || async {
             agent.records().iter().any(|x| x.kind == "start" && x.job == stay)
@@ -469,7 +471,7 @@ echo finished"#,
     // SAFETY: plain kill(2) of the runner we started.
     unsafe { libc::kill(r.pid() as i32, libc::SIGTERM) };
     assert_eq!(r.wait_timeout(Duration::from_secs(20)), Some(0), "the runner hands off and exits");
-    assert_eq!(job(&db, stay).await.state, "queued", "handed back");
+    assert_eq!(job(&db, stay).await.state, JobState::Queued, "handed back");
 }
 
 /// Finding 9. A 2 MB payload is refused by the CLI (before it is all read) and by a plain
@@ -534,6 +536,20 @@ async fn status_escapes_control_characters(backend: Backend) {
     assert!(!json_out.contains('\u{1b}'), "JSON escapes them too");
 }
 
+/// The variables in `f`, an `env -0` dump: (name, value) pairs.
+fn read_env_dump(f: &Path) -> Vec<(String, String)> {
+    std::fs::read(f)
+        .unwrap()
+        .split(|b| *b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let e = String::from_utf8_lossy(e);
+            let (k, v) = e.split_once('=').unwrap_or((&e, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
 /// The agent's environment is an allowlist: every variable an agent sees is a base one, a
 /// job's `DEVPILOT_*` one, one its preset's CLI reads, or one `pass_env` names. A secret in
 /// the runner's environment (a database URL, a token, a variable nobody has heard of yet)
@@ -575,18 +591,6 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
         assert_eq!(code, Some(0), "{log}");
     };
     run(&["--", &agent.script.display().to_string()], None);
-    let read = |f: &Path| -> Vec<(String, String)> {
-        std::fs::read(f)
-            .unwrap()
-            .split(|b| *b == 0)
-            .filter(|e| !e.is_empty())
-            .map(|e| {
-                let e = String::from_utf8_lossy(e);
-                let (k, v) = e.split_once('=').unwrap_or((&e, ""));
-                (k.to_string(), v.to_string())
-            })
-            .collect()
-    };
     let job_vars = [
         "DEVPILOT_JOB_ID",
         "DEVPILOT_ATTEMPT",
@@ -604,7 +608,7 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
             || shell.contains(&name)
             || name == "MY_VISIBLE"
     };
-    let seen = read(&dump.join(id.to_string()));
+    let seen = read_env_dump(&dump.join(id.to_string()));
     for (k, v) in &seen {
         assert!(allowed(k, &[]), "{k} reached a command agent");
         assert!(!v.contains("leak"), "{k}={v} carries a secret");
@@ -615,7 +619,7 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
     enqueue(&home, &db, &orch, &["--title", "claude env"]);
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     run(&["--agent", "claude"], Some(&path));
-    let seen = read(&dump.join("claude"));
+    let seen = read_env_dump(&dump.join("claude"));
     let needs = devpilot_engine::preset::Preset::Claude.env_needs();
     for (k, v) in &seen {
         assert!(allowed(k, needs), "{k} reached claude");
@@ -636,8 +640,8 @@ async fn until_empty_leaves_jobs_no_machine_here_can_take(backend: Backend) {
     let (code, log) = drain(&home, &db, &orch, &agent.script, &[], Duration::from_secs(30));
     assert_eq!(code, Some(0), "it exits: {log}");
     assert!(log.contains("1 queued job(s) wait for a machine with other repos or labels"), "{log}");
-    assert_eq!(job(&db, plain).await.state, "completed");
-    assert_eq!(job(&db, gpu).await.state, "queued");
+    assert_eq!(job(&db, plain).await.state, JobState::Completed);
+    assert_eq!(job(&db, gpu).await.state, JobState::Queued);
 }
 
 /// The runner keeps its database password from its agent: an agent (the same user, not

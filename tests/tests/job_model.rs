@@ -11,7 +11,8 @@ use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{
-    Backoff, CancelOutcome, FailOutcome, JobOptions, PollExtras, Pruned, Retention, RetryAfter, Start, MAX_KEY_LEN,
+    Backoff, CancelOutcome, FailOutcome, Fence, JobOptions, MachineStatus, PollExtras, Pruned, Retention, RetryAfter,
+    Start, MAX_KEY_LEN,
 };
 use devpilot_tests::{wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
@@ -58,7 +59,7 @@ async fn a_key_dedupes_while_its_job_is_live(backend: Backend) {
     let c = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
     let running = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("linear:ENG-7")).await.unwrap();
     assert_eq!((running.id, running.existing), (first.id, Some(JobState::Running)));
-    assert_eq!(db.queue.fail(c.id, c.token, "laptop", "exit 1").await.unwrap(), Some(FailOutcome::WillRetry));
+    assert_eq!(db.queue.fail(&c.fence, "laptop", "exit 1").await.unwrap(), Some(FailOutcome::WillRetry));
     let failed = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("linear:ENG-7")).await.unwrap();
     assert_eq!((failed.id, failed.existing), (first.id, Some(JobState::Failed)), "waiting to retry is live");
 
@@ -77,7 +78,7 @@ async fn a_key_dedupes_while_its_job_is_live(backend: Backend) {
 
     db.age_wait(first.id, 2 * HOUR).await;
     let c = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
-    assert!(db.queue.complete(c.id, c.token, "laptop").await.unwrap());
+    assert!(db.queue.complete(&c.fence, "laptop").await.unwrap());
     let next = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("linear:ENG-7")).await.unwrap();
     assert!(next.existing.is_none() && next.id != first.id, "a finished job frees its key");
     db.exec(&producer).await;
@@ -143,12 +144,15 @@ async fn the_pick_orders_by_priority_then_due_time_then_id(backend: Backend) {
 
     let mut order = vec![];
     while let Some(c) = db.queue.claim_next(&orch, "m", 1).await.unwrap().pop() {
-        order.push(c.id);
+        order.push(c.fence.job);
     }
     assert_eq!(order, vec![high, low_b, low_a, negative], "the scheduled job is not due yet");
     assert!(db.queue.claim_by_id(later, &orch, "m").await.unwrap().is_none(), "not by id either");
     db.age_wait(later, HOUR).await;
-    assert_eq!(db.queue.claim_next(&orch, "m", 5).await.unwrap().iter().map(|c| c.id).collect::<Vec<_>>(), [later]);
+    assert_eq!(
+        db.queue.claim_next(&orch, "m", 5).await.unwrap().iter().map(|c| c.fence.job).collect::<Vec<_>>(),
+        [later]
+    );
 }
 
 /// `--delay`/`--run-at` on the database clock: not claimable before, claimable after; an
@@ -174,11 +178,11 @@ async fn a_scheduled_job_waits_and_the_poll_says_when(backend: Backend) {
     let future = db.queue.enqueue_with(&orch, &json!({}), at).await.unwrap();
     assert_eq!(db.queue.job(future).await.unwrap().unwrap().0.run_at, now + 3_600_000);
     let got = db.queue.claim_next_with(&orch, "m", 3, &PollExtras::default()).await.unwrap();
-    assert_eq!(got.claims.iter().map(|c| c.id).collect::<Vec<_>>(), [past]);
+    assert_eq!(got.claims.iter().map(|c| c.fence.job).collect::<Vec<_>>(), [past]);
     assert!(got.next_due.is_some_and(|d| d <= Duration::from_secs(40)), "the 40 s job is still the next due");
 
     db.age_wait(id, Duration::from_secs(40)).await;
-    assert_eq!(db.queue.claim_next(&orch, "m", 3).await.unwrap().iter().map(|c| c.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(db.queue.claim_next(&orch, "m", 3).await.unwrap().iter().map(|c| c.fence.job).collect::<Vec<_>>(), [id]);
 }
 
 /// Attempt n waits `base * 2^(n-1)`, capped, ±10 %: the job's own backoff, else the
@@ -193,10 +197,7 @@ async fn a_failed_attempt_waits_out_its_backoff(backend: Backend) {
     for (attempt, expect_s) in [(1, 10), (2, 20), (3, 25), (4, 25)] {
         let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
         assert_eq!(c.attempt, attempt);
-        assert_eq!(
-            db.queue.fail_with(c.id, c.token, "m", "exit 1", runner).await.unwrap(),
-            Some(FailOutcome::WillRetry)
-        );
+        assert_eq!(db.queue.fail_with(&c.fence, "m", "exit 1", runner).await.unwrap(), Some(FailOutcome::WillRetry));
         let wait = due_in_ms(&db, id).await;
         let (lo, hi) = (expect_s * 900 - 1000, expect_s * 1100);
         assert!((lo..=hi).contains(&wait), "attempt {attempt}: {wait} ms, expected {expect_s} s ±10 %");
@@ -208,8 +209,8 @@ async fn a_failed_attempt_waits_out_its_backoff(backend: Backend) {
     // A job with no backoff of its own takes the runner's.
     let plain = db.queue.enqueue(&orch, &json!({})).await.unwrap();
     let c = db.queue.claim_next(&orch, "m", 2).await.unwrap();
-    let c = c.into_iter().find(|c| c.id == plain).unwrap();
-    db.queue.fail_with(c.id, c.token, "m", "exit 1", runner).await.unwrap();
+    let c = c.into_iter().find(|c| c.fence.job == plain).unwrap();
+    db.queue.fail_with(&c.fence, "m", "exit 1", runner).await.unwrap();
     let wait = due_in_ms(&db, plain).await;
     assert!((0..=1100).contains(&wait), "the runner's 1 s: {wait} ms");
     // The cap's arithmetic, as the window shows it.
@@ -227,7 +228,7 @@ async fn a_park_hands_back_without_counting(backend: Backend) {
     let d = Backoff::DEFAULT;
 
     let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
-    let (state, until) = db.queue.park(c.id, c.token, "m", RetryAfter::In(HOUR), d).await.unwrap().unwrap();
+    let (state, until) = db.queue.park(&c.fence, "m", RetryAfter::In(HOUR), d).await.unwrap().unwrap();
     assert_eq!(state, JobState::Queued);
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!((row.state.as_str(), row.attempts, row.run_at), ("queued", 0, until));
@@ -241,27 +242,27 @@ async fn a_park_hands_back_without_counting(backend: Backend) {
     db.age_wait(id, 2 * HOUR).await;
     let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
     assert_eq!(c.attempt, 1, "the park did not count");
-    let (_, until) = db.queue.park(c.id, c.token, "m", RetryAfter::At(now + 7_200_000), d).await.unwrap().unwrap();
+    let (_, until) = db.queue.park(&c.fence, "m", RetryAfter::At(now + 7_200_000), d).await.unwrap().unwrap();
     assert_eq!(until, now + 7_200_000, "retry_after as a time is taken as is");
 
     db.age_wait(id, 3 * HOUR).await;
     let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
-    db.queue.park(c.id, c.token, "m", RetryAfter::Backoff, d).await.unwrap();
+    db.queue.park(&c.fence, "m", RetryAfter::Backoff, d).await.unwrap();
     let wait = due_in_ms(&db, id).await;
     assert!((26_000..=33_000).contains(&wait), "no retry_after: the 30 s backoff: {wait}");
 
     // A retry_after in the past is "now", never a place ahead of the line.
     db.age_wait(id, HOUR).await;
     let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
-    db.queue.park(c.id, c.token, "m", RetryAfter::At(0), d).await.unwrap();
+    db.queue.park(&c.fence, "m", RetryAfter::At(0), d).await.unwrap();
     let wait = due_in_ms(&db, id).await;
     assert!((-1_000..=0).contains(&wait), "claimable from now, not from 1970: {wait}");
 
     let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
     db.queue.cancel(id, "desktop").await.unwrap();
-    let (state, _) = db.queue.park(c.id, c.token, "m", RetryAfter::In(HOUR), d).await.unwrap().unwrap();
+    let (state, _) = db.queue.park(&c.fence, "m", RetryAfter::In(HOUR), d).await.unwrap().unwrap();
     assert_eq!(state, JobState::Cancelled, "a cancel asked for first wins");
-    assert!(db.queue.park(c.id, c.token, "m", RetryAfter::In(HOUR), d).await.unwrap().is_none(), "fenced");
+    assert!(db.queue.park(&c.fence, "m", RetryAfter::In(HOUR), d).await.unwrap().is_none(), "fenced");
 }
 
 /// A waiting job is cancelled at once. A running one is *asked*: its holder learns it from
@@ -277,7 +278,7 @@ async fn cancel_ends_waiting_jobs_and_asks_running_ones(backend: Backend) {
     assert_eq!(db.queue.cancel(999_999, "desktop").await.unwrap(), None);
     let ids = db.queue.enqueue_many(&orch, &[json!({}), json!({}), json!({}), json!({})]).await.unwrap();
     let claims = db.queue.claim_next(&orch, "laptop", 4).await.unwrap();
-    let pairs: Vec<(i64, i64)> = claims.iter().map(|c| (c.id, c.token)).collect();
+    let pairs: Vec<Fence> = claims.iter().map(|c| c.fence).collect();
     for id in &ids {
         let asked = db.queue.cancel(*id, "desktop").await.unwrap();
         assert_eq!(asked, Some(CancelOutcome::Requested { holder: Some("laptop".into()) }));
@@ -288,13 +289,13 @@ async fn cancel_ends_waiting_jobs_and_asks_running_ones(backend: Backend) {
 
     // The holder stops the agent and says so; or its agent finished, failed or was handed off
     // in the same instant: all four end cancelled.
-    assert!(db.queue.finish_cancel(pairs[0].0, pairs[0].1, "laptop").await.unwrap());
-    assert!(db.queue.complete(pairs[1].0, pairs[1].1, "laptop").await.unwrap());
-    let failed = db.queue.fail(pairs[2].0, pairs[2].1, "laptop", "exit 1").await.unwrap();
+    assert!(db.queue.finish_cancel(&pairs[0], "laptop").await.unwrap());
+    assert!(db.queue.complete(&pairs[1], "laptop").await.unwrap());
+    let failed = db.queue.fail(&pairs[2], "laptop", "exit 1").await.unwrap();
     assert_eq!(failed, Some(FailOutcome::Cancelled));
-    assert!(db.queue.release(pairs[3].0, pairs[3].1, "laptop", "lid closing").await.unwrap());
+    assert!(db.queue.release(&pairs[3], "laptop", "lid closing").await.unwrap());
     for id in &ids {
-        assert_eq!(db.queue.job(*id).await.unwrap().unwrap().0.state, "cancelled", "job {id}");
+        assert_eq!(db.queue.job(*id).await.unwrap().unwrap().0.state, JobState::Cancelled, "job {id}");
         let kinds: Vec<String> = db.queue.history(*id).await.unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(kinds, ["claimed", "cancel_requested", "cancelled"], "job {id}");
     }
@@ -303,16 +304,16 @@ async fn cancel_ends_waiting_jobs_and_asks_running_ones(backend: Backend) {
     assert_eq!(h[2].machine.as_deref(), Some("laptop"), "who stopped the agent");
     assert_eq!(h[2].detail.as_deref(), Some("agent stopped on laptop; cancel asked by desktop"));
     assert_eq!(db.queue.counts(&orch).await.unwrap().completed, 0, "never completed after the cancel");
-    let (raced, _) = db.queue.job(pairs[1].0).await.unwrap().unwrap();
+    let (raced, _) = db.queue.job(pairs[1].job).await.unwrap().unwrap();
     assert_eq!((raced.completed_at, raced.finished_at.is_some()), (None, true), "and not stamped completed");
     assert!(db.queue.events_of_kind(&orch, "completed").await.unwrap().is_empty());
 
     // Requeue puts a cancelled job back, with the cancel forgotten.
     assert!(db.queue.requeue(ids[1], "desktop").await.unwrap());
     let c = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
-    assert!(db.queue.renew_leases(&[(c.id, c.token)]).await.unwrap().cancel.is_empty());
-    assert!(db.queue.complete(c.id, c.token, "laptop").await.unwrap());
-    assert_eq!(db.queue.job(ids[1]).await.unwrap().unwrap().0.state, "completed");
+    assert!(db.queue.renew_leases(&[c.fence]).await.unwrap().cancel.is_empty());
+    assert!(db.queue.complete(&c.fence, "laptop").await.unwrap());
+    assert_eq!(db.queue.job(ids[1]).await.unwrap().unwrap().0.state, JobState::Completed);
     assert!(!db.queue.requeue(999_999, "desktop").await.unwrap());
 }
 
@@ -325,17 +326,17 @@ async fn retention_deletes_only_old_finished_work(backend: Backend) {
     let ids = db.queue.enqueue_many(&orch, &(0..7).map(|i| json!({ "n": i })).collect::<Vec<_>>()).await.unwrap();
     let [old_done, new_done, old_cancelled, dead_20d, dead_31d, running, queued] = ids[..] else { panic!() };
     let claims = db.queue.claim_next(&orch, "m", 7).await.unwrap();
-    let token = |id: i64| claims.iter().find(|c| c.id == id).unwrap().token;
+    let fence = |id: i64| claims.iter().find(|c| c.fence.job == id).unwrap().fence;
     for id in [old_done, new_done] {
-        db.queue.complete(id, token(id), "m").await.unwrap();
+        db.queue.complete(&fence(id), "m").await.unwrap();
     }
     db.queue.cancel(old_cancelled, "me").await.unwrap();
-    db.queue.finish_cancel(old_cancelled, token(old_cancelled), "m").await.unwrap();
+    db.queue.finish_cancel(&fence(old_cancelled), "m").await.unwrap();
     for id in [dead_20d, dead_31d] {
         db.exec(&format!("UPDATE dispatch_queue SET max_attempts = 1 WHERE id = {id}")).await;
-        assert_eq!(db.queue.fail(id, token(id), "m", "boom").await.unwrap(), Some(FailOutcome::Dead));
+        assert_eq!(db.queue.fail(&fence(id), "m", "boom").await.unwrap(), Some(FailOutcome::Dead));
     }
-    db.queue.release(queued, token(queued), "m", "back").await.unwrap();
+    db.queue.release(&fence(queued), "m", "back").await.unwrap();
     for id in [old_done, old_cancelled] {
         db.age_finished(id, 15 * DAY).await;
     }
@@ -371,7 +372,7 @@ fn presence<'a>(orch: &'a str, machine: &'a str) -> devpilot_store::queue::Prese
     devpilot_store::queue::Presence {
         orchestrator_id: orch,
         machine,
-        status: "online",
+        status: MachineStatus::Online,
         dispatch_enabled: true,
         paused_until: None,
         running: 0,
@@ -407,7 +408,7 @@ async fn retention_runs_on_the_poll_path(backend: Backend) {
     let orch = db.orch("autoprune");
     let ids = db.queue.enqueue_many(&orch, &[json!({}), json!({})]).await.unwrap();
     for c in db.queue.claim_next(&orch, "earlier", 2).await.unwrap() {
-        db.queue.complete(c.id, c.token, "earlier").await.unwrap();
+        db.queue.complete(&c.fence, "earlier").await.unwrap();
     }
     db.age_finished(ids[0], 15 * DAY).await;
     let mut cfg = RunConfig::new(&orch, "m", AgentSpec::NoOp, db.dir.path().to_path_buf());
@@ -463,7 +464,7 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
     assert_eq!(db.scalar(&col("finished_at", cancelled)).await, Some(9_900), "cancelled: its last event");
     let mut order = vec![];
     while let Some(c) = db.queue.claim_next(&orch, "m", 1).await.unwrap().pop() {
-        order.push(c.id);
+        order.push(c.fence.job);
     }
     assert_eq!(order, [first + 1, first], "both claimable at once, the older enqueue first");
     let a = db.queue.enqueue_keyed(&orch, &json!({}), &keyed("k")).await.unwrap();
@@ -495,7 +496,7 @@ async fn a_cancel_missed_while_not_listening_is_learnt_at_the_resync(backend: Ba
     // Nothing tells this machine (it has no listener) until LISTEN is up again.
     hints.send(Hint::Resync).await.unwrap();
     let ended = wait_for(Duration::from_secs(5), || async {
-        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == "cancelled")
+        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == JobState::Cancelled)
     })
     .await;
     assert!(ended, "the resync's renewal carried the cancel, well before the 20 s heartbeat");

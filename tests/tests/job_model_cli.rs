@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use devpilot_store::job::JobState;
 use devpilot_tests::{run_cli, spawn_runner, wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
 
@@ -130,7 +131,7 @@ async fn a_running_job_is_cancelled_from_another_machine(backend: Backend) {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("asked laptop to stop"), "{out}");
     let ended = wait_for(Duration::from_secs(15), || async {
-        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == "cancelled")
+        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == JobState::Cancelled)
     })
     .await;
     assert!(ended, "the job ended cancelled");
@@ -181,7 +182,11 @@ esac"#;
     let last = db.queue.history(park).await.unwrap().pop().unwrap();
     assert_eq!(last.kind, "parked");
     assert!(last.detail.unwrap().contains("claimable again at"));
-    assert_eq!(db.queue.job(garbled).await.unwrap().unwrap().0.state, "completed", "a bad result file fails nothing");
+    assert_eq!(
+        db.queue.job(garbled).await.unwrap().unwrap().0.state,
+        JobState::Completed,
+        "a bad result file fails nothing"
+    );
 
     let (code, out, err) = run_cli(home, url, &["status", "--orchestrator", &orch, "--json"], None);
     assert_eq!(code, 0, "{err}");
@@ -226,7 +231,7 @@ async fn a_scheduled_job_is_claimed_when_due_not_at_the_idle_poll(backend: Backe
         (id, spawn_runner(home, url, &orch, "m", &flags, &agent.script, &[]))
     };
     let done = wait_for(Duration::from_secs(30), || async {
-        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == "completed")
+        db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == JobState::Completed)
     })
     .await;
     assert!(done, "claimed when due, not at the next 5-minute poll");
@@ -243,9 +248,9 @@ async fn status_shows_backoffs_and_prune_deletes_old_work(backend: Backend) {
     let (home, url, orch) = (db.dir.path(), db.raw_url.as_str(), db.orch("status"));
     let ids = db.queue.enqueue_many(&orch, &[json!({"title": "flaky"}), json!({}), json!({})]).await.unwrap();
     let claims = db.queue.claim_next(&orch, "m", 3).await.unwrap();
-    db.queue.fail(claims[0].id, claims[0].token, "m", "exit 1").await.unwrap();
+    db.queue.fail(&claims[0].fence, "m", "exit 1").await.unwrap();
     for c in &claims[1..] {
-        db.queue.complete(c.id, c.token, "m").await.unwrap();
+        db.queue.complete(&c.fence, "m").await.unwrap();
     }
     let (code, out, err) = run_cli(home, url, &["status", "--orchestrator", &orch], None);
     assert_eq!(code, 0, "{err}");
@@ -261,5 +266,5 @@ async fn status_shows_backoffs_and_prune_deletes_old_work(backend: Backend) {
     assert_eq!(code, 0);
     assert!(out.starts_with("deleted 1 finished job(s)"), "{out}");
     assert!(db.queue.job(ids[1]).await.unwrap().is_none() && db.queue.job(ids[2]).await.unwrap().is_none());
-    assert_eq!(db.queue.job(ids[0]).await.unwrap().unwrap().0.state, "failed", "live work is untouched");
+    assert_eq!(db.queue.job(ids[0]).await.unwrap().unwrap().0.state, JobState::Failed, "live work is untouched");
 }

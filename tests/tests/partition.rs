@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use devpilot_store::job::JobState;
 use devpilot_tests::{shared_pg, signal_tree, spawn_runner, wait_for, Backend, Forwarder, Record, RecordingAgent};
 use devpilot_tests::{Runner, TestDb};
 use serde_json::json;
@@ -88,16 +89,40 @@ async fn cut_off_machine_stops_before_takeover(fault: Fault) {
     let url_a = format!("postgres://postgres:{}@127.0.0.1:{}/{}", pg.password, fwd.port(), db_name);
     assert_ne!(url_a, db.raw_url);
 
-    let mut a = Machine(spawn_runner(home, &url_a, &orch, "a", FLAGS, &agent.script, &[]));
-    let id = db.queue.enqueue(&orch, &json!({"title": "partition"})).await.expect("enqueue");
+    let (mut a, id, b) = a_runs_the_job_and_b_is_up(&db, &agent, &orch, &url_a).await;
+
+    let cut_at = Instant::now();
+    match fault {
+        Fault::Silence => fwd.silence(),
+        Fault::Refuse => fwd.refuse(),
+    }
+    a_stops_its_agent_before_b_starts(&agent, &a, id, fault, cut_at).await;
+    b_alone_completes_the_job(&db, &agent, &mut a, id, fault).await;
+
+    // The database answers again: A learns what happened to its lease and records it.
+    fwd.open();
+    a_records_the_expiry_and_claims_again(&db, &agent, a, b, &orch, id).await;
+}
+
+/// Starts A (through `url_a`) and waits until it runs a new job; then starts B and waits
+/// until it is up and polling: (A, the job, B).
+async fn a_runs_the_job_and_b_is_up(
+    db: &TestDb,
+    agent: &RecordingAgent,
+    orch: &str,
+    url_a: &str,
+) -> (Machine, i64, Machine) {
+    let home = db.dir.path();
+    let a = Machine(spawn_runner(home, url_a, orch, "a", FLAGS, &agent.script, &[]));
+    let id = db.queue.enqueue(orch, &json!({"title": "partition"})).await.expect("enqueue");
     assert!(
         wait_for(LIMIT, || async { find(&agent.records(), "start", id, "a").is_some() }).await,
         "A started the job"
     );
-    let b = Machine(spawn_runner(home, &db.raw_url, &orch, "b", FLAGS, &agent.script, &[]));
+    let b = Machine(spawn_runner(home, &db.raw_url, orch, "b", FLAGS, &agent.script, &[]));
     // B is up and polling before the fault, so what B does next is the sweep, not its startup.
     let q = db.queue.clone();
-    let orch_b = orch.clone();
+    let orch_b = orch.to_string();
     assert!(
         wait_for(LIMIT, || {
             let (q, orch) = (q.clone(), orch_b.clone());
@@ -106,13 +131,18 @@ async fn cut_off_machine_stops_before_takeover(fault: Fault) {
         .await,
         "B announced itself"
     );
+    (a, id, b)
+}
 
-    let cut_at = Instant::now();
-    match fault {
-        Fault::Silence => fwd.silence(),
-        Fault::Refuse => fwd.refuse(),
-    }
-
+/// Once cut off (at `cut_at`), A notices on its own and stops its agent strictly before B
+/// starts the job.
+async fn a_stops_its_agent_before_b_starts(
+    agent: &RecordingAgent,
+    a: &Machine,
+    id: i64,
+    fault: Fault,
+    cut_at: Instant,
+) {
     // A notices on its own, without the database telling it anything.
     assert!(
         wait_for(Duration::from_secs(10), || async { log_of(&a.0).contains("database offline") }).await,
@@ -152,12 +182,15 @@ async fn cut_off_machine_stops_before_takeover(fault: Fault) {
         b_start.at_ns,
         (a_term.at_ns - b_start.at_ns) / 1_000_000
     );
+}
 
+/// B completes the job, the only execution that finished, while A rides out the fault.
+async fn b_alone_completes_the_job(db: &TestDb, agent: &RecordingAgent, a: &mut Machine, id: i64, fault: Fault) {
     let q = db.queue.clone();
     assert!(
         wait_for(LIMIT, || {
             let q = q.clone();
-            async move { q.job(id).await.expect("job").expect("the job exists").0.state == "completed" }
+            async move { q.job(id).await.expect("job").expect("the job exists").0.state == JobState::Completed }
         })
         .await,
         "B completed the job"
@@ -166,9 +199,18 @@ async fn cut_off_machine_stops_before_takeover(fault: Fault) {
     assert_eq!(ends.len(), 1, "exactly one execution finished: {ends:?}");
     assert_eq!(ends[0].machine, "b", "and it was B's: {ends:?}");
     assert!(a.0.child.try_wait().expect("try_wait").is_none(), "A rides out the {fault:?} instead of exiting");
+}
 
-    // The database answers again: A learns what happened to its lease and records it.
-    fwd.open();
+/// With the database answering again, A records `lease_expired` in the job's history; and
+/// with B gone, A claims the next job.
+async fn a_records_the_expiry_and_claims_again(
+    db: &TestDb,
+    agent: &RecordingAgent,
+    mut a: Machine,
+    b: Machine,
+    orch: &str,
+    id: i64,
+) {
     let q = db.queue.clone();
     assert!(
         wait_for(LIMIT, || {
@@ -188,7 +230,7 @@ async fn cut_off_machine_stops_before_takeover(fault: Fault) {
 
     // And A claims again: with B gone, only A can start the next job.
     drop(b);
-    let id2 = db.queue.enqueue(&orch, &json!({"title": "after the partition"})).await.expect("enqueue");
+    let id2 = db.queue.enqueue(orch, &json!({"title": "after the partition"})).await.expect("enqueue");
     assert!(
         wait_for(LIMIT, || async { find(&agent.records(), "start", id2, "a").is_some() }).await,
         "A claimed a new job once the database answered"

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use devpilot_store::job::JobState;
 use devpilot_tests::{devpilot, run_cli, spawn_runner, wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
 
@@ -83,7 +84,7 @@ async fn frozen_runner_cannot_complete_a_taken_job(backend: Backend) {
     assert!(
         wait_for(Duration::from_secs(20), || {
             let q = q.clone();
-            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+            async move { q.job(id).await.unwrap().unwrap().0.state == JobState::Completed }
         })
         .await
     );
@@ -125,7 +126,7 @@ async fn hung_runner_writes_no_outcome_after_its_deadline(backend: Backend) {
     assert!(
         wait_for(Duration::from_secs(20), || {
             let q = q.clone();
-            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+            async move { q.job(id).await.unwrap().unwrap().0.state == JobState::Completed }
         })
         .await
     );
@@ -183,7 +184,7 @@ async fn release_lets_another_runner_start_within_seconds(backend: Backend) {
     assert!(
         wait_for(Duration::from_secs(10), || {
             let q = q.clone();
-            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+            async move { q.job(id).await.unwrap().unwrap().0.state == JobState::Completed }
         })
         .await
     );
@@ -221,7 +222,7 @@ async fn sigterm_hands_off_to_another_runner(backend: Backend) {
     assert!(
         wait_for(Duration::from_secs(10), || {
             let q = q.clone();
-            async move { q.job(id).await.unwrap().unwrap().0.state == "completed" }
+            async move { q.job(id).await.unwrap().unwrap().0.state == JobState::Completed }
         })
         .await
     );
@@ -248,7 +249,7 @@ async fn a_missing_agent_stops_claiming_until_it_is_back(backend: Backend) {
         let q = q.clone();
         async move { q.job(id).await.unwrap().unwrap().0 }
     };
-    assert!(wait_for(Duration::from_secs(20), || async { state(first).await.state == "completed" }).await);
+    assert!(wait_for(Duration::from_secs(20), || async { state(first).await.state == JobState::Completed }).await);
 
     std::fs::rename(&agent.script, &hidden).unwrap();
     let second = db.queue.enqueue(&orch, &json!({})).await.unwrap();
@@ -278,7 +279,7 @@ async fn a_missing_agent_stops_claiming_until_it_is_back(backend: Backend) {
     assert_eq!((row.state.as_str(), row.attempts), ("queued", 0), "unharmed");
 
     std::fs::rename(&hidden, &agent.script).unwrap();
-    assert!(wait_for(Duration::from_secs(20), || async { state(second).await.state == "completed" }).await);
+    assert!(wait_for(Duration::from_secs(20), || async { state(second).await.state == JobState::Completed }).await);
     assert_eq!(kinds(second).await, ["claimed", "handed_off", "claimed", "completed"]);
     drop(r);
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
-use devpilot_store::queue::{FailOutcome, JobOptions};
+use devpilot_store::job::JobState;
+use devpilot_store::queue::{FailOutcome, Fence, JobOptions, MachineStatus};
 use devpilot_tests::{wait_for, Backend, TestDb};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -62,7 +63,7 @@ async fn five_concurrent_claims_one_winner(backend: Backend) {
         assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
         assert_eq!(winners[0].payload, json!({"round": round}));
         assert_eq!(winners[0].attempt, 1);
-        assert_eq!(winners[0].token, 1);
+        assert_eq!(winners[0].fence.token, 1);
     }
 }
 
@@ -83,7 +84,7 @@ async fn herd_free_pick_never_double_claims(backend: Backend) {
                 if got.is_empty() {
                     break;
                 }
-                mine.extend(got.into_iter().map(|c| c.id));
+                mine.extend(got.into_iter().map(|c| c.fence.job));
             }
             mine
         }));
@@ -111,19 +112,20 @@ async fn fenced_writes_reject_a_stale_token(backend: Backend) {
     let swept = db.queue.sweep(Some(&orch), Duration::from_secs(30)).await.unwrap();
     assert_eq!(swept.len(), 1);
     let new = db.queue.claim_next(&orch, "desktop", 1).await.unwrap().remove(0);
-    assert_eq!(new.id, id);
-    assert!(new.token > old.token, "every claim changes the token");
+    assert_eq!(new.fence.job, id);
+    assert!(new.fence.token > old.fence.token, "every claim changes the token");
+    let (stale, held) = (Fence { job: id, token: old.fence.token }, Fence { job: id, token: new.fence.token });
 
-    assert!(db.queue.renew(&[(id, old.token)]).await.unwrap().is_empty());
-    assert!(!db.queue.complete(id, old.token, "laptop").await.unwrap());
-    assert_eq!(db.queue.fail(id, old.token, "laptop", "x").await.unwrap(), None);
-    assert!(!db.queue.release(id, old.token, "laptop", "x").await.unwrap());
-    assert_eq!(db.queue.renew(&[(id, new.token)]).await.unwrap(), vec![(id, new.token)]);
-    assert!(db.queue.complete(id, new.token, "desktop").await.unwrap());
+    assert!(db.queue.renew(&[stale]).await.unwrap().is_empty());
+    assert!(!db.queue.complete(&stale, "laptop").await.unwrap());
+    assert_eq!(db.queue.fail(&stale, "laptop", "x").await.unwrap(), None);
+    assert!(!db.queue.release(&stale, "laptop", "x").await.unwrap());
+    assert_eq!(db.queue.renew(&[held]).await.unwrap(), vec![held]);
+    assert!(db.queue.complete(&held, "desktop").await.unwrap());
     // Completing again with the same claim (a retry after a lost reply) is idempotent: it
     // reports success and writes nothing twice.
-    assert!(db.queue.complete(id, new.token, "desktop").await.unwrap());
-    assert!(!db.queue.complete(id, old.token, "laptop").await.unwrap(), "still fenced");
+    assert!(db.queue.complete(&held, "desktop").await.unwrap());
+    assert!(!db.queue.complete(&stale, "laptop").await.unwrap(), "still fenced");
 
     let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(
@@ -148,14 +150,14 @@ async fn sweep_releases_stale_and_spares_fresh_and_finished(backend: Backend) {
     let ids = db.queue.enqueue_many(&orch, &[json!({}), json!({}), json!({})]).await.unwrap();
     let stale = db.queue.claim_by_id(ids[0], &orch, "asleep").await.unwrap().unwrap();
     let done = db.queue.claim_by_id(ids[1], &orch, "fast").await.unwrap().unwrap();
-    assert!(db.queue.complete(done.id, done.token, "fast").await.unwrap());
+    assert!(db.queue.complete(&done.fence, "fast").await.unwrap());
     let fresh = db.queue.claim_by_id(ids[2], &orch, "awake").await.unwrap().unwrap();
     for id in &ids[..2] {
         db.age_job(*id, Duration::from_secs(120)).await;
     }
 
     let swept = db.queue.sweep(Some(&orch), Duration::from_secs(60)).await.unwrap();
-    assert_eq!(swept.iter().map(|s| s.id).collect::<Vec<_>>(), vec![stale.id]);
+    assert_eq!(swept.iter().map(|s| s.id).collect::<Vec<_>>(), vec![stale.fence.job]);
     assert_eq!(swept[0].previous_holder.as_deref(), Some("asleep"));
     assert!(!swept[0].dead);
 
@@ -163,15 +165,15 @@ async fn sweep_releases_stale_and_spares_fresh_and_finished(backend: Backend) {
         let q = db.queue.clone();
         async move { q.job(id).await.unwrap().unwrap().0.state }
     };
-    assert_eq!(state(stale.id).await, "queued");
-    assert_eq!(state(done.id).await, "completed");
-    assert_eq!(state(fresh.id).await, "running");
+    assert_eq!(state(stale.fence.job).await, JobState::Queued);
+    assert_eq!(state(done.fence.job).await, JobState::Completed);
+    assert_eq!(state(fresh.fence.job).await, JobState::Running);
     // A second sweep finds nothing: the fresh claim is still fresh.
     assert!(db.queue.sweep(Some(&orch), Duration::from_secs(60)).await.unwrap().is_empty());
     // The released job is claimable again, as attempt 2.
     let again = db.queue.claim_next(&orch, "awake", 5).await.unwrap();
     assert_eq!(again.len(), 1);
-    assert_eq!((again[0].id, again[0].attempt), (stale.id, 2));
+    assert_eq!((again[0].fence.job, again[0].attempt), (stale.fence.job, 2));
 }
 
 /// A job whose claims keep expiring becomes dead after its own max_attempts, not released
@@ -193,10 +195,10 @@ async fn sweep_kills_a_job_over_max_attempts(backend: Backend) {
         let dead: Vec<(i64, bool)> = s.iter().filter(|s| s.id == id || s.id == other).map(|s| (s.id, s.dead)).collect();
         assert_eq!(dead, vec![(id, attempt == 2), (other, false)]);
     }
-    assert_eq!(db.queue.job(other).await.unwrap().unwrap().0.state, "queued");
+    assert_eq!(db.queue.job(other).await.unwrap().unwrap().0.state, JobState::Queued);
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
-    assert_eq!(row.state, "dead");
-    let left: Vec<i64> = db.queue.claim_next(&orch, "flaky", 2).await.unwrap().iter().map(|c| c.id).collect();
+    assert_eq!(row.state, JobState::Dead);
+    let left: Vec<i64> = db.queue.claim_next(&orch, "flaky", 2).await.unwrap().iter().map(|c| c.fence.job).collect();
     assert_eq!(left, vec![other], "the dead job is not claimable");
     let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(kinds, ["claimed", "swept", "claimed", "dead"]);
@@ -214,7 +216,7 @@ async fn failure_retries_then_dies(backend: Backend) {
     for _ in 0..3 {
         db.age_wait(id, Duration::from_secs(7200)).await;
         let c = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
-        outcomes.push(db.queue.fail(c.id, c.token, "m", "exit 1").await.unwrap().unwrap());
+        outcomes.push(db.queue.fail(&c.fence, "m", "exit 1").await.unwrap().unwrap());
     }
     assert_eq!(outcomes, [FailOutcome::WillRetry, FailOutcome::WillRetry, FailOutcome::Dead]);
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
@@ -227,9 +229,9 @@ async fn release_hands_back_without_burning_an_attempt(backend: Backend) {
     let orch = db.orch("rel");
     let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
     let c = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
-    assert!(db.queue.release(c.id, c.token, "laptop", "lid closing").await.unwrap());
+    assert!(db.queue.release(&c.fence, "laptop", "lid closing").await.unwrap());
     let c2 = db.queue.claim_next(&orch, "desktop", 1).await.unwrap().remove(0);
-    assert_eq!((c2.id, c2.attempt), (id, 1));
+    assert_eq!((c2.fence.job, c2.attempt), (id, 1));
     // The administrative release (devpilot release) does the same for a whole machine.
     assert_eq!(db.queue.release_machine(&orch, "desktop").await.unwrap(), vec![id]);
     assert_eq!(db.queue.counts(&orch).await.unwrap().queued, 1);
@@ -281,7 +283,7 @@ async fn failing_sweep_never_fails_the_poll(backend: Backend) {
     // A stale claim, so every sweep has a row to trip on.
     db.queue.enqueue(&orch, &json!({"stale": true})).await.unwrap();
     let gone = db.queue.claim_next(&orch, "gone", 1).await.unwrap().remove(0);
-    db.age_job(gone.id, Duration::from_secs(60)).await;
+    db.age_job(gone.fence.job, Duration::from_secs(60)).await;
     let mut c = cfg(&db, &orch, AgentSpec::NoOp);
     c.sweep_every = Duration::from_millis(50);
     let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
@@ -332,14 +334,14 @@ async fn orchestrator_runs_and_hands_off(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let long = db.queue.enqueue(&orch, &json!({"title": "long"})).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(db.queue.job(long).await.unwrap().unwrap().0.state, "queued", "paused claims nothing");
+    assert_eq!(db.queue.job(long).await.unwrap().unwrap().0.state, JobState::Queued, "paused claims nothing");
     h.resume();
     // (The agent inherits our environment; a long sleep comes from the payload file instead.)
     let _ = long;
     assert!(
         wait_for(Duration::from_secs(10), || {
             let q = db.queue.clone();
-            async move { q.job(long).await.unwrap().unwrap().0.state == "completed" }
+            async move { q.job(long).await.unwrap().unwrap().0.state == JobState::Completed }
         })
         .await
     );
@@ -393,8 +395,11 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
         order: None,
     };
     // Nothing queued, nothing stale: no claims, not stale (on PostgreSQL), presence written.
-    let extras =
-        PollExtras { presence: Some(presence("online")), stale_after: Some(Duration::from_secs(30)), route: None };
+    let extras = PollExtras {
+        presence: Some(presence(MachineStatus::Online)),
+        stale_after: Some(Duration::from_secs(30)),
+        route: None,
+    };
     let p = db.queue.claim_next_with(&orch, "idle-box", 2, &extras).await.unwrap();
     assert!(p.claims.is_empty());
     assert_eq!(p.stale, backend == Backend::Sqlite);
@@ -406,19 +411,22 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
     let ids = db.queue.enqueue_many(&orch, &[json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]).await.unwrap();
     db.queue.claim_by_id(ids[0], &orch, "asleep").await.unwrap().unwrap();
     db.age_job(ids[0], Duration::from_secs(60)).await;
-    let extras =
-        PollExtras { presence: Some(presence("paused")), stale_after: Some(Duration::from_secs(30)), route: None };
+    let extras = PollExtras {
+        presence: Some(presence(MachineStatus::Paused)),
+        stale_after: Some(Duration::from_secs(30)),
+        route: None,
+    };
     let p = db.queue.claim_next_with(&orch, "idle-box", 1, &extras).await.unwrap();
-    assert_eq!(p.claims.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
+    assert_eq!(p.claims.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![ids[1]]);
     assert_eq!(p.claims[0].payload, json!({"n": 2}));
     assert!(p.stale, "the sleeping claim is stale");
-    assert_eq!(db.queue.machines(&orch).await.unwrap()[0].status, "paused");
+    assert_eq!(db.queue.machines(&orch).await.unwrap()[0].status, MachineStatus::Paused);
     // The test is read only: the stale claim is still held until a sweep releases it.
-    assert_eq!(db.queue.job(ids[0]).await.unwrap().unwrap().0.state, "running");
+    assert_eq!(db.queue.job(ids[0]).await.unwrap().unwrap().0.state, JobState::Running);
 
     // Without extras it is the plain herd-free claim, and asks nothing about staleness.
     let p = db.queue.claim_next_with(&orch, "idle-box", 5, &PollExtras::default()).await.unwrap();
-    assert_eq!(p.claims.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[2]]);
+    assert_eq!(p.claims.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![ids[2]]);
     assert!(!p.stale);
     let kinds: Vec<String> = db.queue.history(ids[2]).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(kinds, ["claimed"]);
@@ -529,7 +537,7 @@ async fn a_stopped_machine_stays_stopped(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let machines = db.queue.machines(&orch).await.unwrap();
         let me = machines.iter().find(|m| m.machine == format!("box-{round}")).expect("a presence row");
-        assert_eq!(me.status, "stopped", "round {round}: {me:?}");
+        assert_eq!(me.status, MachineStatus::Stopped, "round {round}: {me:?}");
     }
 }
 
@@ -554,7 +562,7 @@ async fn renewals_touch_no_index() {
     let hot = format!(
         "WITH r AS (UPDATE dispatch_queue SET heartbeat_at = heartbeat_at + 1 WHERE id = {} RETURNING 1)
          SELECT pg_stat_get_xact_tuples_hot_updated('dispatch_queue'::regclass) FROM r",
-        c.id
+        c.fence.job
     );
     assert_eq!(db.scalar(&hot).await, Some(1), "the renewal was a HOT update");
 }

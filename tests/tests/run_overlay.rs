@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use devpilot_store::job::JobState;
 use devpilot_tests::{
     devpilot, enqueue, fast_flags, spawn_runner, write_config, Backend, GitRemote, RecordingAgent, TestDb,
 };
@@ -80,7 +81,7 @@ async fn a_repo_flag_keeps_the_settings_copy_setup_and_push(backend: Backend) {
     let code = r.wait_timeout(Duration::from_secs(60));
     let log = std::fs::read_to_string(&r.log).unwrap_or_default();
     assert_eq!(code, Some(0), "{log}");
-    assert_eq!(db.queue.job(id).await.unwrap().unwrap().0.state, "completed", "{log}");
+    assert_eq!(db.queue.job(id).await.unwrap().unwrap().0.state, JobState::Completed, "{log}");
     let read = |f: &str| std::fs::read_to_string(seen.join(f)).unwrap_or_default();
     assert_eq!(read("env.txt"), "SECRET=from-clone\n", "the settings' copy was kept");
     assert_eq!(read("setup.txt"), "setup-ran\n", "the settings' setup was kept");
@@ -117,7 +118,7 @@ async fn every_other_flag_overlays_the_settings(backend: Backend) {
     let (code, log) = run_to_end(&home, &db, &orch, &flags, &agent.script, &env);
     assert_eq!(code, Some(0), "{log}");
     let j = db.queue.job(id).await.unwrap().unwrap().0;
-    assert_eq!(j.state, "completed", "the flag's idle timeout replaced the settings' 1s: {log}");
+    assert_eq!(j.state, JobState::Completed, "the flag's idle timeout replaced the settings' 1s: {log}");
     assert_eq!(j.claimed_by.as_deref(), Some("from-settings"), "the settings' machine name");
     assert_eq!(std::fs::read_to_string(&seen).unwrap(), "s f\n", "the flag's pass-env adds to the settings'");
 
@@ -125,6 +126,6 @@ async fn every_other_flag_overlays_the_settings(backend: Backend) {
     let (code, log) = run_to_end(&home, &db, &orch, &[], &agent.script, &[]);
     assert_eq!(code, Some(0), "{log}");
     let j = db.queue.job(id).await.unwrap().unwrap().0;
-    assert_eq!(j.state, "dead", "{log}");
+    assert_eq!(j.state, JobState::Dead, "{log}");
     assert!(j.last_error.unwrap_or_default().contains("no output for 1s"), "the settings' watchdog: {log}");
 }

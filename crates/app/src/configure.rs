@@ -73,7 +73,7 @@ impl Engine {
         let (old, new) = (self.with_overrides(old.clone()), self.with_overrides(new));
         let identity =
             |s: &Settings| (s.database_url.clone(), s.orchestrator_id.clone(), s.machine_name(), s.poll_only);
-        let agent = self.agent_for(&new, self.status().backend == "sqlite")?;
+        let agent = self.agent_for(&new, self.status().backend.is_some_and(|b| b.is_sqlite()))?;
         // No orchestrator runs (no agent on a shared queue, or an error at start), or the
         // agent was removed on a shared queue, or who or where changed: start anew.
         let live = self.orchestrator().filter(|_| !new_login && identity(&old) == identity(&new));

@@ -1,16 +1,34 @@
-//! [`DbForm`]: the database part of the settings form, to and from a stored URL.
+//! [`DbForm`]: the database part of the settings form, to and from a stored URL, and its
+//! [`DbMode`].
 
 use serde::{Deserialize, Serialize};
 
 use devpilot_store::db::DbUrl;
 use devpilot_store::error::{Error, Result};
 
+/// Where the form's database is; in JSON "embedded", "postgres" or "url", as the window's
+/// select names them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DbMode {
+    /// The embedded SQLite default (also read from "", and from a form with no mode).
+    #[default]
+    #[serde(alias = "")]
+    Embedded,
+    /// A PostgreSQL server, from the host, port, database, user and TLS fields.
+    Postgres,
+    /// A sqlite:// URL, in the form's `url`.
+    Url,
+    /// A mode this version does not know, kept as sent so [`DbForm::to_url`] refuses it by name.
+    #[serde(untagged)]
+    Unknown(String),
+}
+
 /// The database part of the settings form. The password never travels back.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default)]
 pub struct DbForm {
-    /// "embedded" (the SQLite default), "postgres", or "url" (a sqlite:// URL in `url`).
-    pub mode: String,
+    pub mode: DbMode,
     pub host: String,
     pub port: Option<u16>,
     pub database: String,
@@ -26,28 +44,28 @@ impl DbForm {
     /// The form for a stored URL.
     pub fn of(url: Option<&str>) -> Self {
         let Some(raw) = url.filter(|u| !u.trim().is_empty()) else {
-            return Self { mode: "embedded".into(), ..Self::default() };
+            return Self { mode: DbMode::Embedded, ..Self::default() };
         };
         match url::Url::parse(raw) {
             Ok(u) if u.scheme().starts_with("postgres") => Self {
-                mode: "postgres".into(),
+                mode: DbMode::Postgres,
                 host: u.host_str().unwrap_or("").to_string(),
                 port: u.port(),
-                database: percent_decode(u.path().trim_start_matches('/')),
+                database: devpilot_store::db::percent_decode(u.path().trim_start_matches('/')),
                 user: u.username().to_string(),
                 sslmode: query_value(&u, "sslmode"),
                 sslrootcert: query_value(&u, "sslrootcert"),
                 url: String::new(),
             },
-            _ => Self { mode: "url".into(), url: raw.to_string(), ..Self::default() },
+            _ => Self { mode: DbMode::Url, url: raw.to_string(), ..Self::default() },
         }
     }
 
     /// The URL to store (never with a password), or `None` for the embedded default.
     pub fn to_url(&self) -> Result<Option<DbUrl>> {
-        match self.mode.as_str() {
-            "" | "embedded" => Ok(None),
-            "url" => {
+        match &self.mode {
+            DbMode::Embedded => Ok(None),
+            DbMode::Url => {
                 let u = DbUrl::parse(&self.url)?;
                 if u.password().is_some() {
                     return Err(Error::Invalid(
@@ -57,7 +75,7 @@ impl DbForm {
                 }
                 Ok(Some(u))
             }
-            "postgres" => {
+            DbMode::Postgres => {
                 let host = self.host.trim();
                 if host.is_empty() {
                     return Err(Error::Invalid("the database host must not be empty".into()));
@@ -86,7 +104,7 @@ impl DbForm {
                 }
                 Ok(Some(DbUrl::parse(u.as_str())?))
             }
-            other => Err(Error::Invalid(format!("unknown database mode '{other}'"))),
+            DbMode::Unknown(other) => Err(Error::Invalid(format!("unknown database mode '{other}'"))),
         }
     }
 
@@ -138,22 +156,4 @@ fn root_cert_path(raw: &str) -> Result<String> {
 
 fn query_value(u: &url::Url, key: &str) -> String {
     u.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned()).unwrap_or_default()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() && s.is_char_boundary(i + 3) {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

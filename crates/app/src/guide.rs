@@ -109,6 +109,7 @@ pub fn find_agent(line: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db_form::DbMode;
     use crate::overrides::Overrides;
     use devpilot_engine::config::Paths;
 
@@ -155,11 +156,11 @@ mod tests {
     async fn connection_tests_answer_like_the_cli() {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::new(paths(dir.path()), "devpilot-test", Overrides::default());
-        let t = e.test_connection(&DbForm { mode: "embedded".into(), ..DbForm::default() }, None).await.unwrap();
+        let t = e.test_connection(&DbForm { mode: DbMode::Embedded, ..DbForm::default() }, None).await.unwrap();
         assert!(t.text.starts_with("the embedded database") && !t.needs_schema, "{t:?}");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let form = DbForm {
-            mode: "postgres".into(),
+            mode: DbMode::Postgres,
             host: "127.0.0.1".into(),
             port: Some(port),
             database: "devpilot".into(),
@@ -168,7 +169,7 @@ mod tests {
         };
         let err = e.test_connection(&form, Some("pw".into())).await.unwrap_err().to_string();
         assert!(err.starts_with(&format!("cannot reach the database at 127.0.0.1:{port}/devpilot")), "{err}");
-        let err = e.set_up_database(&DbForm { mode: "embedded".into(), ..DbForm::default() }, None).await.unwrap_err();
+        let err = e.set_up_database(&DbForm { mode: DbMode::Embedded, ..DbForm::default() }, None).await.unwrap_err();
         assert!(err.to_string().contains("only a PostgreSQL database needs setting up"), "{err}");
     }
 

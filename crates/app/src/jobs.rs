@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use devpilot_engine::orchestrator::Handle;
 use devpilot_store::error::{Error, Result};
+use devpilot_store::job::JobState;
 use devpilot_store::queue::{Counts, JobRow};
 
 use crate::engine::Engine;
@@ -85,10 +86,11 @@ impl Engine {
         Ok(added)
     }
 
-    pub async fn jobs(&self, state: Option<&str>, limit: u32) -> Result<(Vec<JobRow>, Counts)> {
+    /// Up to `limit` jobs (in `state`, or in any), and the counts per state.
+    pub async fn jobs(&self, state: Option<JobState>, limit: u32) -> Result<(Vec<JobRow>, Counts)> {
         let s = self.settings();
         let q = self.queue()?;
-        let jobs = q.jobs(&s.orchestrator_id, state, limit.clamp(1, 500)).await?;
+        let jobs = q.jobs(&s.orchestrator_id, state.map(JobState::as_str), limit.clamp(1, 500)).await?;
         let counts = q.counts(&s.orchestrator_id).await?;
         Ok((jobs, counts))
     }
@@ -97,7 +99,7 @@ impl Engine {
     pub async fn unroutable(&self, jobs: &[JobRow]) -> Result<std::collections::BTreeMap<i64, String>> {
         let waiting: Vec<&JobRow> = jobs
             .iter()
-            .filter(|j| j.claimed_at.is_none() && matches!(j.state.as_str(), "queued" | "failed"))
+            .filter(|j| j.claimed_at.is_none() && JobState::CLAIMABLE.contains(&j.state))
             .filter(|j| j.repo.is_some() || !j.requires.is_empty())
             .collect();
         if waiting.is_empty() {
@@ -127,7 +129,7 @@ impl Engine {
         let (job, payload) = q.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
         let history = q.history(id).await?;
         let me = self.settings().machine_name();
-        let held_elsewhere = job.state == "running" && job.claimed_by.as_deref() != Some(me.as_str());
+        let held_elsewhere = job.state == JobState::Running && job.claimed_by.as_deref() != Some(me.as_str());
         let local = self.log_tail(id, 256 * 1024);
         let (log_tail, log_from) = if !held_elsewhere && !local.is_empty() {
             (local, Some("local".to_string()))
@@ -140,7 +142,7 @@ impl Engine {
                 None => (local, None),
             }
         };
-        let unroutable = if job.claimed_at.is_none() && matches!(job.state.as_str(), "queued" | "failed") {
+        let unroutable = if job.claimed_at.is_none() && JobState::CLAIMABLE.contains(&job.state) {
             devpilot_store::queue::unroutable(
                 job.repo.as_deref(),
                 &job.requires,

@@ -21,7 +21,7 @@
 //! - `configure`: applying settings from the window, the stored password, checking a login.
 //! - `sleep`: what the engine does before the machine sleeps and after it wakes.
 //! - [`guide`]: what the window's first-run guide asks the engine.
-//! - `db_form`: [`DbForm`], the database part of the settings form, to and from a URL.
+//! - `db_form`: [`DbForm`], the database part of the settings form, to and from a URL; [`DbMode`].
 //! - `overrides`: [`Overrides`], the `DEVPILOT_*` variables that override the settings file.
 //! - `views`: [`JobDetail`], [`NewJob`] and [`Fleet`], what the window reads and sends.
 //! - `keychain`: keychain calls, off the async workers and bounded in time.
@@ -44,14 +44,14 @@ mod tests;
 // What the tray needs from the layers below, so `src-tauri` depends on this crate alone.
 pub use devpilot_engine::{config, orchestrator, seal, settings, span};
 pub use devpilot_store::error::{Error, Result};
-pub use devpilot_store::queue;
+pub use devpilot_store::{job, queue};
 
 /// The app's status is the machine's: one [`Status`] in one `watch` channel, written by the
 /// orchestrator while one runs, and by the engine for what only it knows (names, the database,
 /// the agent kind) and while none runs.
-pub use devpilot_engine::orchestrator::{AgentKind, MachineState, Status};
+pub use devpilot_engine::orchestrator::{AgentKind, Backend, MachineState, Status};
 
-pub use db_form::DbForm;
+pub use db_form::{DbForm, DbMode};
 pub use engine::{Engine, DEMO_DURATION};
 pub use overrides::Overrides;
 pub use views::{Fleet, JobDetail, NewJob};

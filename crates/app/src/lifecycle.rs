@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::config::Paths;
-use devpilot_engine::orchestrator::{self, AgentKind, BootClock, Event, MachineState, RunConfig, Status, StopMode};
+use devpilot_engine::orchestrator::{
+    self, AgentKind, BootClock, Event, MachineState, RunConfig, Status, StopMode, Wiring,
+};
 use devpilot_engine::settings::Settings;
-use devpilot_store::db::{self, DbUrl, PoolSettings};
+use devpilot_store::db::{DbUrl, PoolSettings};
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::Queue;
-use devpilot_store::retry::{self, Budget};
 
 use crate::engine::{run_config, Current, Engine};
 use crate::keychain::keychain;
@@ -101,7 +102,7 @@ impl Engine {
         };
         self.status_tx.send_modify(|s| {
             s.database = url.target();
-            s.backend = if url.is_sqlite() { "sqlite".into() } else { "postgres".into() };
+            s.backend = Some((&url).into());
         });
         // 3. The agent. A missing program does not stop the start: the orchestrator says so,
         // claims nothing, and looks again until it is there.
@@ -202,18 +203,14 @@ impl Engine {
         let heartbeat = cfg.as_ref().map_or(settings.heartbeat.get(), |c| c.heartbeat);
         // One pooled connection on PostgreSQL (plus LISTEN's own): a machine holds at
         // most two. The local SQLite file can afford a second reader for the window.
-        let pool = PoolSettings {
-            max_connections: if url.is_sqlite() { 2 } else { 1 },
-            call_timeout: orchestrator::call_bound(heartbeat),
-            ..PoolSettings::default()
-        };
+        let pool = orchestrator::machine_pool(heartbeat, if url.is_sqlite() { 2 } else { 1 });
         let mut named = url.with_application_name(&format!("devpilot:{}", settings.machine_name()));
         if settings.poll_only {
             named = named.with_pooled();
         }
         let Some(conn) = self.open_queue(gen, &named, &pool).await else { return };
         let Some(cfg) = cfg else { return };
-        self.spawn_orchestrator(gen, conn, cfg, &named, &settings);
+        self.spawn_orchestrator(gen, conn, cfg, &named);
     }
 
     /// Opens the database, retrying while it is only unreachable (and saying so), and makes
@@ -221,19 +218,12 @@ impl Engine {
     /// superseded this start.
     async fn open_queue(&self, gen: u64, named: &DbUrl, pool: &PoolSettings) -> Option<Queue> {
         let announced = std::sync::atomic::AtomicBool::new(false);
-        let open = || async {
-            if self.generation.load(Ordering::SeqCst) != gen {
-                return Err(Error::Invalid("superseded by a restart".into()));
-            }
-            let r = db::open(named, pool).await;
-            if let Err(e) = &r {
-                self.offline(e, &announced);
-            }
-            r
+        let current = || match self.generation.load(Ordering::SeqCst) == gen {
+            true => Ok(()),
+            false => Err(Error::Invalid("superseded by a restart".into())),
         };
-        let conn = match retry::transient("opening the database", Budget::CONNECT, open).await {
-            // Unprepared until the LISTEN probe proves no pooler is in between.
-            Ok(c) => Queue::new(c).pooled(true),
+        let conn = match orchestrator::connect(named, pool, current, |e| self.offline(e, &announced)).await {
+            Ok(q) => q,
             Err(e) => {
                 if self.generation.load(Ordering::SeqCst) == gen {
                     self.set_problem(MachineState::Error, format!("{e}. Fix the database settings."));
@@ -261,24 +251,15 @@ impl Engine {
     }
 
     /// Starts the orchestrator on the queue, unless a restart superseded this start.
-    fn spawn_orchestrator(&self, gen: u64, conn: Queue, cfg: RunConfig, named: &DbUrl, settings: &Settings) {
+    fn spawn_orchestrator(&self, gen: u64, conn: Queue, cfg: RunConfig, named: &DbUrl) {
         // Checked under the lock that `shutdown` takes, so a restart can never miss an
         // orchestrator that is starting.
         let Ok(mut slot) = self.handle.write() else { return };
         if self.generation.load(Ordering::SeqCst) != gen {
             return;
         }
-        // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
-        let hints =
-            if named.pooled() { None } else { devpilot_store::listen::spawn(named, &settings.orchestrator_id, &conn) };
-        let (handle, _join) = orchestrator::spawn_into(
-            conn,
-            cfg,
-            hints,
-            self.status_tx.clone(),
-            self.events.clone(),
-            Arc::new(BootClock),
-        );
+        let wiring = Wiring { status: self.status_tx.clone(), events: self.events.clone(), clock: Arc::new(BootClock) };
+        let (handle, _join) = orchestrator::start_machine(conn, named, cfg, wiring);
         *slot = Some(handle);
     }
 

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use devpilot_engine::config::Paths;
 use devpilot_engine::orchestrator::{Event, StopMode};
 use devpilot_engine::settings::{Settings, SleepAction};
+use devpilot_store::job::JobState;
 
 use super::*;
 
@@ -64,13 +65,14 @@ async fn demo_job_runs_on_the_sqlite_default() {
     e.start().await;
     let st = wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
     assert_eq!(st.agent, AgentKind::Demo);
-    assert_eq!(st.backend, "sqlite");
+    assert!(st.backend.is_some_and(|b| b.is_sqlite()), "{:?}", st.backend);
+    assert_eq!(serde_json::to_value(&st).unwrap()["backend"], "sqlite", "the JSON name the window shows");
     assert!(p.default_db().exists(), "the embedded database is created on first use");
     let id = e.enqueue_demo().await.unwrap();
     wait_event(&mut ev, |x| matches!(x, Event::Claimed { job } if job.id == id)).await;
     wait_event(&mut ev, |x| matches!(x, Event::Completed { job, .. } if job.id == id)).await;
     let d = e.job_detail(id).await.unwrap();
-    assert_eq!(d.job.state, "completed");
+    assert_eq!(d.job.state, JobState::Completed);
     assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);
     assert!(d.history.iter().any(|h| h.kind == "claimed"));
     assert_eq!(d.payload["source"], "devpilot-tray");
@@ -106,7 +108,7 @@ async fn dispatch_toggle_persists_and_gates_claims() {
         assert!(Instant::now() < deadline, "the loop polled after the enqueue and rested, claiming nothing");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(e.job_detail(id).await.unwrap().job.state, "queued");
+    assert_eq!(e.job_detail(id).await.unwrap().job.state, JobState::Queued);
     e.stop(StopMode::HandOff).await;
     drop(e);
 
@@ -117,7 +119,7 @@ async fn dispatch_toggle_persists_and_gates_claims() {
     assert!(!st.dispatch_enabled);
     e.set_dispatch(true).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while e.job_detail(id).await.unwrap().job.state != "completed" {
+    while e.job_detail(id).await.unwrap().job.state != JobState::Completed {
         assert!(Instant::now() < deadline, "job was not run after dispatch was switched on");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -193,7 +195,7 @@ async fn bad_settings_are_refused() {
     assert!(err.to_string().contains("orchestrator id"), "{err}");
     let s = p.load().unwrap();
     let form = DbForm {
-        mode: "postgres".into(),
+        mode: DbMode::Postgres,
         host: "127.0.0.1".into(),
         port: Some(1),
         database: "d".into(),
@@ -318,7 +320,7 @@ async fn corrupt_config_is_kept_aside_and_the_engine_starts() {
 #[test]
 fn db_form_round_trip() {
     let f = DbForm {
-        mode: "postgres".into(),
+        mode: DbMode::Postgres,
         host: "db.example".into(),
         port: Some(6543),
         database: "dev pilot".into(),
@@ -332,7 +334,26 @@ fn db_form_round_trip() {
     assert_eq!(DbForm::of(Some(&u.to_string())), f.clone());
     let bad = DbForm { sslmode: "maybe".into(), ..f };
     assert!(bad.to_url().unwrap_err().to_string().contains("sslmode"));
-    assert_eq!(DbForm::of(None).mode, "embedded");
+    assert_eq!(DbForm::of(None).mode, DbMode::Embedded);
+}
+
+/// The form's modes keep the window's JSON names; "" (or no mode) is the embedded default,
+/// and a mode this version does not know is refused by name, as an invalid setting.
+#[test]
+fn db_modes_keep_their_json_names() {
+    for (mode, name) in [(DbMode::Embedded, "embedded"), (DbMode::Postgres, "postgres"), (DbMode::Url, "url")] {
+        assert_eq!(serde_json::to_value(&mode).unwrap(), name);
+        assert_eq!(serde_json::from_value::<DbMode>(name.into()).unwrap(), mode);
+    }
+    let form = |v: serde_json::Value| serde_json::from_value::<DbForm>(v).unwrap();
+    assert_eq!(form(serde_json::json!({"mode": ""})).mode, DbMode::Embedded);
+    assert_eq!(form(serde_json::json!({})).mode, DbMode::Embedded);
+    let odd = form(serde_json::json!({"mode": "mysql"}));
+    assert_eq!(serde_json::to_value(&odd).unwrap()["mode"], "mysql");
+    let err = odd.to_url().unwrap_err();
+    assert_eq!((err.kind(), err.to_string().contains("unknown database mode 'mysql'")), ("invalid", true), "{err}");
+    // The status's backend is "" until the database URL is known.
+    assert_eq!(serde_json::to_value(Status::default()).unwrap()["backend"], "");
 }
 
 /// A root certificate goes into the URL as `sslrootcert` (with a verifying sslmode), and
@@ -344,7 +365,7 @@ fn db_form_root_certificate() {
     let ca = dir.path().join("root ca.crt");
     std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
     let f = DbForm {
-        mode: "postgres".into(),
+        mode: DbMode::Postgres,
         host: "db.example".into(),
         database: "devpilot".into(),
         user: "alice".into(),

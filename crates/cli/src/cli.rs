@@ -37,9 +37,6 @@ pub enum Cmd {
     Sweep {
         #[arg(long, default_value = "30m")]
         claim_timeout: String,
-        /// Ignored: each job carries its own attempt budget (kept so old crontabs still run).
-        #[arg(long, hide = true)]
-        max_attempts: Option<i32>,
         /// Only this orchestrator (default: all).
         #[arg(long)]
         orchestrator: Option<String>,
@@ -115,7 +112,8 @@ pub enum Cmd {
     /// Print the manual page (roff), e.g. `devpilot man | man -l -`.
     #[command(hide = true)]
     Man,
-    /// The article's claim of job ID, once: for races and diagnostics.
+    /// The claim of job ID, once, as "Claiming work exactly once, with one UPDATE" writes it: for races and
+    /// diagnostics.
     #[command(hide = true)]
     Claim {
         #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]

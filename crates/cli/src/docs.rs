@@ -32,7 +32,7 @@ pub fn man_page() -> Result<Vec<u8>> {
     cmd.build();
     let man = clap_mangen::Man::new(cmd.clone()).manual("DevPilot");
     let mut out = Vec::new();
-    let io = |e: std::io::Error| Error::Io(format!("cannot render the manual page: {e}"));
+    let io = |e: std::io::Error| Error::io("cannot render the manual page", e);
     man.render_title(&mut out).map_err(io)?;
     man.render_name_section(&mut out).map_err(io)?;
     man.render_synopsis_section(&mut out).map_err(io)?;

@@ -8,7 +8,8 @@ use devpilot_engine::orchestrator;
 use devpilot_engine::span::parse_duration;
 use devpilot_store::db::PoolSettings;
 use devpilot_store::error::{Error, Result};
-use devpilot_store::queue::{CancelOutcome, Queue};
+use devpilot_store::job::{event, JobState};
+use devpilot_store::queue::{CancelOutcome, Fence, Queue};
 
 use crate::open::open_queue;
 use crate::output::{fmt_ids, human, shown};
@@ -30,10 +31,10 @@ pub async fn cancel(id: i64) -> Result<()> {
             shown(Some(holder.as_deref().unwrap_or("its holder")))
         ),
         None => {
-            let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
-            match job.state.as_str() {
-                "cancelled" => println!("#{id} is already cancelled"),
-                "running" => println!(
+            let (job, _) = queue.job(id).await?.ok_or(Error::NoJob(id))?;
+            match job.state {
+                JobState::Cancelled => println!("#{id} is already cancelled"),
+                JobState::Running => println!(
                     "a cancel of #{id} was already asked for (by {}); {} stops it",
                     shown(Some(job.cancel_requested_by.as_deref().unwrap_or("?"))),
                     shown(Some(job.claimed_by.as_deref().unwrap_or("its holder")))
@@ -51,7 +52,7 @@ pub async fn requeue(id: i64) -> Result<()> {
         println!("requeued #{id}");
         return Ok(());
     }
-    let (job, _) = queue.job(id).await?.ok_or_else(|| Error::Invalid(format!("there is no job #{id}")))?;
+    let (job, _) = queue.job(id).await?.ok_or(Error::NoJob(id))?;
     Err(Error::Invalid(format!("#{id} is {}: only dead, failed or cancelled jobs can be requeued", job.state)))
 }
 
@@ -83,12 +84,10 @@ pub async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orch
     );
     Ok(())
 }
+
 /// `devpilot sweep`: release stale claims once.
-pub async fn sweep(claim_timeout: &str, max_attempts: Option<i32>, orchestrator: Option<&str>) -> Result<()> {
+pub async fn sweep(claim_timeout: &str, orchestrator: Option<&str>) -> Result<()> {
     let timeout = parse_duration(claim_timeout)?;
-    if max_attempts.is_some() {
-        eprintln!("note: --max-attempts is ignored: each job carries the attempt budget it was enqueued with");
-    }
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let swept = queue.sweep(orchestrator, timeout).await?;
     let dead = swept.iter().filter(|s| s.dead).count();
@@ -110,10 +109,11 @@ pub async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Resul
     while !left.is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let mut still = vec![];
-        for (id, token) in left {
+        for fence in left {
+            let id = fence.job;
             match queue.job(id).await? {
-                Some((j, _)) if j.state == "running" && j.claim_token == token => still.push((id, token)),
-                Some(_) => println!("#{id} handed off by {machine}{}", moved(&queue, id, token).await?),
+                Some((j, _)) if j.state == JobState::Running && j.claim_token == fence.token => still.push(fence),
+                Some(_) => println!("#{id} handed off by {machine}{}", moved(&queue, fence).await?),
                 None => println!("#{id} is gone"),
             }
         }
@@ -132,7 +132,7 @@ pub async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Resul
             fmt_ids(&ids)
         );
     }
-    let busy: Vec<i64> = left.iter().map(|(id, _)| *id).filter(|id| !ids.contains(id)).collect();
+    let busy: Vec<i64> = left.iter().map(|f| f.job).filter(|id| !ids.contains(id)).collect();
     if !busy.is_empty() {
         println!(
             "{machine} answered and is still handing off{}; it releases them once their work in progress is pushed",
@@ -143,9 +143,10 @@ pub async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Resul
 }
 
 /// What this claim's hand-off carried, from its history, for `release`'s report.
-async fn moved(queue: &Queue, id: i64, token: i64) -> Result<String> {
+async fn moved(queue: &Queue, fence: Fence) -> Result<String> {
+    let id = fence.job;
     let history = queue.history(id).await?;
-    let handed = history.iter().rev().find(|e| e.kind == "handed_off" && e.claim_token == Some(token));
+    let handed = history.iter().rev().find(|e| e.kind == event::HANDED_OFF && e.claim_token == Some(fence.token));
     let detail = handed.and_then(|e| e.detail.as_deref()).unwrap_or_default();
     Ok(match (detail.find("pushed to "), queue.job(id).await?) {
         (Some(_), Some((j, _))) if j.resume_branch.is_some() => {
@@ -214,7 +215,7 @@ pub async fn claim(orchestrator: &str, machine: &str, wait_stdin: bool, id: i64)
         }
     }
     match queue.claim_by_id(id, orchestrator, machine).await? {
-        Some(c) => println!("claimed {id} {}", c.token),
+        Some(c) => println!("claimed {id} {}", c.fence.token),
         None => {
             println!("lost {id}");
             std::io::stdout().flush()?;

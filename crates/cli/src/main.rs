@@ -73,9 +73,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Enqueue(args) => enqueue::enqueue(args).await,
         Cmd::Run(args) => run::run(args).await,
         Cmd::Status { orchestrator, json } => status::status(&orchestrator, json).await,
-        Cmd::Sweep { claim_timeout, max_attempts, orchestrator } => {
-            jobs::sweep(&claim_timeout, max_attempts, orchestrator.as_deref()).await
-        }
+        Cmd::Sweep { claim_timeout, orchestrator } => jobs::sweep(&claim_timeout, orchestrator.as_deref()).await,
         Cmd::Release { orchestrator, machine, wait } => {
             let machine = machine.unwrap_or_else(devpilot_engine::settings::default_machine_name);
             jobs::release(&orchestrator, &machine, parse_duration(&wait)?).await

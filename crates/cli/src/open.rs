@@ -24,9 +24,9 @@ pub async fn open_queue(pool: PoolSettings) -> Result<(Queue, DbUrl)> {
     open_queue_named(pool, None, false).await
 }
 
-/// Opens the configured queue, tagged `app_name`, in pooled mode if the URL says so or
-/// `pooled` asks (`run --poll-only`).
-pub async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled: bool) -> Result<(Queue, DbUrl)> {
+/// The configured database's URL (from the environment, the settings or the keychain),
+/// tagged `app_name`, in pooled mode if the URL says so or `pooled` asks (`run --poll-only`).
+pub async fn database_url(app_name: Option<&str>, pooled: bool) -> Result<DbUrl> {
     let paths = Paths::for_app("devpilot")?;
     let mut url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE))
         .await
@@ -37,8 +37,15 @@ pub async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled
     if pooled {
         url = url.with_pooled();
     }
+    Ok(url)
+}
+
+/// Opens the configured queue, tagged `app_name`, in pooled mode if the URL says so or
+/// `pooled` asks.
+pub async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled: bool) -> Result<(Queue, DbUrl)> {
+    let url = database_url(app_name, pooled).await?;
     let conn = db::open(&url, &pool).await?;
     // Unprepared until proven safe (see Queue::pooled): a one-shot command gains nothing from
-    // prepared statements, and `run`'s LISTEN probe switches its machine over.
+    // prepared statements.
     Ok((Queue::new(conn).pooled(true), url))
 }

@@ -7,15 +7,13 @@ use clap::ValueEnum;
 
 use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::config::Paths;
-use devpilot_engine::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode};
+use devpilot_engine::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode, Wiring};
 use devpilot_engine::settings::Settings;
 use devpilot_engine::span::{parse_duration, Span};
 use devpilot_engine::worktree::overlay_repo_flag;
-use devpilot_store::db::PoolSettings;
 use devpilot_store::error::{Error, Result};
-use devpilot_store::retry::{self, Budget};
 
-use crate::open::open_queue_named;
+use crate::open::database_url;
 use crate::output::human;
 
 /// `devpilot run`'s flags. Those that name a setting are laid over the settings file
@@ -36,9 +34,6 @@ pub struct RunArgs {
     /// How often held leases are renewed (default: the settings', 30s).
     #[arg(long)]
     pub heartbeat: Option<String>,
-    /// Ignored: each job carries its own attempt budget, set at enqueue.
-    #[arg(long, hide = true)]
-    pub max_attempts: Option<i32>,
     /// Exit 0 once the orchestrator has no claimable or running work left.
     #[arg(long)]
     pub until_empty: bool,
@@ -49,7 +44,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub max_poll_interval: Option<String>,
     /// How often this process may sweep stale claims.
-    #[arg(long, default_value = "60s")]
+    #[arg(long, default_value = orchestrator::SWEEP_EVERY)]
     pub sweep_interval: String,
     /// Pooled mode, for a transaction-mode pooler (PgBouncer, Supabase's transaction pooler,
     /// Neon's -pooler endpoint): no LISTEN, no prepared statements. The same as pooled=true in
@@ -62,7 +57,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub connections: u32,
     /// Grace between SIGTERM and SIGKILL when stopping an agent.
-    #[arg(long, default_value = "10s")]
+    #[arg(long, default_value = orchestrator::CANCEL_GRACE)]
     pub cancel_grace: String,
     /// The retry backoff of jobs enqueued without one (default: the settings', 30s).
     #[arg(long)]
@@ -197,25 +192,14 @@ pub async fn run(a: RunArgs) -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
     let settings = a.overlay(paths.load()?)?;
     let cfg = a.run_config(&settings, &paths.data_dir)?;
-    let machine = cfg.machine.clone();
-    if a.max_attempts.is_some() {
-        eprintln!("note: --max-attempts is ignored by `run`: each job carries the attempt budget it was enqueued with (`devpilot enqueue --max-attempts`)");
-    }
-    let pool = PoolSettings {
-        max_connections: a.connections.max(1),
-        call_timeout: orchestrator::call_bound(cfg.heartbeat),
-        ..PoolSettings::default()
-    };
+    let pool = orchestrator::machine_pool(cfg.heartbeat, a.connections);
+    let url = database_url(Some(&format!("devpilot:{}", cfg.machine)), a.poll_only).await?;
     // A machine started before its database answers (or while it restarts) waits for it,
     // as the tray does; a wrong password or a missing database is still reported at once.
-    let name = format!("devpilot:{machine}");
-    let (queue, url) =
-        retry::transient("connecting", Budget::CONNECT, || open_queue_named(pool.clone(), Some(&name), a.poll_only))
-            .await?;
-    // Pooled mode needs no LISTEN connection: through a pooler it would hear nothing.
-    let hints = if url.pooled() { None } else { devpilot_store::listen::spawn(&url, &a.orchestrator, &queue) };
+    let queue = orchestrator::connect(&url, &pool, || Ok(()), |_| {}).await?;
     let bound = stop_bound(cfg.cancel_grace, cfg.push_bound);
-    let (handle, mut join) = orchestrator::spawn(queue, cfg, hints);
+    let wiring = Wiring::own(&cfg);
+    let (handle, mut join) = orchestrator::start_machine(queue, &url, cfg, wiring);
     let mut events = handle.subscribe();
     tokio::spawn(async move {
         while let Ok(ev) = events.recv().await {

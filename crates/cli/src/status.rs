@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use devpilot_store::db::PoolSettings;
 use devpilot_store::error::Result;
+use devpilot_store::job::JobState;
 use devpilot_store::queue::{Counts, JobRow, MachineRow, Queue};
 
 use crate::open::open_queue;
@@ -93,8 +94,10 @@ fn print_waiting(waiting: &[JobRow]) {
         println!("waiting:");
     }
     for j in waiting {
-        let why = match (j.state.as_str(), &j.last_error) {
-            ("failed", Some(e)) => format!(" after attempt {} of {}: {}", j.attempts, j.max_attempts, shown(Some(e))),
+        let why = match (j.state, &j.last_error) {
+            (JobState::Failed, Some(e)) => {
+                format!(" after attempt {} of {}: {}", j.attempts, j.max_attempts, shown(Some(e)))
+            }
             _ => String::new(),
         };
         println!("  #{:<6} {:<30} {}{why}", j.id, shown(j.title.as_deref()), j.waiting_text().unwrap_or_default());
@@ -120,7 +123,7 @@ fn print_machines(machines: &[MachineRow]) {
         println!(
             "  {:<20} {:<8} running {}/{}  last seen {} ago",
             shown(Some(&m.machine)),
-            shown(Some(&m.status)),
+            shown(Some(m.status.as_str())),
             m.running,
             m.concurrency,
             human(ago)

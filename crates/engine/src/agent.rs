@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
-use crate::preset::{Preset, PresetSettings};
+use crate::preset::{Preset, PresetSettings, PromptVia};
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Claim, RetryAfter};
 use devpilot_store::spec::JobSpec;
@@ -108,29 +108,55 @@ pub struct AgentResult {
     pub retry_after: Option<RetryAfter>,
 }
 
+/// Why an agent's result file is not used: the caller logs it, and the job goes on without
+/// it.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultFileError {
+    #[error("not valid JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    #[error("not a JSON object")]
+    NotObject,
+    #[error("\"{field}\" must be a string, not {found}")]
+    NotText { field: String, found: serde_json::Value },
+    #[error("\"retry_after\" must be >= 0")]
+    RetryAfterNegative,
+    #[error("\"retry_after\" is not an RFC 3339 time ({0})")]
+    RetryAfterTime(#[source] humantime::TimestampError),
+    #[error("\"retry_after\" must be a time or a number of seconds, not {0}")]
+    RetryAfterType(serde_json::Value),
+    /// A symlink, a FIFO, a file over [`RESULT_FILE_CAP`]: `why` says which.
+    #[error("{} is not read: {why}", .path.display())]
+    Refused { path: PathBuf, why: String },
+    #[error("cannot read {}: {source}", .path.display())]
+    Unreadable { path: PathBuf, source: std::io::Error },
+    /// The blocking read's task did not finish.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+}
+
 impl AgentResult {
     /// Parses a result file's text. Unknown fields are ignored; a wrong type is an error.
-    pub fn parse(text: &str) -> std::result::Result<Self, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON ({e})"))?;
-        let obj = v.as_object().ok_or("not a JSON object")?;
+    pub fn parse(text: &str) -> std::result::Result<Self, ResultFileError> {
+        use serde_json::Value;
+        let v: Value = serde_json::from_str(text).map_err(ResultFileError::NotJson)?;
+        let obj = v.as_object().ok_or(ResultFileError::NotObject)?;
         let text_field = |k: &str| match obj.get(k) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::String(s)) if s.trim().is_empty() => Ok(None),
-            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(format!("\"{k}\" must be a string, not {other}")),
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(ResultFileError::NotText { field: k.to_string(), found: other.clone() }),
         };
         let retry_after = match obj.get("retry_after") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Number(n)) => {
-                let secs = n.as_f64().filter(|s| s.is_finite() && *s >= 0.0).ok_or("\"retry_after\" must be >= 0")?;
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => {
+                let secs =
+                    n.as_f64().filter(|s| s.is_finite() && *s >= 0.0).ok_or(ResultFileError::RetryAfterNegative)?;
                 Some(RetryAfter::In(Duration::from_secs_f64(secs.min(366.0 * 86_400.0))))
             }
-            Some(serde_json::Value::String(s)) => {
-                let ms = crate::span::parse_time_ms(s)
-                    .map_err(|e| format!("\"retry_after\" is not an RFC 3339 time ({e})"))?;
-                Some(RetryAfter::At(ms))
+            Some(Value::String(s)) => {
+                Some(RetryAfter::At(crate::span::parse_time_ms(s).map_err(ResultFileError::RetryAfterTime)?))
             }
-            Some(other) => return Err(format!("\"retry_after\" must be a time or a number of seconds, not {other}")),
+            Some(other) => return Err(ResultFileError::RetryAfterType(other.clone())),
         };
         let summary = text_field("summary")?.map(|s| clean_text(&s)).filter(|s| !s.trim().is_empty());
         // A link that is not http(s) (`javascript:`, `file:`) is dropped, the rest kept.
@@ -214,7 +240,7 @@ impl AgentSpec {
         log: Option<std::fs::File>,
     ) -> std::result::Result<RunningAgent, StartError> {
         let (log, log_path) = match log {
-            Some(l) => (l, env.log_path(claim.id)),
+            Some(l) => (l, env.log_path(claim.fence.job)),
             // Nothing runs, so there is no output to keep. (Creating a file per job was most
             // of the client's CPU in the benchmark's no-op drain: ext4 inode allocation.)
             None => return Ok(RunningAgent::InProcess(None)),
@@ -255,9 +281,9 @@ impl AgentSpec {
         cmd.env_clear()
             .envs(crate::environ::allowed(&[crate::environ::BASE, line.needs], &env.pass_env))
             .envs(line.env)
-            .env("DEVPILOT_JOB_ID", claim.id.to_string())
+            .env("DEVPILOT_JOB_ID", claim.fence.job.to_string())
             .env("DEVPILOT_ATTEMPT", claim.attempt.to_string())
-            .env("DEVPILOT_CLAIM_TOKEN", claim.token.to_string())
+            .env("DEVPILOT_CLAIM_TOKEN", claim.fence.token.to_string())
             .env("DEVPILOT_ORCHESTRATOR_ID", &claim.orchestrator_id)
             .env("DEVPILOT_MACHINE", &env.machine)
             .env("DEVPILOT_PAYLOAD_FILE", &files.payload_file)
@@ -364,28 +390,6 @@ struct CommandLine {
     prompt: PromptVia<String>,
 }
 
-/// How a preset's prompt travels (see [`crate::preset::Preset::invocation`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum PromptVia<T = ()> {
-    /// In the argv (a plain command agent has none): stdin carries the payload.
-    #[default]
-    Argv,
-    /// On stdin (read from its private file), instead of the payload.
-    Stdin(T),
-    /// In a private file the CLI is pointed at (aider's `--message-file`).
-    File(T),
-}
-
-impl PromptVia {
-    fn with(self, prompt: String) -> PromptVia<String> {
-        match self {
-            PromptVia::Argv => PromptVia::Argv,
-            PromptVia::Stdin(()) => PromptVia::Stdin(prompt),
-            PromptVia::File(()) => PromptVia::File(prompt),
-        }
-    }
-}
-
 /// The files of one attempt: the payload (also on stdin), the result file the agent may
 /// write, and a prompt file for a CLI that reads its prompt from one. All in the private
 /// payload dir, created new, removed when the agent is dropped.
@@ -401,7 +405,7 @@ impl JobFiles {
     fn write(env: &AgentEnv, claim: &Claim, prompt: &PromptVia<String>) -> Result<Self> {
         use std::io::Write;
         crate::safe_fs::private_dir(&env.payload_dir)?;
-        let stem = env.payload_dir.join(format!("job-{}-{}", claim.id, claim.token));
+        let stem = env.payload_dir.join(format!("job-{}-{}", claim.fence.job, claim.fence.token));
         let files = Self {
             payload_file: stem.with_extension("json"),
             result_file: stem.with_extension("result.json"),
@@ -497,11 +501,11 @@ impl AgentEnv {
     pub fn open_log(&self, claim: &Claim) -> Result<std::fs::File> {
         use std::io::Write;
         crate::safe_fs::private_dir(&self.log_dir)?;
-        let mut log = crate::safe_fs::append_private(&self.log_path(claim.id))?;
+        let mut log = crate::safe_fs::append_private(&self.log_path(claim.fence.job))?;
         let _ = writeln!(
             log,
             "=== job {} attempt {} (claim {}) on {} ===",
-            claim.id, claim.attempt, claim.token, self.machine
+            claim.fence.job, claim.attempt, claim.fence.token, self.machine
         );
         Ok(log)
     }
@@ -510,7 +514,6 @@ impl AgentEnv {
 /// The most of a result file that is read: a larger one is ignored (and logged).
 pub const RESULT_FILE_CAP: u64 = 64 * 1024;
 
-/// A started agent.
 pub enum RunningAgent {
     Process { child: Box<Child>, files: JobFiles, log: LogSpan },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
@@ -566,16 +569,14 @@ impl RunningAgent {
     /// the reason when the file is malformed, or is not a regular file of at most
     /// [`RESULT_FILE_CAP`] bytes (the caller logs it and carries on). Read on a blocking
     /// thread, without following a link and without blocking on a FIFO.
-    pub async fn result(&self) -> std::result::Result<Option<AgentResult>, String> {
+    pub async fn result(&self) -> std::result::Result<Option<AgentResult>, ResultFileError> {
         let RunningAgent::Process { files, .. } = self else { return Ok(None) };
         let path = files.result_file.clone();
-        let read = tokio::task::spawn_blocking(move || crate::safe_fs::read_regular(&path, RESULT_FILE_CAP))
-            .await
-            .map_err(|e| e.to_string())?;
+        let read = tokio::task::spawn_blocking(move || crate::safe_fs::read_regular(&path, RESULT_FILE_CAP)).await?;
         match read {
             Ok(crate::safe_fs::Found::Missing) => Ok(None),
             Ok(crate::safe_fs::Found::Refused(why)) => {
-                Err(format!("{} is not read: {why}", files.result_file.display()))
+                Err(ResultFileError::Refused { path: files.result_file.clone(), why })
             }
             Ok(crate::safe_fs::Found::Read(bytes)) => {
                 let text = String::from_utf8_lossy(&bytes);
@@ -584,7 +585,7 @@ impl RunningAgent {
                 }
                 AgentResult::parse(&text).map(Some)
             }
-            Err(e) => Err(format!("cannot read {}: {e}", files.result_file.display())),
+            Err(source) => Err(ResultFileError::Unreadable { path: files.result_file.clone(), source }),
         }
     }
 
@@ -665,9 +666,10 @@ mod tests {
         let r = AgentResult::parse(r#"{"retry_after":"2026-12-01T10:00:00Z"}"#).unwrap();
         assert_eq!(r.retry_after, Some(RetryAfter::At(1_796_119_200_000)));
         assert_eq!(AgentResult::parse("{}").unwrap(), AgentResult::default());
-        assert!(AgentResult::parse("not json").unwrap_err().contains("not valid JSON"));
-        assert!(AgentResult::parse(r#"{"summary": 3}"#).unwrap_err().contains("summary"));
-        assert!(AgentResult::parse(r#"{"retry_after": "soon"}"#).unwrap_err().contains("RFC 3339"));
+        let err = |text: &str| AgentResult::parse(text).unwrap_err().to_string();
+        assert!(err("not json").contains("not valid JSON"));
+        assert!(err(r#"{"summary": 3}"#).contains("summary"));
+        assert!(err(r#"{"retry_after": "soon"}"#).contains("RFC 3339"));
         assert!(AgentResult::parse(r#"{"retry_after": -1}"#).is_err());
         // Only http(s) links are kept, and text loses its NUL and control characters.
         let r = AgentResult::parse(r#"{"summary":"a\u0000b\u001b[2Jc","url":"javascript:alert(1)"}"#).unwrap();

@@ -24,7 +24,47 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Why one of DevPilot's git calls gave no output. `command` is git's subcommand (`push`).
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run git: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// Git ran and failed: its last line on stderr, with any credentials in a URL redacted.
+    #[error("git {command} failed: {stderr}")]
+    Failed { command: String, stderr: String },
+    #[error("git {command} took longer than {}", humantime::format_duration(*.bound))]
+    TimedOut { command: String, bound: Duration },
+    /// The place's config cannot be made safe, so nothing was run.
+    #[error("git {command} refused: {reason}")]
+    Refused { command: String, reason: Refusal },
+    /// A file of a worktree's gitdir that [`worktree_gitdir`] could not read or resolve.
+    #[error("{what}: {source}")]
+    Io { what: &'static str, source: std::io::Error },
+    #[error("the worktree's .git names no gitdir")]
+    NoGitdir,
+    #[error("the worktree's gitdir {} is not one of the clone's", .0.display())]
+    ForeignGitdir(PathBuf),
+}
+
+/// Why a repository's config cannot be made safe (see the module doc): every call there is
+/// refused.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Refusal {
+    /// What cannot be read cannot be neutralised (git before 2.26 has no `--show-scope`; a
+    /// gitdir that is gone has no config).
+    #[error("the repository's config could not be read ({0})")]
+    Unreadable(#[source] Arc<GitError>),
+    /// A key a `-c` cannot take back, or that names a program to run some other way.
+    #[error(
+        "the repository's own config sets {key}, which DevPilot does not follow (it could run a \
+         program or send the push elsewhere); move it to your global config, or remove it with \
+         `git config --local --unset-all {key}`"
+    )]
+    Unfollowed { key: String },
+}
 
 /// What every call passes, whatever the repository says. (Each was checked against a marker
 /// script with git 2.47: hooks, fsmonitor, background gc and `ext::` stay silent.)
@@ -71,7 +111,7 @@ pub struct Git {
     /// `-c key=value` of this place: [`FIXED`], then what its own config calls for.
     overrides: Vec<String>,
     /// Why this place's config cannot be made safe, if it cannot.
-    refused: Option<String>,
+    refused: Option<Refusal>,
     /// The repository's own config names an upload-pack: a partial clone's lazy fetch (which
     /// would run it, and takes no `--upload-pack`) is off.
     no_lazy_fetch: bool,
@@ -111,18 +151,17 @@ impl Git {
                     Err(why) => git.refused = Some(why),
                 }
             }
-            // What cannot be read cannot be neutralised: fail closed (git before 2.26 has no
-            // --show-scope; a gitdir that is gone has no config).
-            Err(e) => git.refused = Some(format!("the repository's config could not be read ({e})")),
+            // Fail closed.
+            Err(e) => git.refused = Some(Refusal::Unreadable(Arc::new(e))),
         }
         git
     }
 
-    /// Runs `git args…`, bounded by `bound`. Ok(stdout, trimmed) or Err(its last stderr line,
-    /// with any credentials in a URL redacted).
-    pub async fn run(&self, args: &[&str], bound: Duration) -> Result<String, String> {
+    /// Runs `git args…`, bounded by `bound`: its stdout, trimmed.
+    pub async fn run(&self, args: &[&str], bound: Duration) -> Result<String, GitError> {
         if let Some(why) = &self.refused {
-            return Err(format!("git {} refused: {why}", args.first().copied().unwrap_or_default()));
+            let command = args.first().copied().unwrap_or_default().to_string();
+            return Err(GitError::Refused { command, reason: why.clone() });
         }
         let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         if let Some(pack) = self.local_pack(&args).await {
@@ -153,7 +192,7 @@ impl Git {
     }
 
     /// Runs git with this place's overrides, in the reduced environment.
-    async fn raw(&self, args: &[&str], bound: Duration) -> Result<String, String> {
+    async fn raw(&self, args: &[&str], bound: Duration) -> Result<String, GitError> {
         let mut cmd = tokio::process::Command::new("git");
         cmd.env_clear()
             .envs(crate::environ::allowed(&[crate::environ::BASE, crate::environ::GIT], &[]))
@@ -193,10 +232,10 @@ impl Git {
                 Ok(())
             });
         }
-        let what = args.first().copied().unwrap_or_default();
+        let command = args.first().copied().unwrap_or_default().to_string();
         let out = match tokio::time::timeout(bound, cmd.output()).await {
-            Err(_) => return Err(format!("git {what} took longer than {}", humantime::format_duration(bound))),
-            Ok(Err(e)) => return Err(format!("cannot run git: {e}")),
+            Err(_) => return Err(GitError::TimedOut { command, bound }),
+            Ok(Err(e)) => return Err(GitError::Spawn(e)),
             Ok(Ok(o)) => o,
         };
         if out.status.success() {
@@ -204,7 +243,7 @@ impl Git {
         }
         let err = String::from_utf8_lossy(&out.stderr);
         let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-        Err(format!("git {what} failed: {}", redact_credentials(line)))
+        Err(GitError::Failed { command, stderr: redact_credentials(line) })
     }
 }
 
@@ -265,7 +304,7 @@ fn split_key(key: &str) -> (String, Option<&str>, String) {
 /// What a key of the repository's own config that runs a program is overridden with when the
 /// user's own config does not set it. `Err`: a key that cannot be overridden this way (the
 /// call is refused).
-fn neutral(key: &str) -> Option<Result<&'static str, String>> {
+fn neutral(key: &str) -> Option<Result<&'static str, Refusal>> {
     let (section, sub, var) = split_key(key);
     let harmless = match (section.as_str(), sub, var.as_str()) {
         // Covered whatever the value: the fixed overrides (hooks, fsmonitor, submodules),
@@ -292,13 +331,7 @@ fn neutral(key: &str) -> Option<Result<&'static str, String>> {
         ("core", None, "gitproxy" | "alternaterefscommand")
         | ("url", Some(_), _)
         | ("remote", Some(_), "vcs")
-        | ("hook", Some(_), _) => {
-            return Some(Err(format!(
-                "the repository's own config sets {key}, which DevPilot does not follow (it could run a \
-                 program or send the push elsewhere); move it to your global config, or remove it with \
-                 `git config --local --unset-all {key}`"
-            )))
-        }
+        | ("hook", Some(_), _) => return Some(Err(Refusal::Unfollowed { key: key.to_string() })),
         _ => return None,
     };
     Some(Ok(harmless))
@@ -307,7 +340,7 @@ fn neutral(key: &str) -> Option<Result<&'static str, String>> {
 /// The `-c` overrides the repository's own config (`local` and `worktree` scopes) calls for:
 /// each key there that runs a program gets the user's own (system or global) value, or a
 /// harmless one. Credential helpers are reset and the user's own re-added, in order.
-fn overrides_for(entries: &[Entry]) -> Result<Vec<String>, String> {
+fn overrides_for(entries: &[Entry]) -> Result<Vec<String>, Refusal> {
     let trusted = |e: &&Entry| e.scope == "system" || e.scope == "global";
     let untrusted: Vec<&Entry> = entries.iter().filter(|e| e.scope == "local" || e.scope == "worktree").collect();
     let mut out = vec![];
@@ -344,15 +377,16 @@ fn overrides_for(entries: &[Entry]) -> Result<Vec<String>, String> {
 
 /// The gitdir a worktree's `.git` file names (`gitdir: …`), resolved, if it is one of the
 /// clone's worktree gitdirs (`<clone's common dir>/worktrees/<name>`).
-pub async fn worktree_gitdir(clone: &Git, work_tree: &Path) -> Result<PathBuf, String> {
+pub async fn worktree_gitdir(clone: &Git, work_tree: &Path) -> Result<PathBuf, GitError> {
+    let io = |what: &'static str| move |source| GitError::Io { what, source };
     let common =
         clone.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"], Duration::from_secs(30)).await?;
-    let common = PathBuf::from(common).canonicalize().map_err(|e| format!("the clone's git dir: {e}"))?;
-    let file = std::fs::read_to_string(work_tree.join(".git")).map_err(|e| format!("the worktree's .git: {e}"))?;
-    let named = file.trim().strip_prefix("gitdir:").map(str::trim).ok_or("the worktree's .git names no gitdir")?;
-    let named = work_tree.join(named).canonicalize().map_err(|e| format!("the worktree's gitdir: {e}"))?;
+    let common = PathBuf::from(common).canonicalize().map_err(io("the clone's git dir"))?;
+    let file = std::fs::read_to_string(work_tree.join(".git")).map_err(io("the worktree's .git"))?;
+    let named = file.trim().strip_prefix("gitdir:").map(str::trim).ok_or(GitError::NoGitdir)?;
+    let named = work_tree.join(named).canonicalize().map_err(io("the worktree's gitdir"))?;
     if named.parent() != Some(&common.join("worktrees")) {
-        return Err(format!("the worktree's gitdir {} is not one of the clone's", named.display()));
+        return Err(GitError::ForeignGitdir(named));
     }
     Ok(named)
 }
@@ -422,7 +456,7 @@ mod tests {
         assert_eq!(o[reset + 1], "credential.helper=store", "{o:?}");
         assert!(!o.iter().any(|x| x.contains("sh -c") || x.contains("!evil") || x.contains("./evil")), "{o:?}");
         for key in ["url./tmp/evil.pushinsteadof", "remote.origin.vcs", "core.gitproxy", "hook.x.command"] {
-            let refused = overrides_for(&[entry("local", key, "sh -c evil")]).unwrap_err();
+            let refused = overrides_for(&[entry("local", key, "sh -c evil")]).unwrap_err().to_string();
             assert!(refused.contains(key), "{refused}");
             assert!(overrides_for(&[entry("global", key, "mine")]).unwrap().is_empty(), "the user's own is trusted");
         }

@@ -104,8 +104,7 @@ impl Preset {
     /// The argv for one job, and how its prompt travels: as one argv element while it fits
     /// well within Linux's limit on one argument (128 KiB), else on stdin (claude, codex,
     /// gemini) or in a private prompt file (aider's `--message-file`, added by the caller).
-    pub fn invocation(self, prompt: &str, extra: &[String]) -> (Vec<String>, crate::agent::PromptVia) {
-        use crate::agent::PromptVia;
+    pub fn invocation(self, prompt: &str, extra: &[String]) -> (Vec<String>, PromptVia) {
         if prompt.len() <= ARGV_PROMPT_MAX {
             return (self.argv(prompt, extra), PromptVia::Argv);
         }
@@ -181,6 +180,29 @@ impl Preset {
     }
 }
 
+/// How a preset's prompt travels (see [`Preset::invocation`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PromptVia<T = ()> {
+    /// In the argv (a plain command agent has none): stdin carries the payload.
+    #[default]
+    Argv,
+    /// On stdin (read from its private file), instead of the payload.
+    Stdin(T),
+    /// In a private file the CLI is pointed at (aider's `--message-file`).
+    File(T),
+}
+
+impl PromptVia {
+    /// The same way, carrying the prompt's text.
+    pub(crate) fn with(self, prompt: String) -> PromptVia<String> {
+        match self {
+            PromptVia::Argv => PromptVia::Argv,
+            PromptVia::Stdin(()) => PromptVia::Stdin(prompt),
+            PromptVia::File(()) => PromptVia::File(prompt),
+        }
+    }
+}
+
 /// The longest prompt passed as an argument; a longer one goes by stdin or a file. Linux
 /// refuses a single argument over 128 KiB (MAX_ARG_STRLEN), whatever the total.
 /// (The CLIs' stdin modes were each checked with a 209 KB prompt: claude 2.1, codex 0.171,
@@ -217,10 +239,10 @@ mod tests {
         for p in Preset::ALL {
             let (argv, via) = p.invocation(&long, &["--model".into(), "x".into()]);
             assert!(argv.iter().all(|a| a.len() < 100), "{p}: {argv:?}");
-            assert_ne!(via, crate::agent::PromptVia::Argv, "{p}");
+            assert_ne!(via, PromptVia::Argv, "{p}");
             assert!(argv.iter().any(|a| a == "--model"), "{p}: the machine's args stay");
         }
-        assert_eq!(Preset::Claude.invocation("short", &[]).1, crate::agent::PromptVia::Argv);
+        assert_eq!(Preset::Claude.invocation("short", &[]).1, PromptVia::Argv);
         assert!(Preset::parse("cursor").unwrap_err().to_string().contains("claude, codex, aider and gemini"));
     }
 }

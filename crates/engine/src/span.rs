@@ -14,8 +14,7 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     if let Ok(secs) = t.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| Error::Invalid(format!("'{t}' is not a duration ({e}); try 30s, 5m or 1h")))
+    humantime::parse_duration(t).map_err(|source| Error::BadDuration { text: t.to_string(), source })
 }
 
 /// Parses an RFC 3339 time ("2026-12-01T10:00:00Z") into milliseconds since the epoch.
@@ -41,7 +40,6 @@ impl Span {
         Ok(Self { value: parse_duration(text)?, text: text.trim().to_string() })
     }
 
-    /// The duration.
     pub fn get(&self) -> Duration {
         self.value
     }

@@ -24,6 +24,7 @@
 //!   plain SQL INSERT meets them too.
 //! - `m20261205_000002_presence_order`: each machine run numbers its presence writes, so a
 //!   late one never overwrites a later one (a stopped machine stays stopped).
+//! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
 //! clock (`now()` on PostgreSQL, `julianday('now')` on SQLite). One integer type on both
@@ -31,14 +32,6 @@
 //! ever enters a lease decision.
 
 pub use sea_orm_migration::prelude::*;
-
-/// Runs `sql` one statement at a time (SQLite's driver takes one per call).
-pub(crate) async fn run_all(db: &SchemaManagerConnection<'_>, sql: &str) -> Result<(), DbErr> {
-    for stmt in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
-        db.execute_unprepared(stmt).await?;
-    }
-    Ok(())
-}
 
 mod m20261129_000001_dispatch;
 mod m20261130_000001_claim_order;
@@ -49,6 +42,7 @@ mod m20261204_000001_channels;
 mod m20261204_000002_hot_renewals;
 mod m20261205_000001_caps;
 mod m20261205_000002_presence_order;
+mod run;
 
 /// Applies the dispatch schema.
 pub struct Migrator;

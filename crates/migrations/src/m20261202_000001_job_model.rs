@@ -30,7 +30,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::run_all;
+use crate::run::run_all;
 use sea_orm_migration::sea_orm::DbBackend;
 
 pub struct Migration;

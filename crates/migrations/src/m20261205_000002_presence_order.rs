@@ -7,7 +7,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::run_all;
+use crate::run::run_all;
 
 pub struct Migration;
 

@@ -179,7 +179,6 @@ impl DbUrl {
         Self { url, backend: self.backend }
     }
 
-    /// One query parameter of the URL.
     pub fn param(&self, key: &str) -> Option<String> {
         self.url.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
     }
@@ -222,22 +221,9 @@ fn is_password_key(key: &str) -> bool {
     key.eq_ignore_ascii_case("password") || key.eq_ignore_ascii_case("sslpassword")
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// `%XX` escapes decoded (an invalid one is kept as it is), lossily as UTF-8.
+pub fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
 /// `sqlite:///abs/path`, `sqlite://rel/path` and `sqlite:/abs` all name a file path.
@@ -469,10 +455,7 @@ async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
     if schema_present(url, db).await? {
         Ok(())
     } else {
-        Err(Error::Invalid(format!(
-            "the database {} has no DevPilot schema yet: run `devpilot migrate` once",
-            url.target()
-        )))
+        Err(Error::NoSchema { target: url.target() })
     }
 }
 

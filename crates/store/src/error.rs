@@ -5,6 +5,7 @@
 //! words of a message), into what a person can act on and whether trying again can help:
 //! [`Error::is_transient`] is the one predicate the retry policy ([`crate::retry`]) uses.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{DbErr, RuntimeErr};
@@ -45,8 +46,28 @@ pub enum Error {
     Keychain(String),
     #[error("{0}")]
     Invalid(String),
-    #[error("I/O error: {0}")]
-    Io(String),
+    /// A duration as a person typed it ("30m") that does not parse. Kind `invalid`.
+    #[error("'{text}' is not a duration ({source}); try 30s, 5m or 1h")]
+    BadDuration { text: String, source: humantime::DurationError },
+    /// A repo, label or other name outside 1-100 of letters, digits, `.`, `_` and `-`. Kind
+    /// `invalid`.
+    #[error("{what} '{name}' is not a valid name: use 1-100 letters, digits, '.', '_' or '-'")]
+    BadName { what: String, name: String },
+    /// A PostgreSQL database that `devpilot migrate` has not been run on. Kind `invalid`.
+    #[error("the database {target} has no DevPilot schema yet: run `devpilot migrate` once")]
+    NoSchema { target: String },
+    /// Kind `invalid`.
+    #[error("there is no job #{0}")]
+    NoJob(i64),
+    /// `context`, when there is one, says what was being done ("cannot render the manual
+    /// page"). The error is shared, so that [`Error`] stays `Clone`.
+    #[error("I/O error: {}{source}", io_context(.context))]
+    Io { context: Option<String>, source: Arc<std::io::Error> },
+}
+
+/// The words before an I/O error's own: its context, if it has one.
+fn io_context(context: &Option<String>) -> String {
+    context.as_deref().map(|c| format!("{c}: ")).unwrap_or_default()
 }
 
 impl Error {
@@ -63,8 +84,12 @@ impl Error {
             Error::AgentMissing(_) | Error::PresetMissing { .. } => "agent_missing",
             Error::Config { .. } => "config",
             Error::Keychain(_) => "keychain",
-            Error::Invalid(_) => "invalid",
-            Error::Io(_) => "io",
+            Error::Invalid(_)
+            | Error::BadDuration { .. }
+            | Error::BadName { .. }
+            | Error::NoSchema { .. }
+            | Error::NoJob(_) => "invalid",
+            Error::Io { .. } => "io",
         }
     }
 
@@ -86,6 +111,11 @@ impl Error {
 }
 
 impl Error {
+    /// An I/O error with what was being done: `I/O error: <context>: <error>`.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { context: Some(context.into()), source: Arc::new(source) }
+    }
+
     /// A unique index refused the row (SQLSTATE 23505; SQLite's SQLITE_CONSTRAINT_UNIQUE).
     pub fn is_unique_violation(&self) -> bool {
         match self {
@@ -267,7 +297,7 @@ impl Serialize for Error {
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::Io(e.to_string())
+        Error::Io { context: None, source: Arc::new(e) }
     }
 }
 
@@ -295,5 +325,16 @@ mod tests {
         assert_eq!(other.kind(), "db");
         assert!(!other.is_transient());
         assert!(!Error::Auth { user: "u".into() }.is_transient());
+    }
+
+    /// An I/O error keeps its source, and says what it said before it did.
+    #[test]
+    fn io_errors_keep_their_source() {
+        let bare = Error::from(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert_eq!(bare.to_string(), format!("I/O error: {}", std::io::Error::from(std::io::ErrorKind::NotFound)));
+        assert_eq!(bare.kind(), "io");
+        let e = Error::io("cannot render the manual page", std::io::Error::other("disk full"));
+        assert_eq!(e.to_string(), "I/O error: cannot render the manual page: disk full");
+        assert_eq!(std::error::Error::source(&e).map(|s| s.to_string()).as_deref(), Some("disk full"));
     }
 }

@@ -12,6 +12,7 @@
 //! A claimable job may also wait: it is not claimable before its `run_at` (a scheduled start,
 //! a retry backoff, or a park until the agent's usage limit resets).
 
+use sea_orm::{ColIdx, DbErr, QueryResult, TryGetError, TryGetable};
 use serde::{Deserialize, Serialize};
 
 /// Where a job is in its life.
@@ -71,6 +72,15 @@ impl JobState {
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A `state` column, read by its name; a name that is no state is an error that says so.
+impl TryGetable for JobState {
+    fn try_get_by<I: ColIdx>(res: &QueryResult, index: I) -> Result<Self, TryGetError> {
+        let name = String::try_get_by(res, index)?;
+        JobState::parse(&name)
+            .ok_or_else(|| TryGetError::DbErr(DbErr::Type(format!("unknown job state '{name}' in column {index:?}"))))
     }
 }
 

@@ -5,7 +5,7 @@
 //! gone, and one of them may have been a cancel or a release asked of a job this machine
 //! holds, which it would otherwise learn only at its next heartbeat.
 //!
-//! The schema's trigger says *when* a job is claimable (see [`Hint::parse`]): a job that is
+//! The schema's trigger says *when* a job is claimable (see [`HintPayload`]): a job that is
 //! due now wakes the machine; a scheduled one (or one waiting out a retry backoff) sets its
 //! timer, so it wakes when the job is due and not before; a cancel asked for a running job
 //! makes its holder renew at once, which is where it learns of the cancel (a release asked
@@ -22,6 +22,7 @@ use sea_orm::sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::mpsc;
 
 use crate::db::DbUrl;
+use crate::error::{Error, Result};
 use crate::Queue;
 
 /// The channel every orchestrator's hints went to before the schema gave each orchestrator
@@ -65,20 +66,79 @@ pub enum Hint {
 const PROBE_WAIT: Duration = Duration::from_secs(5);
 
 impl Hint {
-    /// Reads a payload of the trigger: `ORCH`, `ORCH due MS`, `ORCH cancel` or `ORCH release`. `None` for
-    /// another orchestrator's hint (or one this version does not know).
+    /// Reads a payload of the trigger (see [`HintPayload`]). `None` for another orchestrator's
+    /// hint (or one this version does not know).
     pub fn parse(payload: &str, orchestrator_id: &str) -> Option<Hint> {
+        HintPayload::parse(payload, orchestrator_id).map(Hint::from)
+    }
+}
+
+/// A NOTIFY payload, the one grammar of the queue's hints: `ORCH` is [`HintPayload::Work`], then
+/// `ORCH due MS`, `ORCH cancel` and `ORCH release`, where `ORCH` is the orchestrator id (which
+/// may hold spaces, so a payload is read for a given orchestrator). [`HintPayload::parse`] and
+/// [`HintPayload::to_payload`] are each other's inverse.
+///
+/// Producers, which must write exactly these: the PL/pgSQL trigger functions of migration
+/// `m20261204_000001_channels` (`devpilot_notify_claimable`: `ORCH` or `ORCH due wait_ms`,
+/// the latter only when `wait_ms > 0`; `devpilot_notify_cancel`: `ORCH cancel`;
+/// `devpilot_notify_release`: `ORCH release`), and before it `m20261129_000001_dispatch`,
+/// `m20261202_000001_job_model` and `m20261203_000001_agents` on the shared channel. The
+/// LISTEN probe's empty payload ([`Queue::notify`]) is not a hint: it is told by its channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintPayload {
+    /// `ORCH`: a job is claimable now.
+    Work,
+    /// `ORCH due MS`: a job becomes claimable in MS milliseconds.
+    DueInMs(u64),
+    /// `ORCH cancel`: a cancel was asked for a running job.
+    Cancel,
+    /// `ORCH release`: a hand-off was asked of a machine.
+    Release,
+}
+
+impl HintPayload {
+    /// The word after the orchestrator id in a [`HintPayload::DueInMs`], before the milliseconds.
+    pub const DUE: &'static str = "due";
+    /// The word after the orchestrator id in a [`HintPayload::Cancel`].
+    pub const CANCEL: &'static str = "cancel";
+    /// The word after the orchestrator id in a [`HintPayload::Release`].
+    pub const RELEASE: &'static str = "release";
+
+    /// Reads `payload` as one for `orchestrator_id`. `None` for another orchestrator's (even
+    /// one whose id starts with this one), or one this version does not know.
+    pub fn parse(payload: &str, orchestrator_id: &str) -> Option<HintPayload> {
         if payload == orchestrator_id {
-            return Some(Hint::Work);
+            return Some(HintPayload::Work);
         }
         let rest = payload.strip_prefix(orchestrator_id)?.strip_prefix(' ')?;
         match rest {
-            "cancel" => return Some(Hint::Cancel),
-            "release" => return Some(Hint::Release),
+            Self::CANCEL => return Some(HintPayload::Cancel),
+            Self::RELEASE => return Some(HintPayload::Release),
             _ => {}
         }
-        let ms: u64 = rest.strip_prefix("due ")?.parse().ok()?;
-        Some(Hint::DueIn(Duration::from_millis(ms)))
+        let ms = rest.strip_prefix(Self::DUE)?.strip_prefix(' ')?.parse().ok()?;
+        Some(HintPayload::DueInMs(ms))
+    }
+
+    /// The payload the triggers send for this, to `orchestrator_id`'s machines.
+    pub fn to_payload(self, orchestrator_id: &str) -> String {
+        match self {
+            HintPayload::Work => orchestrator_id.to_string(),
+            HintPayload::DueInMs(ms) => format!("{orchestrator_id} {} {ms}", Self::DUE),
+            HintPayload::Cancel => format!("{orchestrator_id} {}", Self::CANCEL),
+            HintPayload::Release => format!("{orchestrator_id} {}", Self::RELEASE),
+        }
+    }
+}
+
+impl From<HintPayload> for Hint {
+    fn from(p: HintPayload) -> Hint {
+        match p {
+            HintPayload::Work => Hint::Work,
+            HintPayload::DueInMs(ms) => Hint::DueIn(Duration::from_millis(ms)),
+            HintPayload::Cancel => Hint::Cancel,
+            HintPayload::Release => Hint::Release,
+        }
     }
 }
 
@@ -112,12 +172,12 @@ async fn listen_loop(pool: sea_orm::sqlx::PgPool, queue: Queue, orch: String, tx
     let mut deaf = 0;
     while !tx.is_closed() {
         let connected = async {
-            let mut listener = PgListener::connect_with(&pool).await.map_err(|e| e.to_string())?;
+            let mut listener = PgListener::connect_with(&pool).await.map_err(driver)?;
             let heard = probe(&mut listener, &queue, &orch, &tx).await?;
             if heard {
-                listener.listen_all([CHANNEL, &channel_of(&orch)]).await.map_err(|e| e.to_string())?;
+                listener.listen_all([CHANNEL, &channel_of(&orch)]).await.map_err(driver)?;
             }
-            Ok::<_, String>((listener, heard))
+            Ok::<_, Error>((listener, heard))
         };
         let mut listener = match connected.await {
             Ok((l, true)) => l,
@@ -183,23 +243,28 @@ async fn relay(listener: &mut PgListener, orch: &str, tx: &mpsc::Sender<Hint>) {
     }
 }
 
+/// A LISTEN connection's driver error as the store's error (classified, source kept).
+fn driver(e: sea_orm::sqlx::Error) -> Error {
+    Error::from(sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(std::sync::Arc::new(e))))
+}
+
 /// Whether this listener hears a NOTIFY sent from another connection: on a channel of its
 /// own, so no other machine wakes for it. Through a transaction-mode pooler the LISTEN stays
 /// on a server connection this client no longer holds, and the probe never arrives. Hints
 /// for the orchestrator that arrive meanwhile are passed on.
-async fn probe(listener: &mut PgListener, queue: &Queue, orch: &str, tx: &mpsc::Sender<Hint>) -> Result<bool, String> {
+async fn probe(listener: &mut PgListener, queue: &Queue, orch: &str, tx: &mpsc::Sender<Hint>) -> Result<bool> {
     let channel = format!("devpilot_probe_{:016x}", rand::random::<u64>());
-    listener.listen(&channel).await.map_err(|e| e.to_string())?;
+    listener.listen(&channel).await.map_err(driver)?;
     // Sent on the machine's query connection: a session hears its own NOTIFY, which proves
     // nothing about a pooler, and a connection of the probe's own would break the machine's
     // budget of two.
-    queue.notify(&channel).await.map_err(|e| e.to_string())?;
+    queue.notify(&channel).await?;
     let deadline = tokio::time::Instant::now() + PROBE_WAIT;
     let heard = loop {
         match tokio::time::timeout_at(deadline, listener.recv()).await {
             Err(_) => break false,
             Ok(n) => {
-                let n = n.map_err(|e| e.to_string())?;
+                let n = n.map_err(driver)?;
                 if n.channel() == channel {
                     break true;
                 }
@@ -209,7 +274,7 @@ async fn probe(listener: &mut PgListener, queue: &Queue, orch: &str, tx: &mpsc::
             }
         }
     };
-    listener.unlisten(&channel).await.map_err(|e| e.to_string())?;
+    listener.unlisten(&channel).await.map_err(driver)?;
     Ok(heard)
 }
 
@@ -237,5 +302,32 @@ mod tests {
         assert_eq!(Hint::parse("teammate due 5", "team"), None);
         assert_eq!(Hint::parse("other", "team"), None);
         assert_eq!(Hint::parse("team due soon", "team"), None);
+    }
+
+    /// Every payload reads back as what wrote it, for ids with spaces or another's as prefix,
+    /// and a trigger's text reads and writes back unchanged.
+    #[test]
+    fn payloads_round_trip() {
+        let every = [
+            HintPayload::Work,
+            HintPayload::DueInMs(0),
+            HintPayload::DueInMs(40_000),
+            HintPayload::Cancel,
+            HintPayload::Release,
+        ];
+        for p in every {
+            // A new variant fails to compile here until it is in `every`.
+            match p {
+                HintPayload::Work | HintPayload::DueInMs(_) | HintPayload::Cancel | HintPayload::Release => {}
+            }
+            for orch in ["team", "team cancel", "a b", "é"] {
+                let text = p.to_payload(orch);
+                assert_eq!(HintPayload::parse(&text, orch), Some(p), "{text:?}");
+                assert_eq!(HintPayload::parse(&text, "other"), None, "{text:?}");
+            }
+        }
+        for text in ["team", "team due 40000", "team cancel", "team release"] {
+            assert_eq!(HintPayload::parse(text, "team").map(|p| p.to_payload("team")).as_deref(), Some(text));
+        }
     }
 }

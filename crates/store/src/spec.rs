@@ -249,7 +249,7 @@ pub fn validate_name(what: &str, name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Invalid(format!("{what} '{name}' is not a valid name: use 1-100 letters, digits, '.', '_' or '-'")))
+        Err(Error::BadName { what: what.to_string(), name: name.to_string() })
     }
 }
 

@@ -14,13 +14,22 @@ use crate::settings::Settings;
 use crate::span::Span;
 use crate::worktree::Repo;
 
+/// How often a process may sweep stale claims, unless told otherwise
+/// (`devpilot run --sweep-interval`).
+pub const SWEEP_EVERY: &str = "60s";
+
+/// SIGTERM to SIGKILL when an agent is stopped, unless told otherwise
+/// (`devpilot run --cancel-grace`).
+pub const CANCEL_GRACE: &str = "10s";
+
 /// How the orchestrator picks work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ClaimMode {
     /// One statement picks and claims up to k jobs, skipping rows others hold.
     #[default]
     Pick,
-    /// The article's path: read candidate ids, then conditionally claim each by id.
+    /// The path "Claiming work exactly once, with one UPDATE" takes: read candidate ids, then
+    /// conditionally claim each by id.
     ById,
 }
 
@@ -106,12 +115,12 @@ impl RunConfig {
             heartbeat: s.heartbeat.get(),
             poll_interval: s.poll_interval.get(),
             max_poll_interval: s.max_poll_interval.get().max(s.poll_interval.get()),
-            sweep_every: Duration::from_secs(60),
+            sweep_every: Span::default_of(SWEEP_EVERY).get(),
             prune_every: Duration::from_secs(3600),
             retention: s.retention(),
             backoff: s.backoff(),
             presence_every: Duration::from_secs(30),
-            cancel_grace: Duration::from_secs(10),
+            cancel_grace: Span::default_of(CANCEL_GRACE).get(),
             until_empty: false,
             claim_mode: ClaimMode::Pick,
             agent,
@@ -186,5 +195,23 @@ pub fn payload_dir(data_dir: &std::path::Path) -> PathBuf {
             rt.join("devpilot").join(format!("payloads-{tag}"))
         }
         _ => data_dir.join("payloads"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults written as text parse (a typo would otherwise become zero), and a
+    /// machine with the settings' defaults is the one the table describes.
+    #[test]
+    fn text_defaults_parse() {
+        for text in [SWEEP_EVERY, CANCEL_GRACE] {
+            assert!(Span::parse(text).is_ok_and(|s| !s.get().is_zero()), "{text}");
+        }
+        let cfg = RunConfig::new("o", "m", AgentSpec::NoOp, PathBuf::from("/tmp/devpilot-unit"));
+        let s = Settings::default();
+        assert_eq!((cfg.heartbeat, cfg.claim_timeout), (s.heartbeat.get(), s.claim_timeout.get()));
+        assert_eq!(cfg.sweep_every, Duration::from_secs(60));
     }
 }

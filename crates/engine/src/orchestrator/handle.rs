@@ -10,7 +10,6 @@ use super::config::RunConfig;
 use super::stats::Stats;
 use super::status::{Event, Status};
 
-/// How to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopMode {
     /// Stop the agents and release their claims now.

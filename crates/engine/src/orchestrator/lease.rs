@@ -1,4 +1,4 @@
-//! The lease keeper: renews this machine's leases with (id, token), keeps a local deadline
+//! The lease keeper: renews this machine's leases by their [`Fence`]s, keeps a local deadline
 //! for each, and declares losses.
 //!
 //! The database decides who holds a job; this machine can only learn it by asking. When it
@@ -30,25 +30,21 @@ use tokio::task::JoinSet;
 
 use super::clock::SharedClock;
 use devpilot_store::error::{Error, Result};
-use devpilot_store::queue::{Queue, Renewed};
-
-/// A claim: job id and fencing token.
-pub type Pair = (i64, i64);
+use devpilot_store::queue::{Fence, MachineStore, Renewed};
 
 /// Sends one renewal for the pairs held; answers with the pairs still held (and which of
 /// them a user asked to cancel).
 pub trait Renewer: Send + Sync + 'static {
-    fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>>;
+    fn renew(&self, held: Vec<Fence>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>>;
 }
 
-impl Renewer for Queue {
-    fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>> {
-        let q = self.clone();
-        Box::pin(async move { q.renew_leases(&held).await })
+impl Renewer for MachineStore {
+    fn renew(&self, held: Vec<Fence>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>> {
+        let store = self.clone();
+        Box::pin(async move { store.renew(&held).await })
     }
 }
 
-/// The keeper's timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     pub heartbeat: Duration,
@@ -73,15 +69,15 @@ impl Timing {
 #[derive(Debug)]
 pub enum News {
     /// A renewal found this lease gone: swept, and maybe claimed elsewhere.
-    Lost(Pair),
+    Lost(Fence),
     /// No renewal was confirmed before the local deadline.
-    Expired(Pair),
+    Expired(Fence),
     /// A renewal was answered.
     Reached,
     /// A user asked to cancel this held job.
-    CancelAsked(Pair),
+    CancelAsked(Fence),
     /// Someone asked this machine to hand this held job off (`devpilot release --machine`).
-    ReleaseAsked(Pair),
+    ReleaseAsked(Fence),
     /// A renewal failed or did not answer in time.
     Unreachable(Error),
 }
@@ -104,17 +100,17 @@ impl PartialEq for News {
 pub enum Order {
     /// This machine now holds `pair`; the claim statement was sent at `sent` (boot clock).
     Hold {
-        pair: Pair,
+        fence: Fence,
         sent: Duration,
     },
     /// This machine no longer holds `pair` (it finished, failed or handed it back).
-    Forget(Pair),
+    Forget(Fence),
     /// Check every deadline and renew now; answer with the pairs lost or expired (after a wake).
-    Recheck(oneshot::Sender<Vec<Pair>>),
+    Recheck(oneshot::Sender<Vec<Fence>>),
     /// May the holder of `pair` still write its outcome? Deadlines are checked first, so an
     /// agent that ended while the machine was frozen past its deadline gets a firm no.
     Standing {
-        pair: Pair,
+        fence: Fence,
         reply: oneshot::Sender<Standing>,
     },
     Retime(Timing),
@@ -139,9 +135,9 @@ struct Lease {
 
 struct Renewal {
     sent: Duration,
-    asked: Vec<Pair>,
+    asked: Vec<Fence>,
     answer: Result<Renewed>,
-    reply: Option<oneshot::Sender<Vec<Pair>>>,
+    reply: Option<oneshot::Sender<Vec<Fence>>>,
 }
 
 /// The keeper's state: leases by pair, and when the next renewal is due.
@@ -149,9 +145,9 @@ pub struct Keeper<R: Renewer> {
     renewer: R,
     clock: SharedClock,
     timing: Timing,
-    leases: HashMap<Pair, Lease>,
+    leases: HashMap<Fence, Lease>,
     /// Leases that ended here (lost or expired) and whose job has not been forgotten yet.
-    ended: HashMap<Pair, Standing>,
+    ended: HashMap<Fence, Standing>,
     next_renewal: Duration,
     news: mpsc::UnboundedSender<News>,
     /// Renewals sent, for the machine's counters.
@@ -159,7 +155,7 @@ pub struct Keeper<R: Renewer> {
     /// Rechecks waiting for their answer, and the leases that expired meanwhile (their
     /// answer includes them).
     rechecks: usize,
-    expired_during_recheck: Vec<Pair>,
+    expired_during_recheck: Vec<Fence>,
 }
 
 impl<R: Renewer + Clone> Keeper<R> {
@@ -183,25 +179,26 @@ impl<R: Renewer + Clone> Keeper<R> {
     }
 
     /// Declares every lease whose deadline has passed as expired. Runs before any renewal.
-    fn expire(&mut self) -> Vec<Pair> {
+    fn expire(&mut self) -> Vec<Fence> {
         let now = self.clock.now();
-        let expired: Vec<Pair> = self.leases.iter().filter(|(_, l)| self.deadline(l) <= now).map(|(p, _)| *p).collect();
+        let expired: Vec<Fence> =
+            self.leases.iter().filter(|(_, l)| self.deadline(l) <= now).map(|(p, _)| *p).collect();
         if self.rechecks > 0 {
             self.expired_during_recheck.extend(expired.iter().copied());
         }
         for p in &expired {
             self.leases.remove(p);
             self.ended.insert(*p, Standing::Expired);
-            tracing::warn!(job = p.0, "no renewal confirmed before the local deadline; stopping the agent");
+            tracing::warn!(job = p.job, "no renewal confirmed before the local deadline; stopping the agent");
             let _ = self.news.send(News::Expired(*p));
         }
         expired
     }
 
-    fn renew(&mut self, renewals: &mut JoinSet<Renewal>, reply: Option<oneshot::Sender<Vec<Pair>>>) {
+    fn renew(&mut self, renewals: &mut JoinSet<Renewal>, reply: Option<oneshot::Sender<Vec<Fence>>>) {
         let sent = self.clock.now();
         self.next_renewal = sent + self.timing.heartbeat;
-        let asked: Vec<Pair> = self.leases.keys().copied().collect();
+        let asked: Vec<Fence> = self.leases.keys().copied().collect();
         if asked.is_empty() {
             if let Some(r) = reply {
                 self.rechecks -= 1;
@@ -227,20 +224,20 @@ impl<R: Renewer + Clone> Keeper<R> {
         match r.answer {
             Ok(Renewed { kept, cancel, release }) => {
                 let _ = self.news.send(News::Reached);
-                for pair in r.asked {
-                    let Some(lease) = self.leases.get_mut(&pair) else { continue };
-                    if kept.contains(&pair) {
-                        if cancel.contains(&pair) {
-                            let _ = self.news.send(News::CancelAsked(pair));
-                        } else if release.contains(&pair) {
-                            let _ = self.news.send(News::ReleaseAsked(pair));
+                for fence in r.asked {
+                    let Some(lease) = self.leases.get_mut(&fence) else { continue };
+                    if kept.contains(&fence) {
+                        if cancel.contains(&fence) {
+                            let _ = self.news.send(News::CancelAsked(fence));
+                        } else if release.contains(&fence) {
+                            let _ = self.news.send(News::ReleaseAsked(fence));
                         }
                         lease.confirmed = lease.confirmed.max(r.sent);
                     } else {
-                        self.leases.remove(&pair);
-                        self.ended.insert(pair, Standing::Lost);
-                        lost.push(pair);
-                        let _ = self.news.send(News::Lost(pair));
+                        self.leases.remove(&fence);
+                        self.ended.insert(fence, Standing::Lost);
+                        lost.push(fence);
+                        let _ = self.news.send(News::Lost(fence));
                     }
                 }
             }
@@ -257,19 +254,19 @@ impl<R: Renewer + Clone> Keeper<R> {
 
     fn order(&mut self, o: Order, renewals: &mut JoinSet<Renewal>) {
         match o {
-            Order::Hold { pair, sent } => {
+            Order::Hold { fence, sent } => {
                 if self.leases.is_empty() {
                     self.next_renewal = sent + self.timing.heartbeat;
                 }
-                self.leases.insert(pair, Lease { confirmed: sent });
+                self.leases.insert(fence, Lease { confirmed: sent });
             }
-            Order::Forget(pair) => {
-                self.leases.remove(&pair);
-                self.ended.remove(&pair);
+            Order::Forget(fence) => {
+                self.leases.remove(&fence);
+                self.ended.remove(&fence);
             }
-            Order::Standing { pair, reply } => {
+            Order::Standing { fence, reply } => {
                 self.expire();
-                let standing = match self.ended.get(&pair) {
+                let standing = match self.ended.get(&fence) {
                     Some(s) => *s,
                     // Held, or unknown here: the fenced write decides.
                     None => Standing::Held,
@@ -342,10 +339,14 @@ pub fn call_bound(heartbeat: Duration) -> Duration {
 mod tests {
     use super::super::clock::{Clock, TestClock};
     use super::*;
+
+    fn f(job: i64, token: i64) -> Fence {
+        Fence { job, token }
+    }
     use std::sync::{Arc, Mutex};
 
     /// A renewal the test has not answered yet: what it asked, and where the answer goes.
-    type Call = (Vec<Pair>, oneshot::Sender<Result<Renewed>>);
+    type Call = (Vec<Fence>, oneshot::Sender<Result<Renewed>>);
 
     /// A renewer whose answers the test hands out one by one, in any order.
     #[derive(Clone, Default)]
@@ -354,7 +355,7 @@ mod tests {
     }
 
     impl Renewer for Scripted {
-        fn renew(&self, held: Vec<Pair>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>> {
+        fn renew(&self, held: Vec<Fence>) -> Pin<Box<dyn Future<Output = Result<Renewed>> + Send + 'static>> {
             let (tx, rx) = oneshot::channel();
             self.calls.lock().unwrap().push((held, tx));
             // An unanswered call hangs, as a silent network does.
@@ -368,7 +369,7 @@ mod tests {
         }
 
         /// Answers call `i` with `kept`.
-        fn answer(&self, i: usize, kept: Vec<Pair>) {
+        fn answer(&self, i: usize, kept: Vec<Fence>) {
             self.reply(i, kept.into());
         }
 
@@ -377,7 +378,7 @@ mod tests {
             let _ = tx.send(Ok(renewed));
         }
 
-        fn asked(&self, i: usize) -> Vec<Pair> {
+        fn asked(&self, i: usize) -> Vec<Fence> {
             self.calls.lock().unwrap()[i].0.clone()
         }
     }
@@ -428,13 +429,13 @@ mod tests {
         let clock = TestClock::new();
         let stats: Arc<super::super::stats::Stats> = Arc::default();
         let (r, orders, mut news) = start_counting(&clock, stats.clone());
-        orders.send(Order::Hold { pair: (7, 3), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(7, 3), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(50)).await; // off the tick grid, so no timer ties
         for i in 0..20 {
             advance(Duration::from_millis(1000)).await;
             assert_eq!(r.count(), i + 1, "one renewal per heartbeat");
-            assert_eq!(r.asked(i), vec![(7, 3)]);
-            r.answer(i, vec![(7, 3)]);
+            assert_eq!(r.asked(i), vec![f(7, 3)]);
+            r.answer(i, vec![f(7, 3)]);
         }
         advance(Duration::from_millis(10)).await;
         assert!(drain(&mut news).iter().all(|n| *n == News::Reached));
@@ -446,16 +447,16 @@ mod tests {
     async fn a_missing_pair_is_a_lost_lease() {
         let clock = TestClock::new();
         let (r, orders, mut news) = start(&clock);
-        orders.send(Order::Hold { pair: (1, 1), sent: clock.now() }).unwrap();
-        orders.send(Order::Hold { pair: (2, 5), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(1, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(2, 5), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(1050)).await;
-        r.answer(0, vec![(2, 5)]);
+        r.answer(0, vec![f(2, 5)]);
         advance(Duration::from_millis(10)).await;
         let n = drain(&mut news);
-        assert!(n.contains(&News::Lost((1, 1))), "{n:?}");
-        assert!(!n.iter().any(|x| matches!(x, News::Lost((2, _)))), "{n:?}");
+        assert!(n.contains(&News::Lost(f(1, 1))), "{n:?}");
+        assert!(!n.iter().any(|x| matches!(x, News::Lost(Fence { job: 2, .. }))), "{n:?}");
         advance(Duration::from_millis(1000)).await;
-        assert_eq!(r.asked(1), vec![(2, 5)], "a lost lease is no longer renewed");
+        assert_eq!(r.asked(1), vec![f(2, 5)], "a lost lease is no longer renewed");
     }
 
     /// Answers out of order: a recheck's renewal overtakes a slow regular one, and the slow
@@ -466,15 +467,15 @@ mod tests {
     async fn out_of_order_answers_match_pairs_not_ids() {
         let clock = TestClock::new();
         let (r, orders, mut news) = start(&clock);
-        orders.send(Order::Hold { pair: (9, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(9, 1), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(1050)).await; // renewal 0 (sent at 1 s) asks for (9, 1)
-        orders.send(Order::Forget((9, 1))).unwrap();
-        orders.send(Order::Hold { pair: (9, 2), sent: clock.now() }).unwrap();
+        orders.send(Order::Forget(f(9, 1))).unwrap();
+        orders.send(Order::Hold { fence: f(9, 2), sent: clock.now() }).unwrap();
         let (tx, rx) = oneshot::channel();
         orders.send(Order::Recheck(tx)).unwrap(); // renewal 1, at 1.05 s
         advance(Duration::from_millis(5)).await;
-        assert_eq!(r.asked(1), vec![(9, 2)]);
-        r.answer(1, vec![(9, 2)]);
+        assert_eq!(r.asked(1), vec![f(9, 2)]);
+        r.answer(1, vec![f(9, 2)]);
         assert_eq!(rx.await.unwrap(), vec![]);
         r.answer(0, vec![]); // the stale answer, last: (9, 1) is gone, which is old news
         advance(Duration::from_millis(10)).await;
@@ -484,7 +485,7 @@ mod tests {
         advance(Duration::from_millis(3530)).await; // 4.6 s
         assert!(losses(&mut news).is_empty(), "the deadline counts from the newest confirmation");
         advance(Duration::from_millis(1000)).await; // 5.6 s
-        assert_eq!(losses(&mut news), vec![News::Expired((9, 2))]);
+        assert_eq!(losses(&mut news), vec![News::Expired(f(9, 2))]);
     }
 
     /// A renewal that hangs (a silent partition) does not hold the deadline back: the lease
@@ -493,11 +494,11 @@ mod tests {
     async fn deadline_passes_while_a_renewal_hangs() {
         let clock = TestClock::new();
         let (r, orders, mut news) = start(&clock);
-        orders.send(Order::Hold { pair: (4, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(4, 1), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(3950)).await;
         assert!(losses(&mut news).is_empty());
         advance(Duration::from_millis(200)).await; // 4.1 s > 6 - 2
-        assert_eq!(losses(&mut news), vec![News::Expired((4, 1))]);
+        assert_eq!(losses(&mut news), vec![News::Expired(f(4, 1))]);
         let calls = r.count();
         advance(Duration::from_secs(5)).await;
         assert_eq!(r.count(), calls, "an expired lease is not renewed");
@@ -509,15 +510,15 @@ mod tests {
     async fn a_wake_after_a_long_suspend_expires_before_any_query() {
         let clock = TestClock::new();
         let (r, orders, mut news) = start(&clock);
-        orders.send(Order::Hold { pair: (5, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(5, 1), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(1050)).await;
-        r.answer(0, vec![(5, 1)]);
+        r.answer(0, vec![f(5, 1)]);
         advance(Duration::from_millis(100)).await;
         drain(&mut news);
         let before = r.count();
         clock.suspend(Duration::from_secs(3600));
         advance(Duration::from_millis(500)).await; // one tick of monotonic time after the wake
-        assert_eq!(losses(&mut news), vec![News::Expired((5, 1))]);
+        assert_eq!(losses(&mut news), vec![News::Expired(f(5, 1))]);
         assert_eq!(r.count(), before, "no renewal was sent for a lease the machine slept through");
     }
 
@@ -527,12 +528,12 @@ mod tests {
     async fn standing_checks_the_deadline_first() {
         let clock = TestClock::new();
         let (r, orders, _news) = start(&clock);
-        orders.send(Order::Hold { pair: (3, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(3, 1), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(1050)).await;
-        r.answer(0, vec![(3, 1)]);
+        r.answer(0, vec![f(3, 1)]);
         let ask = |orders: &mpsc::UnboundedSender<Order>| {
             let (tx, rx) = oneshot::channel();
-            orders.send(Order::Standing { pair: (3, 1), reply: tx }).unwrap();
+            orders.send(Order::Standing { fence: f(3, 1), reply: tx }).unwrap();
             rx
         };
         assert_eq!(ask(&orders).await.unwrap(), Standing::Held);
@@ -546,15 +547,15 @@ mod tests {
     async fn recheck_reports_losses() {
         let clock = TestClock::new();
         let (r, orders, _news) = start(&clock);
-        orders.send(Order::Hold { pair: (1, 1), sent: clock.now() }).unwrap();
-        orders.send(Order::Hold { pair: (2, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(1, 1), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(2, 1), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(150)).await;
         let (tx, rx) = oneshot::channel();
         orders.send(Order::Recheck(tx)).unwrap();
         advance(Duration::from_millis(10)).await;
         let i = r.count() - 1;
-        r.answer(i, vec![(2, 1)]);
-        assert_eq!(rx.await.unwrap(), vec![(1, 1)]);
+        r.answer(i, vec![f(2, 1)]);
+        assert_eq!(rx.await.unwrap(), vec![f(1, 1)]);
     }
 
     /// A renewal that names a cancel tells the machine, and the lease stays held; a NOTIFY's
@@ -563,16 +564,16 @@ mod tests {
     async fn a_cancel_asked_for_arrives_with_the_renewal() {
         let clock = TestClock::new();
         let (r, orders, mut news) = start(&clock);
-        orders.send(Order::Hold { pair: (4, 2), sent: clock.now() }).unwrap();
+        orders.send(Order::Hold { fence: f(4, 2), sent: clock.now() }).unwrap();
         advance(Duration::from_millis(50)).await;
         orders.send(Order::RenewNow).unwrap();
         advance(Duration::from_millis(10)).await;
         assert_eq!(r.count(), 1, "RenewNow renews before the heartbeat is due");
-        assert_eq!(r.asked(0), vec![(4, 2)]);
-        r.reply(0, Renewed { kept: vec![(4, 2)], cancel: vec![(4, 2)], release: vec![] });
+        assert_eq!(r.asked(0), vec![f(4, 2)]);
+        r.reply(0, Renewed { kept: vec![f(4, 2)], cancel: vec![f(4, 2)], release: vec![] });
         advance(Duration::from_millis(10)).await;
         let got = drain(&mut news);
-        assert!(got.contains(&News::CancelAsked((4, 2))), "{got:?}");
+        assert!(got.contains(&News::CancelAsked(f(4, 2))), "{got:?}");
         assert!(!got.iter().any(|n| matches!(n, News::Lost(_) | News::Expired(_))), "{got:?}");
     }
 }

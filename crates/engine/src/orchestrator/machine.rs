@@ -25,7 +25,7 @@ use super::status::{Event, JobRef, Status};
 use crate::worktree::Workspaces;
 use devpilot_store::error::{Error, Result};
 use devpilot_store::listen::Hint;
-use devpilot_store::queue::{Polled, Queue};
+use devpilot_store::queue::{MachineStatus, MachineStore, Polled, PresenceOrder};
 
 /// What the user wants: dispatch on or off, and a pause.
 #[derive(Clone, Copy)]
@@ -102,7 +102,7 @@ pub(super) struct Inbox {
 
 pub(super) struct Machine {
     pub(super) cfg: RunConfig,
-    pub(super) queue: Queue,
+    pub(super) store: MachineStore,
     /// What jobs claimed from now on run with.
     pub(super) ctx: Arc<JobCtx>,
     pub(super) events: broadcast::Sender<Event>,
@@ -116,7 +116,7 @@ pub(super) struct Machine {
     pub(super) sweep_cfg: mpsc::UnboundedSender<SweepCfg>,
     pub(super) last_presence: Option<Instant>,
     /// This run's id and the number of its last presence write (see [`Presence::order`](devpilot_store::queue::Presence::order)).
-    pub(super) presence_order: (i64, i64),
+    pub(super) presence_order: PresenceOrder,
     pub(super) db: Health,
     pub(super) problem: Option<Problem>,
     /// Every job, poll and presence write of the current epoch (a hand-off starts a new one).
@@ -148,7 +148,7 @@ impl Machine {
                 self.cfg.push_bound,
             ))
         });
-        tokio::spawn(runner::push_pending(ws, self.queue.clone(), self.cfg.sweep_every, pushes.clone()));
+        tokio::spawn(runner::push_pending(ws, self.store.clone(), self.cfg.sweep_every, pushes.clone()));
         let _stop_pushes = pushes.drop_guard();
         self.publish();
         loop {
@@ -198,10 +198,10 @@ impl Machine {
     /// returns.
     pub(super) async fn finish(mut self) {
         let mut f = self.presence_fields();
-        f.status = "stopped";
+        f.status = MachineStatus::Stopped;
         let route = self.cfg.route();
         let presence = f.presence(&self.cfg.orchestrator_id, &self.cfg.machine, &route);
-        if let Err(e) = self.queue.heartbeat_machine(&presence).await {
+        if let Err(e) = self.store.queue().heartbeat_machine(&presence).await {
             tracing::debug!(error = %e, "could not record this machine as stopped");
         }
         self.slots.clear();
@@ -222,9 +222,9 @@ impl Machine {
             Hint::Cancel | Hint::Release => {}
             Hint::Deaf => {
                 tracing::info!("pooled mode: polling only, statements unprepared");
-                self.queue.set_pooled(true);
+                self.store.queue().set_pooled(true);
             }
-            Hint::Direct => self.queue.set_pooled(false),
+            Hint::Direct => self.store.queue().set_pooled(false),
             Hint::Resync => {
                 self.poller.now();
                 if !self.slots.is_empty() {

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::stats::Stats;
 use super::status::Event;
-use devpilot_store::queue::{Queue, Retention};
+use devpilot_store::queue::{MachineStore, Queue, Retention};
 
 /// How many jobs one prune statement deletes at most: small enough that no lock is held long.
 const PRUNE_BATCH: u32 = 500;
@@ -66,8 +66,7 @@ pub struct Maintenance {
 
 /// What the service needs.
 pub struct SweepCfg {
-    pub queue: Queue,
-    pub orchestrator_id: String,
+    pub store: MachineStore,
     pub claim_timeout: Duration,
     pub retention: Retention,
     /// Agent logs and payload files older than the retention are deleted from these.
@@ -157,7 +156,7 @@ impl Maintenance {
 
 async fn sweep(cfg: &SweepCfg, events: &broadcast::Sender<Event>, stats: &Stats, swept: &mpsc::UnboundedSender<()>) {
     stats.sweeps.fetch_add(1, Ordering::Relaxed);
-    match cfg.queue.sweep(Some(&cfg.orchestrator_id), cfg.claim_timeout).await {
+    match cfg.store.sweep(cfg.claim_timeout).await {
         Ok(s) => {
             let dead = s.iter().filter(|x| x.dead).count();
             if !s.is_empty() {
@@ -174,7 +173,7 @@ async fn sweep(cfg: &SweepCfg, events: &broadcast::Sender<Event>, stats: &Stats,
 }
 
 async fn prune(cfg: &SweepCfg) {
-    match cfg.queue.prune(Some(&cfg.orchestrator_id), &cfg.retention, PRUNE_BATCH).await {
+    match cfg.store.prune(&cfg.retention, PRUNE_BATCH).await {
         Ok(p) if p.jobs > 0 || p.machines > 0 => {
             tracing::info!(jobs = p.jobs, machines = p.machines, "retention: deleted finished jobs and old machines")
         }
@@ -188,7 +187,7 @@ async fn prune(cfg: &SweepCfg) {
         Err(e) => tracing::warn!(error = %e, "retention of files failed"),
     }
     if let Some(ws) = &cfg.workspaces {
-        prune_worktrees(&cfg.queue, ws).await;
+        prune_worktrees(cfg.store.queue(), ws).await;
     }
 }
 

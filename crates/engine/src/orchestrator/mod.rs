@@ -2,7 +2,7 @@
 //! job and explicit states:
 //!
 //! - the **poller** ([`poller`]) claims work into free slots, waking on NOTIFY or its timer;
-//! - the **lease keeper** ([`lease`]) renews with (id, token), keeps a local deadline per
+//! - the **lease keeper** ([`lease`]) renews by [`Fence`](devpilot_store::queue::Fence), keeps a local deadline per
 //!   job on a clock that counts suspended time, and declares losses;
 //! - the **runner** ([`runner`]) starts and stops agents and reports their outcomes;
 //! - **maintenance** ([`maintenance`]) runs the throttled sweep and retention off the poll
@@ -14,7 +14,7 @@
 //!
 //! The `Machine` task ([`machine`]) owns the user's wishes (on/off, pause, hand-off, stop),
 //! the running slots and the published [`Status`]; [`spawn`](mod@spawn) wires the parts
-//! together around it, and its handlers live in [`wishes`], [`slots`] and [`presence`].
+//! together around it ([`start`] connects and starts a machine, for the tray and the CLI alike), and its handlers live in [`wishes`], [`slots`] and [`presence`].
 //! Everything that talks to the database runs in tasks it spawns and reports back over
 //! channels, so a slow or unreachable database never stops it from answering a pause, a
 //! hand-off or a stop.
@@ -35,16 +35,20 @@ mod presence;
 mod runner;
 mod slots;
 mod spawn;
+mod start;
 mod stats;
 mod status;
 mod wishes;
 
 pub use self::clock::{BootClock, Clock};
-pub use self::config::{payload_dir, worktree_root, ClaimMode, RunConfig};
+pub use self::config::{payload_dir, worktree_root, ClaimMode, RunConfig, CANCEL_GRACE, SWEEP_EVERY};
 pub use self::handle::{Handle, StopMode};
 pub use self::lease::{call_bound, Timing};
 pub use self::maintenance::{file_retention, prune_files};
 pub use self::runner::Watchdog;
 pub use self::spawn::{spawn, spawn_into};
+pub use self::start::{connect, machine_pool, start_machine, Wiring};
 pub use self::stats::Stats;
-pub use self::status::{AgentKind, Event, JobRef, LossReason, MachineState, PresenceFields, RunningJob, Status};
+pub use self::status::{
+    AgentKind, Backend, Event, JobRef, LossReason, MachineState, PresenceFields, RunningJob, Status,
+};

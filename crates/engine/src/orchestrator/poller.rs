@@ -14,12 +14,11 @@ use super::config::ClaimMode;
 use super::stats::Stats;
 use super::status::{Event, PresenceFields};
 use devpilot_store::error::Result;
-use devpilot_store::queue::{Claim, PollExtras, Polled, Presence, Queue, Route};
+use devpilot_store::queue::{Claim, MachineStore, PollExtras, Polled, Presence, Route};
 
 /// Effectively never: a command, a hint or a finished job wakes the poller first.
 pub const FAR: Duration = Duration::from_secs(86_400);
 
-/// Where the poller is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollState {
     /// The next poll is due at this time.
@@ -123,10 +122,8 @@ impl Poller {
 
 /// One poll's statement(s), as the claim mode says.
 pub struct ClaimRequest {
-    pub queue: Queue,
+    pub store: MachineStore,
     pub mode: ClaimMode,
-    pub orchestrator_id: String,
-    pub machine: String,
     pub free: u32,
     pub presence: Option<PresenceFields>,
     pub stale_after: Option<Duration>,
@@ -143,21 +140,22 @@ impl ClaimRequest {
             return Ok(Polled { claims, stale: false, next_due: None });
         }
         let presence: Option<Presence<'_>> =
-            self.presence.as_ref().map(|f| f.presence(&self.orchestrator_id, &self.machine, &self.route));
+            self.presence.as_ref().map(|f| f.presence(self.store.orchestrator_id(), self.store.machine(), &self.route));
         let extras = PollExtras { presence, stale_after: self.stale_after, route: Some(&self.route) };
-        self.queue.claim_next_with(&self.orchestrator_id, &self.machine, self.free, &extras).await
+        self.store.poll(self.free, &extras).await
     }
 }
 
-/// The article's path, for comparison: read candidates, claim each by id, count lost races.
+/// The path "Claiming work exactly once, with one UPDATE" takes, for comparison: read candidates,
+/// claim each by id, count lost races.
 async fn claim_by_ids(r: &ClaimRequest) -> Result<Vec<Claim>> {
-    let ids = r.queue.candidates_for(&r.orchestrator_id, r.free.saturating_mul(4).max(1), &r.route).await?;
+    let ids = r.store.candidates(r.free.saturating_mul(4).max(1), &r.route).await?;
     let mut claims = vec![];
     for id in ids {
         if claims.len() as u32 >= r.free {
             break;
         }
-        match r.queue.claim_by_id(id, &r.orchestrator_id, &r.machine).await? {
+        match r.store.claim(id).await? {
             Some(c) => claims.push(c),
             None => {
                 // Another machine won this one; not an error. Next candidate.

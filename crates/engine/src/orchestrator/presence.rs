@@ -7,10 +7,9 @@ use tokio::time::Instant;
 
 use super::machine::{unix_ms, Machine, Paused};
 use super::status::{MachineState, PresenceFields};
+use devpilot_store::queue::MachineStatus;
 
 impl Machine {
-    // ------------------------------------------------------------ presence
-
     pub(super) fn presence_due(&self) -> bool {
         self.last_presence.is_none_or(|t| t.elapsed() >= self.cfg.presence_every)
     }
@@ -24,15 +23,15 @@ impl Machine {
     /// What this machine reports about itself now; also marks presence as written.
     pub(super) fn presence_fields(&mut self) -> PresenceFields {
         self.last_presence = Some(Instant::now());
-        self.presence_order.1 += 1;
+        self.presence_order.seq += 1;
         self.stats.presence_writes.fetch_add(1, Ordering::Relaxed);
         let status = match self.state() {
-            _ if self.stop.is_some() => "handing_off",
-            MachineState::Paused => "paused",
-            MachineState::Off => "off",
-            MachineState::Error => "blocked",
-            MachineState::Stopped => "stopped",
-            _ => "online",
+            _ if self.stop.is_some() => MachineStatus::HandingOff,
+            MachineState::Paused => MachineStatus::Paused,
+            MachineState::Off => MachineStatus::Off,
+            MachineState::Error => MachineStatus::Blocked,
+            MachineState::Stopped => MachineStatus::Stopped,
+            _ => MachineStatus::Online,
         };
         let paused_until = match self.wishes.paused {
             Some(Paused::Until(t)) => {
@@ -53,14 +52,13 @@ impl Machine {
     pub(super) fn write_presence(&mut self) {
         let f = self.presence_fields();
         let problem = self.problem.as_ref().map(|p| p.message.clone());
-        let q = self.queue.clone();
-        let (orch, machine) = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone());
+        let store = self.store.clone();
         let route = self.cfg.route();
         // A task of the current epoch: the final 'stopped' write goes after it.
         self.work.spawn(async move {
-            let mut p = f.presence(&orch, &machine, &route);
+            let mut p = f.presence(store.orchestrator_id(), store.machine(), &route);
             p.problem = problem.as_deref();
-            if let Err(e) = q.heartbeat_machine(&p).await {
+            if let Err(e) = store.queue().heartbeat_machine(&p).await {
                 tracing::debug!(error = %e, "presence update failed");
             }
         });

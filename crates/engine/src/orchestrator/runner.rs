@@ -17,7 +17,7 @@ use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan,
 use crate::worktree::{Workspaces, Worktree};
 use devpilot_store::error::{Error, Result};
 use devpilot_store::job::{event, JobState};
-use devpilot_store::queue::{Backoff, Claim, FailOutcome, Queue, RetryAfter};
+use devpilot_store::queue::{Backoff, Claim, FailOutcome, Fence, MachineStore, RetryAfter};
 use devpilot_store::retry::{self, Budget};
 use devpilot_store::spec::JobSpec;
 
@@ -106,15 +106,14 @@ impl Cancel {
 /// What a job's task tells the machine when it ends.
 #[derive(Debug)]
 pub struct JobDone {
-    pub id: i64,
-    pub token: i64,
+    pub fence: Fence,
     /// The agent could not start: the machine must stop claiming until it can.
     pub agent_error: Option<Error>,
 }
 
 /// Everything a job's task needs; shared by every job started under the same settings.
 pub struct JobCtx {
-    pub queue: Queue,
+    pub store: MachineStore,
     /// The repos' worktrees, when this machine has repos.
     pub workspaces: Option<Arc<Workspaces>>,
     pub watchdog: Watchdog,
@@ -122,7 +121,6 @@ pub struct JobCtx {
     pub log_every: Duration,
     pub agent: AgentSpec,
     pub env: AgentEnv,
-    pub machine: String,
     /// SIGTERM to SIGKILL on a hand-off.
     pub grace: Duration,
     /// SIGTERM to SIGKILL when the lease is gone: short, the other machine may start soon.
@@ -166,7 +164,7 @@ struct Place {
 /// Runs `claim` to its end and reports it.
 pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     let job = JobRef::of(&claim);
-    let (id, token) = (claim.id, claim.token);
+    let fence = claim.fence;
     let prepared = tokio::select! {
         biased;
         _ = cancel.token.cancelled() => Err(NotReady::Stopped(cancel.reason())),
@@ -196,8 +194,8 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         }
     };
     let span = agent.log().cloned();
-    let tail = span.clone().map(|s| spawn_log_tail(&ctx, (id, token), s));
-    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), id).await;
+    let tail = span.clone().map(|s| spawn_log_tail(&ctx, fence, s));
+    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), fence.job).await;
     drop(agent);
     if let Some(t) = tail {
         t.abort();
@@ -205,11 +203,11 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         // agent that printed nothing has no words to store (that was one statement per job).
         if let Some(s) = span.clone().filter(|s| s.written() > 0) {
             let ctx = ctx.clone();
-            tokio::spawn(async move { store_tail(&ctx, (id, token), &s).await });
+            tokio::spawn(async move { store_tail(&ctx, fence, &s).await });
         }
     }
     let outcome = match outcome {
-        Outcome::Exited(exit, result) => match standing(&ctx, (id, token)).await {
+        Outcome::Exited(exit, result) => match standing(&ctx, fence).await {
             Standing::Held => Outcome::Exited(exit, with_summary(result, span.as_ref())),
             // Past the deadline (say the runner was frozen while its agent finished) the
             // outcome is not ours to write, even if the agent did the work.
@@ -226,7 +224,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         let _ = ctx.events.send(ev);
     }
     drop(scratch);
-    let _ = ctx.done.send(JobDone { id, token, agent_error: None });
+    let _ = ctx.done.send(JobDone { fence, agent_error: None });
 }
 
 /// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated) or
@@ -285,14 +283,14 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
         return Err(NotReady::Job(format!("this machine has no repo '{repo}' configured")));
     };
     let Some(l) = log.as_mut() else { return Ok(Place { log: None, spec, worktree: None, scratch: None }) };
-    let branch = spec.branch(claim.id);
+    let branch = spec.branch(claim.fence.job);
     let wt = ws
-        .prepare(claim.id, &repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
+        .prepare(claim.fence.job, &repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
         .await
-        .map_err(NotReady::Job)?;
-    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.id)).await {
+        .map_err(|e| NotReady::Job(e.to_string()))?;
+    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.fence.job)).await {
         ws.finish(&wt, false).await;
-        return Err(NotReady::Job(e));
+        return Err(NotReady::Job(e.to_string()));
     }
     Ok(Place { log, spec, worktree: Some(wt), scratch: None })
 }
@@ -304,7 +302,7 @@ struct Scratch(std::path::PathBuf);
 impl Scratch {
     fn new(root: &std::path::Path, claim: &Claim) -> Result<Self> {
         crate::safe_fs::private_dir(root)?;
-        let dir = root.join(format!("{}-{}", claim.id, claim.token));
+        let dir = root.join(format!("{}-{}", claim.fence.job, claim.fence.token));
         if std::fs::symlink_metadata(&dir).is_ok() {
             let _ = std::fs::remove_dir_all(&dir);
             let _ = std::fs::remove_file(&dir);
@@ -325,7 +323,7 @@ impl Drop for Scratch {
 
 /// A job whose place could not be prepared, or whose agent could not start.
 async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
-    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    let (fence, id) = (job.fence(), job.id);
     let agent_error = match why {
         NotReady::Machine(e) => {
             // A broken agent is this machine's problem, not the job's: hand it back unharmed,
@@ -333,7 +331,7 @@ async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
             tracing::error!(job = id, error = %e, "agent could not start");
             let _ = ctx.events.send(Event::AgentError { job: job.clone(), error: e.to_string() });
             let reason = format!("not run here: {e}");
-            let _ = retry::transient("handing back", Budget::WRITE, || ctx.queue.release(id, token, m, &reason)).await;
+            let _ = retry::transient("handing back", Budget::WRITE, || ctx.store.release(&fence, &reason, None)).await;
             Some(e)
         }
         NotReady::Job(msg) => {
@@ -350,7 +348,7 @@ async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
             None
         }
     };
-    let _ = ctx.done.send(JobDone { id, token, agent_error });
+    let _ = ctx.done.send(JobDone { fence, agent_error });
 }
 
 /// With no summary in the result file, the last line the agent printed.
@@ -363,7 +361,7 @@ fn with_summary(result: Option<AgentResult>, span: Option<&LogSpan>) -> Option<A
 }
 
 /// Stores the tail of the agent's log every `log_every` while it grows.
-fn spawn_log_tail(ctx: &Arc<JobCtx>, pair: (i64, i64), span: LogSpan) -> tokio::task::JoinHandle<()> {
+fn spawn_log_tail(ctx: &Arc<JobCtx>, fence: Fence, span: LogSpan) -> tokio::task::JoinHandle<()> {
     let ctx = ctx.clone();
     tokio::spawn(async move {
         // Nothing is worth storing until the agent writes something: our header line alone
@@ -376,17 +374,17 @@ fn spawn_log_tail(ctx: &Arc<JobCtx>, pair: (i64, i64), span: LogSpan) -> tokio::
             let written = span.written();
             if last != Some(written) {
                 last = Some(written);
-                store_tail(&ctx, pair, &span).await;
+                store_tail(&ctx, fence, &span).await;
             }
         }
     })
 }
 
 /// One try: the next heartbeat's store carries the same text anyway.
-async fn store_tail(ctx: &JobCtx, (id, token): (i64, i64), span: &LogSpan) {
+async fn store_tail(ctx: &JobCtx, fence: Fence, span: &LogSpan) {
     let tail = crate::agent::tail_of(&span.path, LOG_TAIL_BYTES);
-    if let Err(e) = ctx.queue.store_log_tail(id, token, &ctx.machine, &tail).await {
-        tracing::debug!(job = id, error = %e, "could not store the log's tail");
+    if let Err(e) = ctx.store.store_log_tail(&fence, &tail).await {
+        tracing::debug!(job = fence.job, error = %e, "could not store the log's tail");
     }
 }
 
@@ -411,7 +409,8 @@ async fn report_with_worktree(
         }
         Outcome::Exited(AgentExit::Success, result) => {
             if let Some(kept) = ws.finish(wt, true).await {
-                let write = || ctx.queue.record_worktree(job.id, job.token, &kept);
+                let fence = job.fence();
+                let write = || ctx.store.record_worktree(&fence, &kept);
                 if let Err(e) = retry::transient("recording the worktree", Budget::NOTE, write).await {
                     tracing::warn!(job = job.id, error = %e, "could not record where the worktree is kept");
                 }
@@ -427,9 +426,9 @@ async fn report_with_worktree(
 
 /// Asks the lease keeper where this claim stands. No keeper (the machine is going away):
 /// held, and the fenced write decides.
-async fn standing(ctx: &JobCtx, pair: (i64, i64)) -> Standing {
+async fn standing(ctx: &JobCtx, fence: Fence) -> Standing {
     let (tx, rx) = oneshot::channel();
-    if ctx.keeper.send(Order::Standing { pair, reply: tx }).is_err() {
+    if ctx.keeper.send(Order::Standing { fence, reply: tx }).is_err() {
         return Standing::Held;
     }
     rx.await.unwrap_or(Standing::Held)
@@ -448,13 +447,13 @@ async fn result_of(agent: &RunningAgent, id: i64) -> Option<AgentResult> {
 
 /// Keeps the agent's summary and link on the job (fenced). Failing to is logged: the
 /// outcome matters more than its description.
-async fn keep_result(ctx: &JobCtx, (id, token): (i64, i64), r: &AgentResult) {
+async fn keep_result(ctx: &JobCtx, fence: Fence, r: &AgentResult) {
     if r.summary.is_none() && r.url.is_none() {
         return;
     }
-    let write = || ctx.queue.record_result(id, token, r.summary.as_deref(), r.url.as_deref());
+    let write = || ctx.store.record_result(&fence, r.summary.as_deref(), r.url.as_deref());
     if let Err(e) = retry::transient("recording the result", Budget::NOTE, write).await {
-        tracing::warn!(job = id, error = %e, "could not record the agent's result");
+        tracing::warn!(job = fence.job, error = %e, "could not record the agent's result");
     }
 }
 
@@ -466,15 +465,15 @@ async fn report(
     outcome: Outcome,
     carried: Option<crate::worktree::HandOff>,
 ) -> Option<Event> {
-    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    let (fence, id) = (job.fence(), job.id);
     match outcome {
         Outcome::Exited(exit, result) => {
             let result = result.unwrap_or_default();
-            keep_result(ctx, (id, token), &result).await;
+            keep_result(ctx, fence, &result).await;
             report_exit(ctx, job, exit, result).await
         }
         Outcome::Cancelled(CancelReason::Cancelled) => {
-            match retry::transient("cancelling", Budget::WRITE, || ctx.queue.finish_cancel(id, token, m)).await {
+            match retry::transient("cancelling", Budget::WRITE, || ctx.store.finish_cancel(&fence)).await {
                 Ok(true) => Some(Event::Cancelled { job }),
                 Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
                 Err(e) => gave_up(id, "the cancel", e),
@@ -486,24 +485,20 @@ async fn report(
                 None => "handed off by its machine".to_string(),
             };
             let resume = carried.as_ref().and_then(|c| c.pushed.as_deref());
-            match retry::transient("handing off", Budget::WRITE, || {
-                ctx.queue.release_with(id, token, m, &reason, resume)
-            })
-            .await
-            {
+            match retry::transient("handing off", Budget::WRITE, || ctx.store.release(&fence, &reason, resume)).await {
                 Ok(true) => Some(Event::Released { job }),
                 Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
                 Err(e) => gave_up(id, "the hand-off", e),
             }
         }
         Outcome::Cancelled(CancelReason::LeaseLost) => {
-            note_later(ctx, (id, token), event::LEASE_LOST, "a renewal found the lease gone; agent stopped");
+            note_later(ctx, fence, event::LEASE_LOST, "a renewal found the lease gone; agent stopped");
             Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired })
         }
         Outcome::Cancelled(CancelReason::LeaseExpired) => {
             // The outcome is never written: the sweep hands the job to the next machine.
             let detail = "no renewal confirmed before the local deadline; agent stopped";
-            note_later(ctx, (id, token), event::LEASE_EXPIRED, detail);
+            note_later(ctx, fence, event::LEASE_EXPIRED, detail);
             Some(Event::LeaseLost { job, reason: LossReason::DeadlinePassed })
         }
     }
@@ -511,10 +506,10 @@ async fn report(
 
 /// Writes the outcome of an agent that exited.
 async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentResult) -> Option<Event> {
-    let (id, token, m) = (job.id, job.token, ctx.machine.as_str());
+    let (fence, id) = (job.fence(), job.id);
     match exit {
         AgentExit::Success => {
-            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(id, token)).await {
+            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(fence)).await {
                 Ok(Some(JobState::Cancelled)) => Some(Event::Cancelled { job }),
                 Ok(Some(_)) => Some(Event::Completed { job, summary: result.summary, url: result.url }),
                 Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
@@ -522,7 +517,7 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
             }
         }
         AgentExit::Failed(msg) => {
-            let fail = || ctx.queue.fail_with(id, token, m, &msg, ctx.backoff);
+            let fail = || ctx.store.fail(&fence, &msg, ctx.backoff);
             match retry::transient("failing", Budget::WRITE, fail).await {
                 Ok(Some(FailOutcome::Cancelled)) => Some(Event::Cancelled { job }),
                 Ok(Some(o)) => Some(Event::Failed { job, error: msg, dead: o == FailOutcome::Dead }),
@@ -532,7 +527,7 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
         }
         AgentExit::TryLater => {
             let after = result.retry_after.unwrap_or(RetryAfter::Backoff);
-            let park = || ctx.queue.park(id, token, m, after, ctx.backoff);
+            let park = || ctx.store.park(&fence, after, ctx.backoff);
             match retry::transient("parking", Budget::WRITE, park).await {
                 Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
                 Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),
@@ -545,9 +540,9 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
 
 /// Records a loss once the database answers again, on a task of its own: the job's task ends
 /// as soon as its agent is dead, so no stop or hand-off waits on a database that is gone.
-fn note_later(ctx: &JobCtx, (id, token): (i64, i64), kind: &'static str, detail: &'static str) {
-    let (q, machine) = (ctx.queue.clone(), ctx.machine.clone());
-    tokio::spawn(async move { q.note(id, kind, &machine, Some(token), detail).await });
+fn note_later(ctx: &JobCtx, fence: Fence, kind: &'static str, detail: &'static str) {
+    let store = ctx.store.clone();
+    tokio::spawn(async move { store.note(&fence, kind, detail).await });
 }
 
 /// A write that could not be made within its budget: the sweep recovers the job.
@@ -557,7 +552,10 @@ fn gave_up(id: i64, what: &str, e: Error) -> Option<Event> {
 }
 
 /// One completion waiting for its batch: the claim, and where its ending goes.
-type Completion = (i64, i64, oneshot::Sender<Result<Option<JobState>>>);
+struct Completion {
+    fence: Fence,
+    reply: oneshot::Sender<Result<Option<JobState>>>,
+}
 
 /// Batches completions from one process into one fenced statement per flush. Under load
 /// each flush carries whatever queued up during the previous one; idle, it adds no delay.
@@ -568,7 +566,7 @@ pub struct Completer {
 
 impl Completer {
     /// Runs until every clone of the returned completer is dropped.
-    pub fn spawn(queue: Queue, machine: String) -> Self {
+    pub fn spawn(store: MachineStore) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Completion>();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -579,17 +577,17 @@ impl Completer {
                         Err(_) => break,
                     }
                 }
-                let pairs: Vec<(i64, i64)> = batch.iter().map(|(i, t, _)| (*i, *t)).collect();
-                match queue.complete_many(&pairs, &machine).await {
+                let fences: Vec<Fence> = batch.iter().map(|c| c.fence).collect();
+                match store.complete(&fences).await {
                     Ok(accepted) => {
-                        for (id, token, reply) in batch {
-                            let ended = accepted.iter().find(|(p, _)| *p == (id, token)).map(|(_, s)| *s);
-                            let _ = reply.send(Ok(ended));
+                        for c in batch {
+                            let ended = accepted.iter().find(|(f, _)| *f == c.fence).map(|(_, s)| *s);
+                            let _ = c.reply.send(Ok(ended));
                         }
                     }
                     Err(e) => {
-                        for (_, _, reply) in batch {
-                            let _ = reply.send(Err(e.clone()));
+                        for c in batch {
+                            let _ = c.reply.send(Err(e.clone()));
                         }
                     }
                 }
@@ -600,19 +598,19 @@ impl Completer {
 
     /// The state the claim ended in (`completed`, or `cancelled` after a cancel), or `None`
     /// when the completion was fenced off.
-    pub async fn complete(&self, id: i64, token: i64) -> Result<Option<JobState>> {
-        let (tx, rx) = oneshot::channel();
-        self.tx.send((id, token, tx)).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
+    pub async fn complete(&self, fence: Fence) -> Result<Option<JobState>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Completion { fence, reply }).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
         rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?
     }
 }
 
 /// Pushes, now and then every `every`, the work in progress that a hand-off could not push
 /// (offline, say), and records the branch on its job so the next claim resumes from it.
-pub async fn push_pending(ws: Arc<Workspaces>, queue: Queue, every: Duration, stop: CancellationToken) {
+pub async fn push_pending(ws: Arc<Workspaces>, store: MachineStore, every: Duration, stop: CancellationToken) {
     loop {
         for (job, branch) in ws.push_pending().await {
-            if let Err(e) = queue.resume_later(job, &branch, &ws.machine).await {
+            if let Err(e) = store.resume_later(job, &branch).await {
                 tracing::warn!(job, error = %e, "pushed the work in progress but could not record it on the job");
             }
         }

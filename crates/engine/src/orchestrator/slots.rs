@@ -10,20 +10,21 @@ use tokio_util::task::TaskTracker;
 
 use super::config::ClaimMode;
 use super::handle::StopMode;
-use super::lease::{News, Order, Pair};
+use super::lease::{News, Order};
 use super::machine::{unix_ms, Machine, Net, Slot};
 use super::poller::ClaimRequest;
 use super::runner::{run_job, Cancel, CancelReason, JobDone};
 use super::status::{Event, JobRef};
 use devpilot_store::error::Result;
+use devpilot_store::queue::Fence;
 use devpilot_store::queue::{Claim, Polled};
 
 impl Machine {
     pub(super) fn job_done(&mut self, done: JobDone) {
-        if self.slots.get(&done.id).is_some_and(|s| s.job.token == done.token) {
-            self.slots.remove(&done.id);
+        if self.slots.get(&done.fence.job).is_some_and(|s| s.job.fence() == done.fence) {
+            self.slots.remove(&done.fence.job);
         }
-        let _ = self.keeper.send(Order::Forget((done.id, done.token)));
+        let _ = self.keeper.send(Order::Forget(done.fence));
         if let Some(e) = &done.agent_error {
             self.set_problem(e);
         }
@@ -33,21 +34,21 @@ impl Machine {
     }
 
     pub(super) fn lease_news(&mut self, news: News) {
-        let cancel = |m: &Self, (id, token): Pair, why| {
-            if let Some(s) = m.slots.get(&id).filter(|s| s.job.token == token) {
+        let cancel = |m: &Self, fence: Fence, why| {
+            if let Some(s) = m.slots.get(&fence.job).filter(|s| s.job.fence() == fence) {
                 s.cancel.cancel(why);
             }
         };
         match news {
-            News::Lost(pair) => cancel(self, pair, CancelReason::LeaseLost),
-            News::Expired(pair) => cancel(self, pair, CancelReason::LeaseExpired),
-            News::CancelAsked(pair) => {
-                if self.slots.get(&pair.0).is_some_and(|s| s.job.token == pair.1) {
-                    tracing::info!(job = pair.0, "a cancel was asked for; stopping the agent");
+            News::Lost(fence) => cancel(self, fence, CancelReason::LeaseLost),
+            News::Expired(fence) => cancel(self, fence, CancelReason::LeaseExpired),
+            News::CancelAsked(fence) => {
+                if self.slots.get(&fence.job).is_some_and(|s| s.job.fence() == fence) {
+                    tracing::info!(job = fence.job, "a cancel was asked for; stopping the agent");
                 }
-                cancel(self, pair, CancelReason::Cancelled)
+                cancel(self, fence, CancelReason::Cancelled)
             }
-            News::ReleaseAsked(pair) => self.release_asked(pair),
+            News::ReleaseAsked(fence) => self.release_asked(fence),
             News::Reached => self.set_online(true, None),
             News::Unreachable(e) => {
                 tracing::warn!(error = %e, "heartbeat failed");
@@ -56,8 +57,6 @@ impl Machine {
             }
         }
     }
-
-    // ------------------------------------------------------------ polling
 
     pub(super) fn poll(&mut self) {
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
@@ -82,10 +81,8 @@ impl Machine {
             self.maybe_presence();
         }
         let req = ClaimRequest {
-            queue: self.queue.clone(),
+            store: self.store.clone(),
             mode: self.cfg.claim_mode,
-            orchestrator_id: self.cfg.orchestrator_id.clone(),
-            machine: self.cfg.machine.clone(),
             free,
             presence,
             stale_after,
@@ -164,39 +161,39 @@ impl Machine {
     /// Releases a claim that landed after this machine stopped claiming, unrun and without
     /// burning an attempt.
     pub(super) fn hand_back(&self, c: Claim, on: &TaskTracker) {
-        tracing::info!(job = c.id, "a claim landed after claiming stopped; handing it back");
-        let (q, machine) = (self.queue.clone(), self.cfg.machine.clone());
+        tracing::info!(job = c.fence.job, "a claim landed after claiming stopped; handing it back");
+        let store = self.store.clone();
         on.spawn(async move {
             let reason = "claimed just as this machine stopped claiming; handed back unrun";
-            let release = || q.release(c.id, c.token, &machine, reason);
+            let release = || store.release(&c.fence, reason, None);
             if let Err(e) =
                 devpilot_store::retry::transient("handing back", devpilot_store::retry::Budget::WRITE, release).await
             {
-                tracing::warn!(job = c.id, error = %e, "could not hand a claim back; the sweep will");
+                tracing::warn!(job = c.fence.job, error = %e, "could not hand a claim back; the sweep will");
             }
         });
     }
 
     pub(super) fn start_job(&mut self, claim: Claim, sent: Duration) {
         let job = JobRef::of(&claim);
-        if let Some(old) = self.slots.remove(&claim.id) {
+        if let Some(old) = self.slots.remove(&claim.fence.job) {
             // We re-claimed a job whose earlier claim of ours was swept (say, this machine
             // stalled past the timeout). That old run is no longer ours: stop it.
             old.cancel.cancel(CancelReason::LeaseLost);
-            let _ = self.keeper.send(Order::Forget((claim.id, old.job.token)));
+            let _ = self.keeper.send(Order::Forget(old.job.fence()));
         }
-        let _ = self.keeper.send(Order::Hold { pair: (claim.id, claim.token), sent });
+        let _ = self.keeper.send(Order::Hold { fence: claim.fence, sent });
         let cancel = Cancel::child_of(&self.hard_stop);
-        self.slots.insert(claim.id, Slot { job: job.clone(), started: unix_ms(), cancel: cancel.clone() });
+        self.slots.insert(claim.fence.job, Slot { job: job.clone(), started: unix_ms(), cancel: cancel.clone() });
         self.emit(Event::Claimed { job });
         self.work.spawn(run_job(self.ctx.clone(), claim, cancel));
     }
 
     pub(super) fn check_open_work(&self) {
-        let (q, tx, orch) = (self.queue.clone(), self.net_tx.clone(), self.cfg.orchestrator_id.clone());
+        let (store, tx) = (self.store.clone(), self.net_tx.clone());
         let route = self.cfg.route();
         self.work.spawn(async move {
-            let res = q.open_work(&orch, &route).await;
+            let res = store.open_work(&route).await;
             let _ = tx.send(Net::OpenWork(res));
         });
     }

@@ -21,7 +21,7 @@ use super::status::{Event, Status};
 use crate::agent::AgentEnv;
 use crate::worktree::Workspaces;
 use devpilot_store::listen::Hint;
-use devpilot_store::queue::Queue;
+use devpilot_store::queue::{MachineStore, PresenceOrder, Queue};
 
 /// Starts the orchestrator with a status channel of its own. `hints` carries LISTEN/NOTIFY
 /// wake-ups (see [`devpilot_store::listen`]).
@@ -52,24 +52,25 @@ pub fn spawn_into(
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let stats = Arc::new(Stats::default());
     let handle = Handle { cmd: cmd_tx, events: events.clone(), status: status.subscribe(), stats: stats.clone() };
-    let queue = queue.with_call_timeout(call_bound(cfg.heartbeat));
+    let store =
+        MachineStore::new(queue.with_call_timeout(call_bound(cfg.heartbeat)), &cfg.orchestrator_id, &cfg.machine);
     let (news_tx, news_rx) = mpsc::unbounded_channel();
     let (orders, orders_rx) = mpsc::unbounded_channel();
     tokio::spawn(
-        Keeper::new(queue.clone(), clock.clone(), cfg.timing(), news_tx).counting(stats.clone()).run(orders_rx),
+        Keeper::new(store.clone(), clock.clone(), cfg.timing(), news_tx).counting(stats.clone()).run(orders_rx),
     );
     let (swept_tx, swept_rx) = mpsc::unbounded_channel();
     let every = (cfg.sweep_every, cfg.prune_every);
     let (maintenance, sweep_cfg) =
-        Maintenance::spawn(sweep_cfg(&queue, &cfg), every, events.clone(), stats.clone(), swept_tx);
+        Maintenance::spawn(sweep_cfg(&store, &cfg), every, events.clone(), stats.clone(), swept_tx);
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let (net_tx, net_rx) = mpsc::unbounded_channel();
     let problem = cfg.agent.check().err().map(|e| Problem::new(&e, cfg.problem_recheck()));
     let m = Machine {
         wishes: Wishes { enabled: cfg.start_enabled, paused: None },
         poller: Poller::new(cfg.poll_base(), cfg.max_poll_interval),
-        ctx: Arc::new(job_ctx(&queue, &cfg, &events, done_tx.clone(), orders.clone())),
-        queue,
+        ctx: Arc::new(job_ctx(&store, &cfg, &events, done_tx.clone(), orders.clone())),
+        store,
         cfg,
         events,
         status,
@@ -79,7 +80,7 @@ pub fn spawn_into(
         maintenance,
         sweep_cfg,
         last_presence: None,
-        presence_order: (rand::random::<i64>(), 0),
+        presence_order: PresenceOrder { run: rand::random::<i64>(), seq: 0 },
         db: Health { online: true, error: None },
         problem,
         work: TaskTracker::new(),
@@ -94,10 +95,9 @@ pub fn spawn_into(
     (handle, join)
 }
 
-pub(super) fn sweep_cfg(queue: &Queue, cfg: &RunConfig) -> SweepCfg {
+pub(super) fn sweep_cfg(store: &MachineStore, cfg: &RunConfig) -> SweepCfg {
     SweepCfg {
-        queue: queue.clone(),
-        orchestrator_id: cfg.orchestrator_id.clone(),
+        store: store.clone(),
         claim_timeout: cfg.claim_timeout,
         retention: cfg.retention,
         file_dirs: vec![cfg.log_dir.clone(), cfg.payload_dir.clone()],
@@ -116,14 +116,14 @@ fn workspaces(cfg: &RunConfig) -> Option<Arc<Workspaces>> {
 }
 
 pub(super) fn job_ctx(
-    queue: &Queue,
+    store: &MachineStore,
     cfg: &RunConfig,
     events: &broadcast::Sender<Event>,
     done: mpsc::UnboundedSender<JobDone>,
     keeper: mpsc::UnboundedSender<Order>,
 ) -> JobCtx {
     JobCtx {
-        queue: queue.clone(),
+        store: store.clone(),
         workspaces: workspaces(cfg),
         watchdog: cfg.watchdog,
         log_every: cfg.heartbeat,
@@ -134,11 +134,10 @@ pub(super) fn job_ctx(
             machine: cfg.machine.clone(),
             pass_env: cfg.pass_env.clone(),
         },
-        machine: cfg.machine.clone(),
         grace: cfg.cancel_grace,
         kill_grace: cfg.timing().kill_grace,
         events: events.clone(),
-        completer: Completer::spawn(queue.clone(), cfg.machine.clone()),
+        completer: Completer::spawn(store.clone()),
         done,
         keeper,
         backoff: cfg.backoff,

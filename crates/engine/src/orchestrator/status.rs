@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use devpilot_store::queue::{Claim, Presence, Route};
+use devpilot_store::db::DbUrl;
+use devpilot_store::queue::{Claim, Fence, MachineStatus, Presence, PresenceOrder, Route};
 
 /// A job, as events and the status name it.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -16,7 +17,12 @@ pub struct JobRef {
 
 impl JobRef {
     pub(super) fn of(c: &Claim) -> Self {
-        Self { id: c.id, title: c.title.clone(), attempt: c.attempt, token: c.token }
+        Self { id: c.fence.job, title: c.title.clone(), attempt: c.attempt, token: c.fence.token }
+    }
+
+    /// The claim this names.
+    pub fn fence(&self) -> Fence {
+        Fence { job: self.id, token: self.token }
     }
 
     /// "title (#id)" or "#id".
@@ -156,6 +162,46 @@ pub enum AgentKind {
     None,
 }
 
+/// Which kind of database the queue is in, as [`Status::backend`] says it: "sqlite" or "postgres".
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The embedded default, or a sqlite:// file.
+    Sqlite,
+    /// A PostgreSQL server, which machines may share.
+    Postgres,
+}
+
+impl Backend {
+    /// The JSON name: "sqlite" or "postgres".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// The embedded or file database rather than a PostgreSQL server.
+    pub fn is_sqlite(self) -> bool {
+        self == Backend::Sqlite
+    }
+}
+
+impl From<&DbUrl> for Backend {
+    fn from(url: &DbUrl) -> Self {
+        if url.is_sqlite() {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
+        }
+    }
+}
+
+/// [`Status::backend`] in JSON: the backend's name, or "" while no database URL is known.
+fn backend_or_empty<S: serde::Serializer>(backend: &Option<Backend>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(backend.map_or("", Backend::as_str))
+}
+
 /// A job running here.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RunningJob {
@@ -177,7 +223,9 @@ pub struct Status {
     pub machine: String,
     /// `host:port/db` or the SQLite path; never a password.
     pub database: String,
-    pub backend: String,
+    /// `None` until the database URL is known; "" in JSON then, as before it was typed.
+    #[serde(serialize_with = "backend_or_empty")]
+    pub backend: Option<Backend>,
     pub agent: AgentKind,
     pub dispatch_enabled: bool,
     pub paused: bool,
@@ -197,13 +245,13 @@ pub struct Status {
 /// A presence row without its names, so it can travel into a spawned task.
 #[derive(Clone, Copy, Debug)]
 pub struct PresenceFields {
-    pub(super) status: &'static str,
+    pub(super) status: MachineStatus,
     pub(super) dispatch_enabled: bool,
     pub(super) paused_until: Option<i64>,
     pub(super) running: i32,
     pub(super) concurrency: i32,
-    /// (run, seq): see [`Presence::order`].
-    pub(super) order: (i64, i64),
+    /// See [`Presence::order`].
+    pub(super) order: PresenceOrder,
 }
 
 impl PresenceFields {

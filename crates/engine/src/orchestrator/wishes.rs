@@ -9,12 +9,13 @@ use tokio::time::Instant;
 
 use super::config::RunConfig;
 use super::handle::{Command, StopMode};
-use super::lease::{call_bound, Order, Pair};
+use super::lease::{call_bound, Order};
 use super::machine::{unix_ms, Machine, Paused, Problem, Stopping};
 use super::runner::CancelReason;
 use super::spawn::{job_ctx, sweep_cfg};
 use super::status::{Event, MachineState, RunningJob};
 use devpilot_store::error::Error;
+use devpilot_store::queue::Fence;
 
 impl Machine {
     /// Whether a poll may claim now.
@@ -171,18 +172,18 @@ impl Machine {
         }
         tokio::spawn(async move {
             let lost = rx.await.unwrap_or_default();
-            let _ = done.send(lost.into_iter().map(|(id, _)| id).collect());
+            let _ = done.send(lost.into_iter().map(|f| f.job).collect());
         });
     }
 
     pub(super) fn reconfigure(&mut self, new: RunConfig) {
         let keep = (self.cfg.orchestrator_id.clone(), self.cfg.machine.clone(), self.cfg.start_enabled);
         self.cfg = RunConfig { orchestrator_id: keep.0, machine: keep.1, start_enabled: keep.2, ..new };
-        self.queue = self.queue.clone().with_call_timeout(call_bound(self.cfg.heartbeat));
+        self.store = self.store.clone().with_call_timeout(call_bound(self.cfg.heartbeat));
         let _ = self.keeper.send(Order::Retime(self.cfg.timing()));
-        let _ = self.sweep_cfg.send(sweep_cfg(&self.queue, &self.cfg));
+        let _ = self.sweep_cfg.send(sweep_cfg(&self.store, &self.cfg));
         self.maintenance.set_every(self.cfg.sweep_every, self.cfg.prune_every);
-        self.ctx = Arc::new(job_ctx(&self.queue, &self.cfg, &self.events, self.done_tx.clone(), self.keeper.clone()));
+        self.ctx = Arc::new(job_ctx(&self.store, &self.cfg, &self.events, self.done_tx.clone(), self.keeper.clone()));
         self.poller.retime(self.cfg.poll_base(), self.cfg.max_poll_interval);
         if self.problem.is_some() {
             self.recheck_problem();
@@ -223,11 +224,11 @@ impl Machine {
     /// Someone asked this machine to hand off what it holds (`devpilot release --machine`
     /// from another machine): hand off everything, pushing the work in progress, and pause,
     /// so that this machine does not claim the jobs straight back. Resuming is the user's.
-    pub(super) fn release_asked(&mut self, pair: Pair) {
-        if !self.slots.get(&pair.0).is_some_and(|s| s.job.token == pair.1 && !s.cancel.is_cancelled()) {
+    pub(super) fn release_asked(&mut self, fence: Fence) {
+        if !self.slots.get(&fence.job).is_some_and(|s| s.job.fence() == fence && !s.cancel.is_cancelled()) {
             return;
         }
-        tracing::info!(job = pair.0, "a hand-off was asked of this machine; handing off and pausing");
+        tracing::info!(job = fence.job, "a hand-off was asked of this machine; handing off and pausing");
         self.wishes.paused = Some(Paused::Indefinitely);
         let (done, _) = oneshot::channel();
         self.hand_off(done);

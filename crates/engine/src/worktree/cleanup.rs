@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::error::WorktreeError;
 use super::handoff::{commit_all, push, unsaved};
 use super::record::{HandOff, Record, Worktree};
 use super::workspaces::{in_use, Workspaces, CLEANUP_BOUND, GIT_BOUND};
@@ -78,10 +79,9 @@ impl Workspaces {
         // and git forgets it. (`git worktree remove` would run a status inside the worktree,
         // reading what the agent left there.)
         let clone = Git::clone_at(&wt.repo.path).await;
-        let removed = std::fs::remove_dir_all(&wt.path).map_err(|e| e.to_string());
-        let removed = match removed {
-            Ok(()) => clone.run(&["worktree", "prune"], GIT_BOUND).await,
-            Err(e) => Err(e),
+        let removed = match std::fs::remove_dir_all(&wt.path) {
+            Ok(()) => clone.run(&["worktree", "prune"], GIT_BOUND).await.map_err(WorktreeError::from),
+            Err(e) => Err(WorktreeError::from(e)),
         };
         match removed {
             Ok(_) => {
@@ -90,7 +90,7 @@ impl Workspaces {
                 let remotes = format!("--remotes={}", wt.repo.remote);
                 let local = format!("refs/heads/{}", wt.branch);
                 let left = clone.run(&["rev-list", "--count", &local, "--not", &remotes], GIT_BOUND).await;
-                if left.as_deref() == Ok("0") {
+                if matches!(left.as_deref(), Ok("0")) {
                     let _ = clone.run(&["branch", "-D", &wt.branch], GIT_BOUND).await;
                 }
                 let _ = std::fs::remove_file(self.record_path(wt.job));

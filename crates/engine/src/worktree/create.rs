@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Stdio;
 
+use super::error::WorktreeError;
 use super::record::{records_in, StartedFrom, Worktree};
 use super::repo::Repo;
 use super::workspaces::{in_use, Workspaces, GIT_BOUND, SETUP_BOUND};
@@ -20,21 +21,16 @@ impl Workspaces {
         base: Option<&str>,
         resume: Option<&str>,
         log: &mut std::fs::File,
-    ) -> std::result::Result<Worktree, String> {
-        let repo = self
-            .repos
-            .get(repo_name)
-            .cloned()
-            .ok_or_else(|| format!("this machine has no repo '{repo_name}' configured"))?;
+    ) -> Result<Worktree, WorktreeError> {
+        let repo = self.repos.get(repo_name).cloned().ok_or_else(|| WorktreeError::NoRepo(repo_name.into()))?;
         if !repo.path.join(".git").exists() {
-            return Err(format!("repo '{}': {} is not a git clone", repo.name, repo.path.display()));
+            return Err(WorktreeError::NotAClone { repo: repo.name, path: repo.path });
         }
         if let Some(r) = resume {
-            devpilot_store::spec::validate_base(r)
-                .map_err(|_| format!("the handed-off branch {r:?} is not a branch name"))?;
+            devpilot_store::spec::validate_base(r).map_err(|_| WorktreeError::BadResumeBranch(r.into()))?;
         }
         let path = self.root.join(job.to_string());
-        let _lock = self.lock(&repo.path).await.map_err(|e| e.to_string())?;
+        let _lock = self.lock(&repo.path).await?;
         in_use().insert(path.clone());
         let clone = Git::clone_at(&repo.path).await;
         if let Some(wt) = self.reusable(job, &repo, branch, &path, &clone).await {
@@ -52,7 +48,7 @@ impl Workspaces {
         }
         let start = match resume {
             Some(r) if fetch(&clone, &repo, r, log).await => StartedFrom::AgentWork(format!("{}/{r}", repo.remote)),
-            Some(r) => return Err(format!("cannot fetch the handed-off branch {r} from {}", repo.remote)),
+            Some(r) => return Err(WorktreeError::ResumeFetch { branch: r.into(), remote: repo.remote.clone() }),
             // The job's branch is on the remote already (pushed by an earlier attempt, or
             // later than its hand-off): go on from it rather than from the base.
             None if fetch_quiet(&clone, &repo, branch).await => {
@@ -63,7 +59,7 @@ impl Workspaces {
         let from = match &start {
             StartedFrom::Base(r) | StartedFrom::AgentWork(r) => r.clone(),
         };
-        crate::safe_fs::private_dir(&self.root).map_err(|e| e.to_string())?;
+        crate::safe_fs::private_dir(&self.root)?;
         let _ = clone.run(&["worktree", "prune"], GIT_BOUND).await;
         let p = path.to_string_lossy().to_string();
         let local = format!("refs/heads/{branch}");
@@ -77,7 +73,7 @@ impl Workspaces {
             say(log, &format!("branch {branch} has local commits; keeping them"));
             (vec!["worktree", "add", &p, branch], StartedFrom::AgentWork(local.clone()))
         };
-        clone.run(&args, GIT_BOUND).await.map_err(|e| format!("cannot create the worktree: {e}"))?;
+        clone.run(&args, GIT_BOUND).await.map_err(WorktreeError::Create)?;
         // Read now, before any agent has run in it, and named in every later git call.
         let git_dir = crate::git::worktree_gitdir(&clone, &path).await?;
         say(log, &format!("worktree {} on branch {branch} from {from}", path.display()));
@@ -109,12 +105,7 @@ impl Workspaces {
     /// Runs the repo's setup argv in the worktree, its output into `log`, if it may run there
     /// ([`Worktree::setup_allowed`]; else it says why not). The error carries the last lines
     /// of that output. The setup sees only the allowlisted environment (and `pass_env`).
-    pub async fn setup(
-        &self,
-        wt: &Worktree,
-        log: &mut std::fs::File,
-        log_path: &Path,
-    ) -> std::result::Result<(), String> {
+    pub async fn setup(&self, wt: &Worktree, log: &mut std::fs::File, log_path: &Path) -> Result<(), WorktreeError> {
         let Some((prog, args)) = wt.repo.setup.split_first() else { return Ok(()) };
         if !wt.setup_allowed() {
             let StartedFrom::AgentWork(from) = &wt.start else { return Ok(()) };
@@ -129,8 +120,9 @@ impl Workspaces {
             return Ok(());
         }
         let before = log.metadata().map(|m| m.len()).unwrap_or(0);
-        let out = log.try_clone().map_err(|e| e.to_string())?;
-        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let out = log.try_clone()?;
+        let err = log.try_clone()?;
+        let argv = || wt.repo.setup.join(" ");
         let mut child = tokio::process::Command::new(prog)
             .args(args)
             .current_dir(&wt.path)
@@ -142,25 +134,19 @@ impl Workspaces {
             .kill_on_drop(true)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("setup `{}` could not start: {e}", wt.repo.setup.join(" ")))?;
+            .map_err(|source| WorktreeError::SetupStart { argv: argv(), source })?;
         // Stopped (the job's hand-off) or timed out: the whole group goes, not only the child.
         let group = GroupKill(child.id());
         let status = match tokio::time::timeout(SETUP_BOUND, child.wait()).await {
-            Ok(s) => s.map_err(|e| format!("setup `{}`: {e}", wt.repo.setup.join(" ")))?,
-            Err(_) => {
-                return Err(format!(
-                    "setup `{}` took longer than {}",
-                    wt.repo.setup.join(" "),
-                    humantime::format_duration(SETUP_BOUND)
-                ))
-            }
+            Ok(s) => s.map_err(|source| WorktreeError::SetupWait { argv: argv(), source })?,
+            Err(_) => return Err(WorktreeError::SetupTimedOut { argv: argv(), bound: SETUP_BOUND }),
         };
         std::mem::forget(group);
         if status.success() {
             return Ok(());
         }
         let tail = crate::agent::last_lines(log_path, before, 5);
-        Err(format!("setup `{}` failed ({status}): {tail}", wt.repo.setup.join(" ")))
+        Err(WorktreeError::SetupFailed { argv: argv(), status, tail })
     }
 }
 
@@ -219,7 +205,7 @@ async fn start_point(
     repo: &Repo,
     base: Option<&str>,
     log: &mut std::fs::File,
-) -> std::result::Result<StartedFrom, String> {
+) -> Result<StartedFrom, WorktreeError> {
     let base = match base {
         Some(b) => b.to_string(),
         None => default_branch(clone, repo).await,
@@ -228,10 +214,7 @@ async fn start_point(
     let fetched = fetch(clone, repo, &base, log).await;
     if !fetched {
         if clone.run(&["rev-parse", "--verify", "--quiet", &remote_ref], GIT_BOUND).await.is_err() {
-            return Err(format!(
-                "repo '{}' has no branch '{base}' on {} (a base is taken only from the remote)",
-                repo.name, repo.remote
-            ));
+            return Err(WorktreeError::NoBase { repo: repo.name.clone(), base, remote: repo.remote.clone() });
         }
         say(log, &format!("starting from the last fetched copy {remote_ref}"));
     }

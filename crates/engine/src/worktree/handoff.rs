@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::error::WorktreeError;
 use super::record::{records_in, HandOff, Unsaved, Worktree};
 use super::workspaces::{in_use, Workspaces};
-use crate::git::Git;
+use crate::git::{Git, GitError};
 
 impl Workspaces {
     /// The hand-off: commit everything in the worktree, push the branch within the bound,
@@ -16,10 +17,8 @@ impl Workspaces {
         let deadline = started + self.push_bound;
         let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let result = async {
-            let _lock = tokio::time::timeout(left(), self.lock(&wt.repo.path))
-                .await
-                .map_err(|_| "another git operation on the repo held it past the bound".to_string())?
-                .map_err(|e| e.to_string())?;
+            let _lock =
+                tokio::time::timeout(left(), self.lock(&wt.repo.path)).await.map_err(|_| WorktreeError::LockBusy)??;
             let message = format!("devpilot: work in progress handed off by {}", self.machine);
             let git = wt.git().await;
             commit_all(&git, wt, &message, left()).await?;
@@ -27,7 +26,7 @@ impl Workspaces {
                 return Ok(None);
             }
             push(&git, wt, left()).await?;
-            Ok::<_, String>(Some(wt.branch.clone()))
+            Ok::<_, WorktreeError>(Some(wt.branch.clone()))
         }
         .await;
         let took = started.elapsed();
@@ -99,12 +98,7 @@ pub(super) fn pathspecs(wt: &Worktree) -> Vec<String> {
 
 /// Commits everything in the worktree (a fallback identity when git has none). No hook runs:
 /// `--no-verify`, and [`Git`]'s `core.hooksPath=/dev/null` for the others.
-pub(super) async fn commit_all(
-    git: &Git,
-    wt: &Worktree,
-    message: &str,
-    bound: Duration,
-) -> std::result::Result<(), String> {
+pub(super) async fn commit_all(git: &Git, wt: &Worktree, message: &str, bound: Duration) -> Result<(), GitError> {
     // Everything, then the copied files back out of the index. Excluding them in the add's
     // pathspec instead fails the add when one is ignored (git names it as an ignored path
     // given on the command line), and a `.env` that `copy` brings in usually is.
@@ -126,7 +120,7 @@ pub(super) async fn commit_all(
 }
 
 /// What in the worktree is not safe on the remote.
-pub(super) async fn unsaved(git: &Git, wt: &Worktree, bound: Duration) -> std::result::Result<Unsaved, String> {
+pub(super) async fn unsaved(git: &Git, wt: &Worktree, bound: Duration) -> Result<Unsaved, WorktreeError> {
     if !wt.path.exists() {
         return Ok(Unsaved::Nothing);
     }
@@ -144,7 +138,7 @@ pub(super) async fn unsaved(git: &Git, wt: &Worktree, bound: Duration) -> std::r
         .run(&["rev-list", "--count", "HEAD", "--not", &remotes], bound)
         .await?
         .parse()
-        .map_err(|e| format!("unexpected rev-list output: {e}"))?;
+        .map_err(WorktreeError::RevList)?;
     Ok(if n == 0 { Unsaved::Nothing } else { Unsaved::Commits(n) })
 }
 
@@ -154,7 +148,7 @@ pub(super) async fn on_remote(git: &Git, wt: &Worktree, bound: Duration) -> bool
     git.run(&["rev-parse", "--verify", "--quiet", &r], bound).await.is_ok()
 }
 
-pub(super) async fn push(git: &Git, wt: &Worktree, bound: Duration) -> std::result::Result<(), String> {
+pub(super) async fn push(git: &Git, wt: &Worktree, bound: Duration) -> Result<(), GitError> {
     let spec = format!("HEAD:refs/heads/{}", wt.branch);
     git.run(&["push", "--quiet", "--no-verify", &wt.repo.remote, &spec], bound).await?;
     // So `unsaved` sees the pushed commits as on the remote.

@@ -29,11 +29,13 @@
 
 mod cleanup;
 mod create;
+mod error;
 mod handoff;
 mod record;
 mod repo;
 mod workspaces;
 
+pub use self::error::WorktreeError;
 pub use self::record::{records_in, HandOff, Record, StartedFrom, Unsaved, Worktree};
 pub use self::repo::{expand_home, overlay_repo_flag, Repo, RepoSettings};
 pub use self::workspaces::Workspaces;

@@ -71,7 +71,7 @@ impl Workspaces {
             file
         })
         .await
-        .map_err(|e| Error::Io(e.to_string()))?;
+        .map_err(|e| Error::from(std::io::Error::other(e)))?;
         Ok(RepoLock { _guard: guard, _file: file })
     }
 

@@ -5,11 +5,17 @@ use std::sync::atomic::Ordering;
 
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TransactionTrait, Value};
 
-use super::dialect::postgres_dialect;
+use super::dialect::Sql;
 use super::history::History;
+use super::pool::Queue;
 use super::rows::{first_i64, ids_of};
-use super::Queue;
 use crate::error::{Error, Result};
+
+/// An empty NOTIFY on channel $1.
+static NOTIFY: Sql = Sql::new(|_| "SELECT pg_notify($1, '') IS NULL AS sent".to_string());
+
+/// The database clock.
+static NOW: Sql = Sql::new(|d| format!("SELECT {now} AS now", now = d.now));
 
 impl Queue {
     /// Runs `call` within this queue's bound.
@@ -44,6 +50,7 @@ impl Queue {
         });
     }
 
+    /// Runs `sql` (in this backend's dialect) and returns its rows.
     pub(super) async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
         let values = without_nul(values);
         self.bounded(async {
@@ -58,6 +65,7 @@ impl Queue {
         .await
     }
 
+    /// Runs `sql` (in this backend's dialect) and returns how many rows it touched.
     pub(super) async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
         let values = without_nul(values);
         self.bounded(async {
@@ -72,9 +80,10 @@ impl Queue {
         .await
     }
 
-    /// A statement of this module with its values written in (pooled mode, PostgreSQL).
+    /// A statement of this module with its values written in (pooled mode, PostgreSQL: the
+    /// text is PostgreSQL's already).
     fn inlined(&self, sql: &str, values: &[Value]) -> String {
-        crate::db::inline_values(&postgres_dialect(sql), values)
+        crate::db::inline_values(sql, values)
     }
 
     /// Whether `e` is what a transaction-mode pooler does to prepared statements: SQLSTATE
@@ -96,9 +105,9 @@ impl Queue {
         true
     }
 
-    /// A state change and its history, committed together. `update` is an UPDATE whose
-    /// RETURNING names at least `id, orchestrator_id, claim_token, claimed_by, state`; the
-    /// rows it returns are the answer. On PostgreSQL the history INSERT rides in the same
+    /// A state change and its history, committed together. `update` is an UPDATE, in this
+    /// backend's dialect, whose RETURNING names at least `id, orchestrator_id, claim_token,
+    /// claimed_by, state`; the rows it returns are the answer. On PostgreSQL the history INSERT rides in the same
     /// statement as a data-modifying CTE over the returned rows. SQLite has no such CTEs, so
     /// the UPDATE and the INSERT run in one short transaction: the INSERT reads the changed
     /// rows back, which inside the transaction are exactly what the UPDATE left.
@@ -108,16 +117,18 @@ impl Queue {
         mut values: Vec<Value>,
         h: &History<'_>,
     ) -> Result<Vec<QueryResult>> {
-        if self.backend == DbBackend::Postgres {
+        let d = self.dialect();
+        if d.postgres {
             values.push(h.machine.map(str::to_string).into());
-            let machine = format!("COALESCE(${}, claimed_by)", values.len());
-            let detail = h.detail.sql(&mut values);
+            let machine = format!("COALESCE({}, claimed_by)", d.p(values.len()));
+            let detail = h.detail.sql(d, &mut values);
             let sql = format!(
                 "WITH changed AS ({update}), history AS (
                     INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-                    SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {{NOW}} FROM changed)
+                    SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {now} FROM changed)
                  SELECT * FROM changed",
-                kind = h.kind
+                kind = h.kind,
+                now = d.now
             );
             return self.query(&sql, values).await;
         }
@@ -135,16 +146,19 @@ impl Queue {
 
     /// SQLite's half of [`Queue::change`]: the history of rows `ids` as they are now.
     fn history_of(&self, ids: &[i64], h: &History<'_>) -> Statement {
+        let d = self.dialect();
         let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
-        let detail = h.detail.sql(&mut values);
+        let detail = h.detail.sql(d, &mut values);
         let first = values.len();
-        let list: Vec<String> = (0..ids.len()).map(|i| format!("${}", first + i + 1)).collect();
+        let list: Vec<String> = (0..ids.len()).map(|i| d.p(first + i + 1)).collect();
         values.extend(ids.iter().map(|id| Value::from(*id)));
         let sql = format!(
             "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-             SELECT id, orchestrator_id, {kind}, COALESCE($1, claimed_by), claim_token, {detail}, {{NOW}}
+             SELECT id, orchestrator_id, {kind}, COALESCE({machine}, claimed_by), claim_token, {detail}, {now}
                FROM dispatch_queue WHERE id IN ({list})",
             kind = h.kind,
+            machine = d.p(1),
+            now = d.now,
             list = list.join(", ")
         );
         self.stmt(&sql, values)
@@ -153,12 +167,12 @@ impl Queue {
     /// Sends an empty NOTIFY on `channel`: the LISTEN probe's (see [`crate::listen`]), on this
     /// queue's pool, so that the probe costs a machine no connection of its own.
     pub async fn notify(&self, channel: &str) -> Result<()> {
-        self.query("SELECT pg_notify($1, '') IS NULL AS sent", vec![channel.into()]).await.map(drop)
+        self.query(self.sql(&NOTIFY), vec![channel.into()]).await.map(drop)
     }
 
     /// The database clock, in milliseconds since the epoch.
     pub async fn now_ms(&self) -> Result<i64> {
-        let rows = self.query("SELECT {NOW} AS now", vec![]).await?;
+        let rows = self.query(self.sql(&NOW), vec![]).await?;
         first_i64(&rows, "now")
     }
 }

@@ -2,11 +2,20 @@
 
 use sea_orm::Value;
 
+use super::dialect::{Dialect, Sql};
 use super::options::{title_of, validate_orchestrator, JobOptions};
-use super::rows::{ids_of, Enqueued};
-use super::Queue;
+use super::pool::Queue;
+use super::rows::{decode_first, ids_of, Enqueued, IdState};
 use crate::error::{Error, Result};
-use crate::job::JobState;
+
+/// The live job of orchestrator $1 with key $2.
+static LIVE_KEY: Sql = Sql::new(|d| {
+    format!(
+        "SELECT id, state FROM dispatch_queue
+                      WHERE orchestrator_id = $1 AND unique_key = $2 AND unique_key IS NOT NULL AND {live}",
+        live = d.live
+    )
+});
 
 impl Queue {
     /// Adds a job with the default options. The payload must be a JSON object or array; its
@@ -40,21 +49,15 @@ impl Queue {
         opts.validate()?;
         let routes = check_payloads(std::slice::from_ref(payload))?;
         for _ in 0..5 {
-            let (sql, values) = insert_jobs(orchestrator_id, std::slice::from_ref(payload), &routes, opts);
+            let (sql, values) =
+                insert_jobs(self.dialect(), orchestrator_id, std::slice::from_ref(payload), &routes, opts);
             if let Some(id) = ids_of(&self.query(&sql, values).await?)?.first() {
                 return Ok(Enqueued { id: *id, existing: None });
             }
             let Some(key) = &opts.key else { break };
-            let rows = self
-                .query(
-                    "SELECT id, state FROM dispatch_queue
-                      WHERE orchestrator_id = $1 AND unique_key = $2 AND unique_key IS NOT NULL AND {LIVE}",
-                    vec![orchestrator_id.into(), key.clone().into()],
-                )
-                .await?;
-            if let Some(r) = rows.first() {
-                let state = JobState::parse(&r.try_get::<String>("", "state")?).unwrap_or(JobState::Queued);
-                return Ok(Enqueued { id: r.try_get("", "id")?, existing: Some(state) });
+            let rows = self.query(self.sql(&LIVE_KEY), vec![orchestrator_id.into(), key.clone().into()]).await?;
+            if let Some(r) = decode_first::<IdState>(&rows)? {
+                return Ok(Enqueued { id: r.id, existing: Some(r.state) });
             }
         }
         Err(Error::Invalid("the job could not be added: its key kept changing hands; try again".into()))
@@ -81,7 +84,7 @@ impl Queue {
         let routes = check_payloads(payloads)?;
         let mut ids = Vec::with_capacity(payloads.len());
         for (chunk, routes) in payloads.chunks(200).zip(routes.chunks(200)) {
-            let (sql, values) = insert_jobs(orchestrator_id, chunk, routes, &opts);
+            let (sql, values) = insert_jobs(self.dialect(), orchestrator_id, chunk, routes, &opts);
             ids.extend(ids_of(&self.query(&sql, values).await?)?);
         }
         ids.sort_unstable();
@@ -101,10 +104,11 @@ fn check_payloads(payloads: &[serde_json::Value]) -> Result<Vec<RouteColumns>> {
     payloads.iter().map(|p| Ok(crate::spec::check_payload(p)?.route_columns())).collect()
 }
 
-/// One INSERT of `payloads` with `opts`: claimable from `COALESCE(at, {NOW} + delay)`, and a
-/// no-op for a key that is live already (`ON CONFLICT DO NOTHING` over the partial unique
-/// index). The producer's SQL in the README is this statement.
+/// One INSERT of `payloads` with `opts`, in dialect `d`: claimable from `COALESCE(at, now +
+/// delay)`, and a no-op for a key that is live already (`ON CONFLICT DO NOTHING` over the
+/// partial unique index). The producer's SQL in the README is this statement.
 fn insert_jobs(
+    d: &Dialect,
     orchestrator_id: &str,
     payloads: &[serde_json::Value],
     routes: &[RouteColumns],
@@ -117,8 +121,8 @@ fn insert_jobs(
     );
     let mut values: Vec<Value> = Vec::with_capacity(payloads.len() * PER_ROW);
     let (at, delay) = opts.start_values();
-    let (base, max) = match opts.backoff {
-        Some(b) => (Some(b.ms().0), Some(b.ms().1)),
+    let (base, max) = match opts.backoff.map(|b| b.ms()) {
+        Some([base, max]) => (Some(base), Some(max)),
         None => (None, None),
     };
     for (i, (p, (repo, requires))) in payloads.iter().zip(routes).enumerate() {
@@ -126,10 +130,10 @@ fn insert_jobs(
             sql.push(',');
         }
         let n = values.len();
-        let ph: Vec<String> = (1..=PER_ROW).map(|k| format!("${}", n + k)).collect();
+        let ph: Vec<String> = (1..=PER_ROW).map(|k| d.p(n + k)).collect();
         sql.push_str(&format!(
-            "({}, {}, {}, {}, {}, {}, COALESCE({}, {{NOW}} + {}), {}, {}, {}, {})",
-            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], ph[8], ph[9], ph[10], ph[11]
+            "({}, {}, {}, {}, {}, {}, COALESCE({}, {} + {}), {}, {}, {}, {})",
+            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], d.now, ph[7], ph[8], ph[9], ph[10], ph[11]
         ));
         values.push(orchestrator_id.into());
         values.push(Value::from(p.clone()));

@@ -3,8 +3,9 @@
 
 use sea_orm::Value;
 
-use super::rows::{event_from_row, JobEvent};
-use super::Queue;
+use super::dialect::{Dialect, Sql};
+use super::pool::Queue;
+use super::rows::{decode, JobEvent};
 use crate::error::Result;
 use crate::retry::{self, Budget};
 
@@ -30,15 +31,16 @@ pub(super) enum Detail {
 }
 
 impl Detail {
-    /// The detail as SQL over the changed row; a text becomes the next parameter of `values`.
-    pub(super) fn sql(&self, values: &mut Vec<Value>) -> String {
+    /// The detail as SQL over the changed row, in dialect `d`; a text becomes the next
+    /// parameter of `values`.
+    pub(super) fn sql(&self, d: &Dialect, values: &mut Vec<Value>) -> String {
         match self {
             Detail::None => "NULL".to_string(),
             Detail::Attempt => ATTEMPT.to_string(),
             Detail::Expr(e) => e.clone(),
             Detail::Text(t) => {
                 values.push(t.clone().into());
-                format!("${}", values.len())
+                d.p(values.len())
             }
         }
     }
@@ -46,6 +48,30 @@ impl Detail {
 
 /// A claim's history detail, over the claimed row.
 pub(super) const ATTEMPT: &str = "'attempt ' || attempts";
+
+/// A history entry of job $1 that goes with no state change: kind $2, machine $3, token $4,
+/// detail $5.
+static NOTE: Sql = Sql::new(|d| {
+    format!(
+        "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+             SELECT id, orchestrator_id, $2, $3, $4, $5, {now} FROM dispatch_queue WHERE id = $1",
+        now = d.now
+    )
+});
+
+/// The history of job $1, oldest first.
+static HISTORY: Sql = Sql::new(|_| {
+    "SELECT id, job_id, at, kind, machine, claim_token, detail
+                   FROM job_events WHERE job_id = $1 ORDER BY id"
+        .to_string()
+});
+
+/// The history entries of orchestrator $1 of kind $2, oldest first.
+static EVENTS_OF_KIND: Sql = Sql::new(|_| {
+    "SELECT id, job_id, at, kind, machine, claim_token, detail
+                   FROM job_events WHERE orchestrator_id = $1 AND kind = $2 ORDER BY id"
+        .to_string()
+});
 
 impl Queue {
     /// Records a history entry that goes with no state change of ours (a loss, a rejected
@@ -68,36 +94,17 @@ impl Queue {
 
     /// One try of [`Queue::note`].
     pub async fn note_once(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) -> Result<()> {
-        self.exec(
-            "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-             SELECT id, orchestrator_id, $2, $3, $4, $5, {NOW} FROM dispatch_queue WHERE id = $1",
-            vec![id.into(), kind.into(), machine.into(), token.into(), detail.into()],
-        )
-        .await?;
+        self.exec(self.sql(&NOTE), vec![id.into(), kind.into(), machine.into(), token.into(), detail.into()]).await?;
         Ok(())
     }
 
     /// A job's history, oldest first.
     pub async fn history(&self, id: i64) -> Result<Vec<JobEvent>> {
-        let rows = self
-            .query(
-                "SELECT id, job_id, at, kind, machine, claim_token, detail
-                   FROM job_events WHERE job_id = $1 ORDER BY id",
-                vec![id.into()],
-            )
-            .await?;
-        rows.iter().map(event_from_row).collect()
+        decode(&self.query(self.sql(&HISTORY), vec![id.into()]).await?)
     }
 
     /// Every history entry of one kind for an orchestrator (for audits and tests).
     pub async fn events_of_kind(&self, orchestrator_id: &str, kind: &str) -> Result<Vec<JobEvent>> {
-        let rows = self
-            .query(
-                "SELECT id, job_id, at, kind, machine, claim_token, detail
-                   FROM job_events WHERE orchestrator_id = $1 AND kind = $2 ORDER BY id",
-                vec![orchestrator_id.into(), kind.into()],
-            )
-            .await?;
-        rows.iter().map(event_from_row).collect()
+        decode(&self.query(self.sql(&EVENTS_OF_KIND), vec![orchestrator_id.into(), kind.into()]).await?)
     }
 }

@@ -53,8 +53,9 @@ impl Backoff {
         Ord::min(self.base.saturating_mul(1u32 << Ord::min(shift, 30)), self.max)
     }
 
-    pub(super) fn ms(&self) -> (i64, i64) {
-        (millis(self.base), millis(self.max))
+    /// `[base, max]` in ms.
+    pub(super) fn ms(&self) -> [i64; 2] {
+        [millis(self.base), millis(self.max)]
     }
 }
 
@@ -107,7 +108,7 @@ impl JobOptions {
         Ok(())
     }
 
-    /// `(absolute ms, delay ms)` for the insert's `COALESCE($abs, {NOW} + $delay)`.
+    /// `(absolute ms, delay ms)` for the insert's `COALESCE($abs, now + $delay)`.
     pub(super) fn start_values(&self) -> (Option<i64>, i64) {
         match self.start {
             Start::Now => (None, 0),

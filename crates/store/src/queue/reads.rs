@@ -1,27 +1,87 @@
 //! Listings and counts, for status and the UI.
 
-use sea_orm::Value;
+use sea_orm::{FromQueryResult, Value};
 
+use super::dialect::{Dialect, Sql};
+use super::pool::Queue;
 use super::route::Route;
-use super::rows::{first_i64, job_from_row, Counts, JobRow, LogTail, OpenWork, JOB_COLUMNS};
-use super::Queue;
+use super::rows::{decode, decode_first, decode_one, Counts, IdState, JobRow, LogTail, OpenWork, JOB_COLUMNS};
 use crate::error::Result;
 use crate::job::JobState;
+
+/// A job listing: [`JOB_COLUMNS`] and the database clock, of the rows that `rest` (its WHERE
+/// and ORDER BY) selects.
+fn listing(d: &Dialect, rest: &str) -> String {
+    format!("SELECT {JOB_COLUMNS}, {now} AS now FROM dispatch_queue {rest}", now = d.now)
+}
+
+/// The jobs of orchestrator $1, newest first, at most $2: of every state, and of state $3.
+static JOBS: [Sql; 2] = [
+    Sql::new(|d| listing(d, "WHERE orchestrator_id = $1 ORDER BY id DESC LIMIT $2")),
+    Sql::new(|d| listing(d, "WHERE orchestrator_id = $1 AND state = $3 ORDER BY id DESC LIMIT $2")),
+];
+
+/// The running jobs of orchestrator $1, oldest claim first.
+static RUNNING: Sql =
+    Sql::new(|d| listing(d, &format!("WHERE orchestrator_id = $1 AND {} ORDER BY claimed_at, id", d.running)));
+
+/// The claimable jobs of orchestrator $1 that wait for a time, soonest first, at most $2.
+static WAITING: Sql = Sql::new(|d| {
+    let rest = format!(
+        "WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {claimable} AND run_at > {now}
+          ORDER BY run_at, id LIMIT $2",
+        claimable = d.claimable,
+        now = d.now
+    );
+    listing(d, &rest)
+});
+
+/// The claimable jobs of orchestrator $1 no machine holds, in the pick's order, at most $2.
+static UNCLAIMED: Sql = Sql::new(|d| {
+    let rest = format!(
+        "WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {claimable}
+          ORDER BY priority DESC, run_at, id LIMIT $2",
+        claimable = d.claimable
+    );
+    listing(d, &rest)
+});
+
+/// Job $1 with its payload.
+static JOB: Sql =
+    Sql::new(|d| format!("SELECT {JOB_COLUMNS}, payload, {now} AS now FROM dispatch_queue WHERE id = $1", now = d.now));
+
+/// The stored log tail of job $1.
+static LOG_TAIL: Sql = Sql::new(|d| {
+    format!("SELECT machine, claim_token, tail, updated_at, {now} AS now FROM job_logs WHERE job_id = $1", now = d.now)
+});
+
+/// Jobs by state, as a count each.
+#[derive(FromQueryResult)]
+struct StateCount {
+    state: JobState,
+    n: i64,
+}
+
+/// A job with its payload.
+#[derive(FromQueryResult)]
+struct WithPayload {
+    #[sea_orm(nested)]
+    job: JobRow,
+    payload: serde_json::Value,
+}
 
 impl Queue {
     /// Job counts by state.
     pub async fn counts(&self, orchestrator_id: &str) -> Result<Counts> {
-        let rows = self
-            .query(
-                "SELECT state, COUNT(*) AS n FROM dispatch_queue
-                  WHERE orchestrator_id = $1 GROUP BY state",
-                vec![orchestrator_id.into()],
-            )
-            .await?;
+        /// The jobs of orchestrator $1, counted by state.
+        static COUNTS: Sql = Sql::new(|_| {
+            "SELECT state, COUNT(*) AS n FROM dispatch_queue
+                  WHERE orchestrator_id = $1 GROUP BY state"
+                .to_string()
+        });
+        let rows = self.query(self.sql(&COUNTS), vec![orchestrator_id.into()]).await?;
         let mut c = Counts::default();
-        for r in &rows {
-            let n: i64 = r.try_get("", "n")?;
-            let Some(state) = JobState::parse(&r.try_get::<String>("", "state")?) else { continue };
+        for StateCount { state, n } in decode::<StateCount>(&rows)? {
             *match state {
                 JobState::Queued => &mut c.queued,
                 JobState::Running => &mut c.running,
@@ -38,132 +98,70 @@ impl Queue {
     /// get (running anywhere, or claimable and routable to it), and what only another
     /// machine can take.
     pub async fn open_work(&self, orchestrator_id: &str, route: &Route) -> Result<OpenWork> {
+        let d = self.dialect();
         let mut values: Vec<Value> = vec![orchestrator_id.into()];
-        let mine = format!("({{RUNNING}} OR ({}))", route.sql(&mut values));
+        let mine = format!("({} OR ({}))", d.running, route.sql(d, &mut values));
         let rows = self
             .query(
                 &format!(
                     "SELECT COALESCE(SUM(CASE WHEN {mine} THEN 1 ELSE 0 END), 0) AS open,
                             COALESCE(SUM(CASE WHEN {mine} THEN 0 ELSE 1 END), 0) AS unroutable
                        FROM dispatch_queue
-                      WHERE orchestrator_id = $1 AND ({{RUNNING}} OR (claimed_at IS NULL AND {{CLAIMABLE}}))"
+                      WHERE orchestrator_id = {o} AND ({running} OR (claimed_at IS NULL AND {claimable}))",
+                    o = d.p(1),
+                    running = d.running,
+                    claimable = d.claimable
                 ),
                 values,
             )
             .await?;
-        Ok(OpenWork { open: first_i64(&rows, "open")?, unroutable: first_i64(&rows, "unroutable")? })
+        decode_one(&rows)
     }
 
     /// Jobs of an orchestrator, newest first, optionally of one state.
     pub async fn jobs(&self, orchestrator_id: &str, state: Option<&str>, limit: u32) -> Result<Vec<JobRow>> {
         let mut values: Vec<Value> = vec![orchestrator_id.into(), i64::from(limit).into()];
-        let filter = match state {
-            Some(s) => {
-                values.push(s.into());
-                "AND state = $3"
-            }
-            None => "",
-        };
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
-                      WHERE orchestrator_id = $1 {filter}
-                      ORDER BY id DESC LIMIT $2"
-                ),
-                values,
-            )
-            .await?;
-        rows.iter().map(job_from_row).collect()
+        values.extend(state.map(Value::from));
+        decode(&self.query(self.sql(&JOBS[usize::from(state.is_some())]), values).await?)
     }
 
     /// The running jobs of an orchestrator, oldest claim first.
     pub async fn running(&self, orchestrator_id: &str) -> Result<Vec<JobRow>> {
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
-                      WHERE orchestrator_id = $1 AND {{RUNNING}} ORDER BY claimed_at, id"
-                ),
-                vec![orchestrator_id.into()],
-            )
-            .await?;
-        rows.iter().map(job_from_row).collect()
+        decode(&self.query(self.sql(&RUNNING), vec![orchestrator_id.into()]).await?)
     }
 
     /// The claimable jobs that wait for a time (backoff, schedule, park), soonest first.
     pub async fn waiting(&self, orchestrator_id: &str, limit: u32) -> Result<Vec<JobRow>> {
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
-                      WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {{CLAIMABLE}} AND run_at > {{NOW}}
-                      ORDER BY run_at, id LIMIT $2"
-                ),
-                vec![orchestrator_id.into(), i64::from(limit).into()],
-            )
-            .await?;
-        rows.iter().map(job_from_row).collect()
+        let values = vec![orchestrator_id.into(), i64::from(limit).into()];
+        decode(&self.query(self.sql(&WAITING), values).await?)
     }
 
     /// The claimable jobs no machine holds, in the order the pick takes them.
     pub async fn unclaimed(&self, orchestrator_id: &str, limit: u32) -> Result<Vec<JobRow>> {
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT {JOB_COLUMNS}, {{NOW}} AS now FROM dispatch_queue
-                      WHERE orchestrator_id = $1 AND claimed_at IS NULL AND {{CLAIMABLE}}
-                      ORDER BY priority DESC, run_at, id LIMIT $2"
-                ),
-                vec![orchestrator_id.into(), i64::from(limit).into()],
-            )
-            .await?;
-        rows.iter().map(job_from_row).collect()
+        let values = vec![orchestrator_id.into(), i64::from(limit).into()];
+        decode(&self.query(self.sql(&UNCLAIMED), values).await?)
     }
 
     /// One job with its payload.
     pub async fn job(&self, id: i64) -> Result<Option<(JobRow, serde_json::Value)>> {
-        let rows = self
-            .query(
-                &format!("SELECT {JOB_COLUMNS}, payload, {{NOW}} AS now FROM dispatch_queue WHERE id = $1"),
-                vec![id.into()],
-            )
-            .await?;
-        match rows.first() {
-            Some(r) => Ok(Some((job_from_row(r)?, r.try_get("", "payload")?))),
-            None => Ok(None),
-        }
+        let rows = self.query(self.sql(&JOB), vec![id.into()]).await?;
+        Ok(decode_first::<WithPayload>(&rows)?.map(|j| (j.job, j.payload)))
     }
 
     /// The stored tail of a job's agent log, if its holder stored one.
     pub async fn log_tail(&self, id: i64) -> Result<Option<LogTail>> {
-        let rows = self
-            .query(
-                "SELECT machine, claim_token, tail, updated_at, {NOW} AS now FROM job_logs WHERE job_id = $1",
-                vec![id.into()],
-            )
-            .await?;
-        let Some(r) = rows.first() else { return Ok(None) };
-        Ok(Some(LogTail {
-            machine: r.try_get("", "machine")?,
-            claim_token: r.try_get("", "claim_token")?,
-            tail: r.try_get("", "tail")?,
-            updated_at: r.try_get("", "updated_at")?,
-            now: r.try_get("", "now")?,
-        }))
+        decode_first(&self.query(self.sql(&LOG_TAIL), vec![id.into()]).await?)
     }
 
     /// The states of jobs `ids` (a job that is gone is missing from the answer).
     pub async fn job_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState)>> {
+        let d = self.dialect();
         let mut out = vec![];
         for chunk in ids.chunks(500) {
-            let list: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let list: Vec<String> = (1..=chunk.len()).map(|i| d.p(i)).collect();
             let values = chunk.iter().map(|i| Value::from(*i)).collect();
             let sql = format!("SELECT id, state FROM dispatch_queue WHERE id IN ({})", list.join(", "));
-            for r in self.query(&sql, values).await? {
-                let state = JobState::parse(&r.try_get::<String>("", "state")?).unwrap_or(JobState::Queued);
-                out.push((r.try_get("", "id")?, state));
-            }
+            out.extend(decode::<IdState>(&self.query(&sql, values).await?)?.into_iter().map(|r| (r.id, r.state)));
         }
         Ok(out)
     }

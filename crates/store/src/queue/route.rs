@@ -1,9 +1,9 @@
 //! Routing: what a machine may pick, and why no machine can take a job.
 
-use sea_orm::Value;
+use sea_orm::{ColIdx, QueryResult, TryGetError, TryGetable, Value};
 use serde::Serialize;
 
-use super::rows::MachineRow;
+use super::dialect::Dialect;
 
 /// What a machine may pick: jobs with no repo or one of `repos`, and jobs whose `requires`
 /// labels are all among `labels`. It is part of the pick's WHERE, so the pick stays one
@@ -15,14 +15,15 @@ pub struct Route {
 }
 
 impl Route {
-    /// The routing predicate over `dispatch_queue`; the names become parameters after `values`.
-    pub(super) fn sql(&self, values: &mut Vec<Value>) -> String {
+    /// The routing predicate over `dispatch_queue` in dialect `d`; the names become
+    /// parameters after `values`.
+    pub(super) fn sql(&self, d: &Dialect, values: &mut Vec<Value>) -> String {
         let mut list = |names: &[String]| -> String {
             let ph: Vec<String> = names
                 .iter()
                 .map(|n| {
                     values.push(n.clone().into());
-                    format!("${}", values.len())
+                    d.p(values.len())
                 })
                 .collect();
             ph.join(", ")
@@ -36,7 +37,8 @@ impl Route {
             "dispatch_queue.requires IS NULL".to_string()
         } else {
             format!(
-                "(dispatch_queue.requires IS NULL OR NOT EXISTS (SELECT 1 FROM {{REQUIRES_EACH}} WHERE r.value NOT IN ({})))",
+                "(dispatch_queue.requires IS NULL OR NOT EXISTS (SELECT 1 FROM {} WHERE r.value NOT IN ({})))",
+                d.requires_each,
                 list(&self.labels)
             )
         };
@@ -58,21 +60,41 @@ pub(super) fn names_json(names: &[String]) -> Option<String> {
     (!names.is_empty()).then(|| serde_json::Value::from(names.to_vec()).to_string())
 }
 
-/// A JSON array column as names (NULL or unreadable: none).
-pub(super) fn names_of(col: Option<String>) -> Vec<String> {
-    col.and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default()
+/// Names stored as a JSON array in a text column (`requires`, `repos`, `labels`), read as a
+/// list: NULL or unreadable is none. Serialized as the list.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Names(pub Vec<String>);
+
+impl std::ops::Deref for Names {
+    type Target = Vec<String>;
+
+    fn deref(&self) -> &Vec<String> {
+        &self.0
+    }
 }
 
-/// Why no online machine can take a job of `repo` needing `requires` (`None`: one can).
-pub fn unroutable(repo: Option<&str>, requires: &[String], machines: &[MachineRow]) -> Option<String> {
-    let online: Vec<&MachineRow> = machines.iter().filter(|m| m.online()).collect();
-    if online.is_empty() {
-        return (repo.is_some() || !requires.is_empty()).then(|| "no machine is online".to_string());
+impl From<Vec<String>> for Names {
+    fn from(names: Vec<String>) -> Self {
+        Self(names)
     }
-    let reasons: Vec<String> = online.iter().filter_map(|m| m.route().refuses(repo, requires)).collect();
-    if reasons.len() < online.len() {
-        return None;
+}
+
+impl From<Names> for Vec<String> {
+    fn from(names: Names) -> Self {
+        names.0
     }
-    // Name the first reason: every online machine refuses it for one.
-    Some(format!("no online machine has {}", reasons[0]))
+}
+
+impl PartialEq<Vec<String>> for Names {
+    fn eq(&self, other: &Vec<String>) -> bool {
+        &self.0 == other
+    }
+}
+
+impl TryGetable for Names {
+    fn try_get_by<I: ColIdx>(res: &QueryResult, index: I) -> Result<Self, TryGetError> {
+        let col = Option::<String>::try_get_by(res, index)?;
+        Ok(Self(col.and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default()))
+    }
 }

@@ -1,24 +1,30 @@
-//! What the statements return, and the decoders of their rows.
+//! What the statements return, decoded from their rows by `FromQueryResult` (columns by
+//! name; `JobState`, [`Names`] and [`MachineStatus`] read their columns themselves).
 
 use std::time::Duration;
 
-use sea_orm::QueryResult;
+use sea_orm::{FromQueryResult, QueryResult};
 use serde::Serialize;
 
-use super::route::{names_of, Route};
+use super::fence::Fence;
 #[cfg(doc)]
-use super::Queue;
+use super::pool::Queue;
+use super::route::Names;
 use crate::error::{Error, Result};
 use crate::job::{event, JobState};
 
-/// A job this machine now holds. `token` must accompany every later write.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// A job this machine now holds. Its `fence` must accompany every later write.
+#[derive(Clone, Debug, Serialize, PartialEq, FromQueryResult)]
 pub struct Claim {
-    pub id: i64,
+    /// The job and this claim's token (the `id` and `claim_token` columns).
+    #[sea_orm(nested)]
+    pub fence: Fence,
     pub orchestrator_id: String,
+    /// jsonb on PostgreSQL, JSON text on SQLite: sea-orm reads both as JSON.
     pub payload: serde_json::Value,
     pub title: Option<String>,
-    pub token: i64,
+    /// The attempt this claim is (the `attempts` column).
+    #[sea_orm(alias = "attempts")]
     pub attempt: i32,
     /// The branch a hand-off pushed this job's work in progress to, if one did.
     pub resume_branch: Option<String>,
@@ -42,10 +48,10 @@ pub enum FailOutcome {
 }
 
 impl FailOutcome {
-    pub(super) fn of_state(state: &str) -> Self {
-        match JobState::parse(state) {
-            Some(JobState::Dead) => FailOutcome::Dead,
-            Some(JobState::Cancelled) => FailOutcome::Cancelled,
+    pub(super) fn of_state(state: JobState) -> Self {
+        match state {
+            JobState::Dead => FailOutcome::Dead,
+            JobState::Cancelled => FailOutcome::Cancelled,
             _ => FailOutcome::WillRetry,
         }
     }
@@ -72,12 +78,13 @@ pub struct Swept {
 }
 
 /// One row of a job listing.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, FromQueryResult)]
 pub struct JobRow {
     pub id: i64,
     pub orchestrator_id: String,
     pub title: Option<String>,
-    pub state: String,
+    /// Serialized as its snake_case name, as stored.
+    pub state: JobState,
     pub attempts: i32,
     pub claimed_by: Option<String>,
     pub claim_token: i64,
@@ -93,11 +100,14 @@ pub struct JobRow {
     pub run_at: i64,
     /// What the agent said it did, and a link (its result file).
     pub summary: Option<String>,
+    /// The `result_url` column.
+    #[sea_orm(alias = "result_url")]
     pub url: Option<String>,
     pub cancel_requested_by: Option<String>,
     pub finished_at: Option<i64>,
     pub repo: Option<String>,
-    pub requires: Vec<String>,
+    /// The labels it requires (a JSON array column; NULL or unreadable: none).
+    pub requires: Names,
     pub resume_branch: Option<String>,
     pub resumed_from: Option<String>,
     /// Where a kept worktree is (`machine:path (why)`).
@@ -110,7 +120,7 @@ pub struct JobRow {
 impl JobRow {
     /// How long until a waiting job may be claimed, if it is waiting for a time.
     pub fn wait(&self) -> Option<Duration> {
-        let claimable = JobState::parse(&self.state).is_some_and(|s| JobState::CLAIMABLE.contains(&s));
+        let claimable = JobState::CLAIMABLE.contains(&self.state);
         (claimable && self.run_at > self.now).then(|| Duration::from_millis((self.run_at - self.now) as u64))
     }
 
@@ -119,16 +129,12 @@ impl JobRow {
     pub fn waiting_text(&self) -> Option<String> {
         let wait = self.wait()?;
         let text = humantime::format_duration(Duration::from_secs(Ord::max(wait.as_secs(), 1))).to_string();
-        Some(if self.state == JobState::Failed.as_str() {
-            format!("retry in {text}")
-        } else {
-            format!("starts in {text}")
-        })
+        Some(if self.state == JobState::Failed { format!("retry in {text}") } else { format!("starts in {text}") })
     }
 }
 
 /// One entry of a job's history: why it moved.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, FromQueryResult)]
 pub struct JobEvent {
     pub id: i64,
     pub job_id: i64,
@@ -139,37 +145,8 @@ pub struct JobEvent {
     pub detail: Option<String>,
 }
 
-/// A machine's presence row.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct MachineRow {
-    pub machine: String,
-    pub status: String,
-    pub last_seen_at: i64,
-    pub dispatch_enabled: bool,
-    pub paused_until: Option<i64>,
-    pub running: i32,
-    pub concurrency: i32,
-    /// Why this machine is not claiming, if something keeps it from it.
-    pub problem: Option<String>,
-    pub repos: Vec<String>,
-    pub labels: Vec<String>,
-    pub now: i64,
-}
-
-impl MachineRow {
-    /// What this machine said it can take.
-    pub fn route(&self) -> Route {
-        Route { repos: self.repos.clone(), labels: self.labels.clone() }
-    }
-
-    /// Whether it is there to take work: seen in the last 15 minutes and not stopped.
-    pub fn online(&self) -> bool {
-        self.status != "stopped" && self.now - self.last_seen_at < 15 * 60 * 1000
-    }
-}
-
 /// The stored tail of a job's agent log.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, FromQueryResult)]
 pub struct LogTail {
     pub machine: String,
     pub claim_token: i64,
@@ -206,7 +183,7 @@ impl Counts {
 }
 
 /// What is left for a machine that drains until empty ([`Queue::open_work`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, FromQueryResult)]
 pub struct OpenWork {
     /// Running jobs (on any machine: they may come back), and claimable ones this machine
     /// can take.
@@ -227,13 +204,13 @@ pub struct Enqueued {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Renewed {
     /// The held jobs whose release a user asked for (`devpilot release --machine`).
-    pub release: Vec<(i64, i64)>,
-    pub kept: Vec<(i64, i64)>,
-    pub cancel: Vec<(i64, i64)>,
+    pub release: Vec<Fence>,
+    pub kept: Vec<Fence>,
+    pub cancel: Vec<Fence>,
 }
 
-impl From<Vec<(i64, i64)>> for Renewed {
-    fn from(kept: Vec<(i64, i64)>) -> Self {
+impl From<Vec<Fence>> for Renewed {
+    fn from(kept: Vec<Fence>) -> Self {
         Self { kept, cancel: vec![], release: vec![] }
     }
 }
@@ -260,82 +237,66 @@ pub(super) const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempt
      summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
      release_requested_by";
 
-pub(super) fn job_from_row(r: &QueryResult) -> Result<JobRow> {
-    Ok(JobRow {
-        id: r.try_get("", "id")?,
-        orchestrator_id: r.try_get("", "orchestrator_id")?,
-        title: r.try_get("", "title")?,
-        state: r.try_get("", "state")?,
-        attempts: r.try_get("", "attempts")?,
-        claimed_by: r.try_get("", "claimed_by")?,
-        claim_token: r.try_get("", "claim_token")?,
-        created_at: r.try_get("", "created_at")?,
-        claimed_at: r.try_get("", "claimed_at")?,
-        heartbeat_at: r.try_get("", "heartbeat_at")?,
-        completed_at: r.try_get("", "completed_at")?,
-        last_error: r.try_get("", "last_error")?,
-        max_attempts: r.try_get("", "max_attempts")?,
-        unique_key: r.try_get("", "unique_key")?,
-        priority: r.try_get("", "priority")?,
-        run_at: r.try_get("", "run_at")?,
-        summary: r.try_get("", "summary")?,
-        url: r.try_get("", "result_url")?,
-        cancel_requested_by: r.try_get("", "cancel_requested_by")?,
-        finished_at: r.try_get("", "finished_at")?,
-        repo: r.try_get("", "repo")?,
-        requires: names_of(r.try_get("", "requires")?),
-        resume_branch: r.try_get("", "resume_branch")?,
-        resumed_from: r.try_get("", "resumed_from")?,
-        worktree: r.try_get("", "worktree")?,
-        release_requested_by: r.try_get("", "release_requested_by")?,
-        now: r.try_get("", "now")?,
-    })
+/// Every row of `rows` as a `T`.
+pub(super) fn decode<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Vec<T>> {
+    rows.iter().map(|r| Ok(T::from_query_result(r, "")?)).collect()
 }
 
-pub(super) fn event_from_row(r: &QueryResult) -> Result<JobEvent> {
-    Ok(JobEvent {
-        id: r.try_get("", "id")?,
-        job_id: r.try_get("", "job_id")?,
-        at: r.try_get("", "at")?,
-        kind: r.try_get("", "kind")?,
-        machine: r.try_get("", "machine")?,
-        claim_token: r.try_get("", "claim_token")?,
-        detail: r.try_get("", "detail")?,
-    })
+/// The first row of `rows` as a `T`, if there is one.
+pub(super) fn decode_first<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Option<T>> {
+    Ok(rows.first().map(|r| T::from_query_result(r, "")).transpose()?)
 }
 
-pub(super) fn claim_from_row(r: &QueryResult) -> Result<Claim> {
-    Ok(Claim {
-        id: r.try_get("", "id")?,
-        orchestrator_id: r.try_get("", "orchestrator_id")?,
-        payload: r.try_get("", "payload")?,
-        title: r.try_get("", "title")?,
-        token: r.try_get("", "claim_token")?,
-        attempt: r.try_get("", "attempts")?,
-        resume_branch: r.try_get("", "resume_branch")?,
-        resumed_from: r.try_get("", "resumed_from")?,
-        repo: r.try_get("", "repo")?,
-    })
+/// The first row of `rows` as a `T`; none is an error (for a row every answer has).
+pub(super) fn decode_one<T: FromQueryResult>(rows: &[QueryResult]) -> Result<T> {
+    match rows.first() {
+        Some(r) => Ok(T::from_query_result(r, "")?),
+        None => Err(Error::Db(sea_orm::DbErr::RecordNotFound("no row returned".into()))),
+    }
 }
 
-/// The (id, token) pairs of ended claims, with the state each ended in.
-pub(super) fn ended_of(rows: &[QueryResult]) -> Result<Vec<((i64, i64), JobState)>> {
-    rows.iter()
-        .map(|r| {
-            let state = JobState::parse(&r.try_get::<String>("", "state")?).unwrap_or(JobState::Completed);
-            Ok(((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?), state))
-        })
-        .collect()
+/// A row's `state`.
+#[derive(FromQueryResult)]
+pub(super) struct Stated {
+    pub(super) state: JobState,
 }
 
-pub(super) fn pairs_of(rows: &[QueryResult]) -> Result<Vec<(i64, i64)>> {
-    rows.iter().map(|r| Ok((r.try_get::<i64>("", "id")?, r.try_get::<i64>("", "claim_token")?))).collect()
+/// A row's `id` and `state`.
+#[derive(FromQueryResult)]
+pub(super) struct IdState {
+    pub(super) id: i64,
+    pub(super) state: JobState,
+}
+
+/// A claim that ended, and the state it ended in.
+#[derive(FromQueryResult)]
+struct Ended {
+    #[sea_orm(nested)]
+    fence: Fence,
+    state: JobState,
+}
+
+/// The fences of ended claims, with the state each ended in.
+pub(super) fn ended_of(rows: &[QueryResult]) -> Result<Vec<(Fence, JobState)>> {
+    Ok(decode::<Ended>(rows)?.into_iter().map(|e| (e.fence, e.state)).collect())
+}
+
+/// The fences of the rows (their `id` and `claim_token`).
+pub(super) fn pairs_of(rows: &[QueryResult]) -> Result<Vec<Fence>> {
+    decode(rows)
+}
+
+/// A row's `id`.
+#[derive(FromQueryResult)]
+struct Id {
+    id: i64,
 }
 
 pub(super) fn ids_of(rows: &[QueryResult]) -> Result<Vec<i64>> {
-    rows.iter().map(|r| Ok(r.try_get::<i64>("", "id")?)).collect()
+    Ok(decode::<Id>(rows)?.into_iter().map(|r| r.id).collect())
 }
 
+/// The one value of column `col` of the first row (a count, the clock).
 pub(super) fn first_i64(rows: &[QueryResult], col: &str) -> Result<i64> {
     match rows.first() {
         Some(r) => Ok(r.try_get("", col)?),

@@ -1,0 +1,124 @@
+//! [`MachineStore`]: the queue as one machine of one orchestrator writes it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::fence::Fence;
+use super::options::{Backoff, Retention, RetryAfter};
+use super::pool::Queue;
+use super::presence::PollExtras;
+use super::route::Route;
+use super::rows::{Claim, FailOutcome, OpenWork, Polled, Pruned, Renewed, Swept};
+use crate::error::Result;
+use crate::job::JobState;
+
+/// The queue bound to one orchestrator and one machine, which are fixed for the life of a
+/// machine: its calls name only what changes, the job ([`Fence`] after a claim). Every
+/// statement is still [`Queue`]'s; this only carries the two names to it.
+#[derive(Clone, Debug)]
+pub struct MachineStore {
+    queue: Queue,
+    orchestrator_id: Arc<str>,
+    machine: Arc<str>,
+}
+
+impl MachineStore {
+    pub fn new(queue: Queue, orchestrator_id: &str, machine: &str) -> Self {
+        Self { queue, orchestrator_id: orchestrator_id.into(), machine: machine.into() }
+    }
+
+    /// The queue underneath, for what is not one machine's (the tray's window, presence).
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub fn orchestrator_id(&self) -> &str {
+        &self.orchestrator_id
+    }
+
+    pub fn machine(&self) -> &str {
+        &self.machine
+    }
+
+    /// The same store with every call bounded by `bound` ([`Queue::with_call_timeout`]).
+    pub fn with_call_timeout(self, bound: Duration) -> Self {
+        Self { queue: self.queue.with_call_timeout(bound), ..self }
+    }
+
+    /// The pick-and-claim of up to `limit` jobs, with a poll's housekeeping
+    /// ([`Queue::claim_next_with`]).
+    pub async fn poll(&self, limit: u32, extras: &PollExtras<'_>) -> Result<Polled> {
+        self.queue.claim_next_with(&self.orchestrator_id, &self.machine, limit, extras).await
+    }
+
+    /// Claimable ids `route` may take, for the claim by id ([`Queue::candidates_for`]).
+    pub async fn candidates(&self, limit: u32, route: &Route) -> Result<Vec<i64>> {
+        self.queue.candidates_for(&self.orchestrator_id, limit, route).await
+    }
+
+    /// The conditional claim of job `id` ([`Queue::claim_by_id`]).
+    pub async fn claim(&self, id: i64) -> Result<Option<Claim>> {
+        self.queue.claim_by_id(id, &self.orchestrator_id, &self.machine).await
+    }
+
+    pub async fn renew(&self, held: &[Fence]) -> Result<Renewed> {
+        self.queue.renew_leases(held).await
+    }
+
+    pub async fn complete(&self, done: &[Fence]) -> Result<Vec<(Fence, JobState)>> {
+        self.queue.complete_many(done, &self.machine).await
+    }
+
+    pub async fn fail(&self, fence: &Fence, error: &str, defaults: Backoff) -> Result<Option<FailOutcome>> {
+        self.queue.fail_with(fence, &self.machine, error, defaults).await
+    }
+
+    pub async fn park(&self, fence: &Fence, after: RetryAfter, defaults: Backoff) -> Result<Option<(JobState, i64)>> {
+        self.queue.park(fence, &self.machine, after, defaults).await
+    }
+
+    pub async fn record_result(&self, fence: &Fence, summary: Option<&str>, url: Option<&str>) -> Result<bool> {
+        self.queue.record_result(fence, summary, url).await
+    }
+
+    pub async fn record_worktree(&self, fence: &Fence, worktree: &str) -> Result<bool> {
+        self.queue.record_worktree(fence, worktree).await
+    }
+
+    pub async fn store_log_tail(&self, fence: &Fence, tail: &str) -> Result<bool> {
+        self.queue.store_log_tail(fence, &self.machine, tail).await
+    }
+
+    pub async fn finish_cancel(&self, fence: &Fence) -> Result<bool> {
+        self.queue.finish_cancel(fence, &self.machine).await
+    }
+
+    pub async fn release(&self, fence: &Fence, reason: &str, resume: Option<&str>) -> Result<bool> {
+        self.queue.release_with(fence, &self.machine, reason, resume).await
+    }
+
+    /// Names `branch` as where job `id`'s work went, after a hand-off pushed it late.
+    pub async fn resume_later(&self, id: i64, branch: &str) -> Result<bool> {
+        self.queue.resume_later(id, branch, &self.machine).await
+    }
+
+    /// A history note about this machine's claim of a job (never fails; logged).
+    pub async fn note(&self, fence: &Fence, kind: &str, detail: &str) {
+        self.queue.note(fence.job, kind, &self.machine, Some(fence.token), detail).await
+    }
+
+    /// What is left for a machine with `route` that drains until empty.
+    pub async fn open_work(&self, route: &Route) -> Result<OpenWork> {
+        self.queue.open_work(&self.orchestrator_id, route).await
+    }
+
+    /// The sweep of this orchestrator's stale claims ([`Queue::sweep`]).
+    pub async fn sweep(&self, claim_timeout: Duration) -> Result<Vec<Swept>> {
+        self.queue.sweep(Some(&self.orchestrator_id), claim_timeout).await
+    }
+
+    /// Retention of this orchestrator's finished work ([`Queue::prune`]).
+    pub async fn prune(&self, r: &Retention, batch: u32) -> Result<Pruned> {
+        self.queue.prune(Some(&self.orchestrator_id), r, batch).await
+    }
+}
