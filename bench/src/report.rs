@@ -134,7 +134,7 @@ fn claims_section(m: &mut String, j: &Value) {
     }
     let _ = writeln!(
         m,
-        "\n(a) runs the bare claim statement of `Queue::claim_next` (`queue::claim_next_sql`, k = 1) via `pgbench -M prepared` on a pre-filled queue; claims/s counts rows actually claimed. \
+        "\n(a) runs the bare claim statement of `Queue::claim_next` (`queue::claim_next_sql_postgres`, k = 1) via `pgbench -M prepared` on a pre-filled queue; claims/s counts rows actually claimed. \
          (b) and (c) go through `devpilot_store::queue::Queue`, which also writes a `job_events` history row per claim: on PostgreSQL `claim_next` does it inside the claim statement (a data-modifying CTE, so (c) does more work per statement than (a)), and the naive path's by-id claim in a second statement (the \"statements per claim\" column counts statements). \
          A wasted attempt is a claim statement that claimed nothing while claimable jobs remained (for b: a conditional UPDATE that lost the race)."
     );
