@@ -4,6 +4,7 @@
 //! missing (no tray host, no notification daemon, no logind, no keychain) it is logged and the
 //! rest keeps working.
 //!
+//! # Layout
 //! - [`state`]: [`AppState`], what Tauri manages (the engine, the notifier, the tray host seen).
 //! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in).
 //! - [`tray`]: the icon (five states), the menu and the hover text, kept current from the engine's status.
