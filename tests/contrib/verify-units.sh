@@ -49,7 +49,7 @@ printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/devpilot"
 chmod +x "$tmp/bin/devpilot"
 
 recursive=()
-if systemd-analyze --help 2>/dev/null | grep -q -- '--recursive-errors'; then
+if grep -q -- '--recursive-errors' <<<"$(systemd-analyze --help 2>/dev/null)"; then
   recursive=(--recursive-errors=no)
 fi
 

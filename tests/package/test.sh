@@ -124,8 +124,11 @@ for b in devpilot devpilot-tray; do
 done
 pass "both binaries are executable"
 # Nothing else, apart from cargo-deb's copyright file (and a changelog, should one be added).
+# A here-string, not a pipe: under pipefail, `grep -q` leaving at the first match can break
+# the pipe of a writer still writing, and a file that is expected reads as unexpected.
+expected=$(printf '%s\n' "${EXPECTED[@]}")
 extra=$(cd "$X" && find . -type f | sed 's|^\./||' | sort | while read -r f; do
-  printf '%s\n' "${EXPECTED[@]}" | grep -qxF "$f" || [[ "$f" == usr/share/doc/devpilot/* ]] || echo "$f"
+  grep -qxF -- "$f" <<<"$expected" || [[ "$f" == usr/share/doc/devpilot/* ]] || echo "$f"
 done)
 [[ -z "$extra" ]] || fail "the package holds nothing unexpected" "only the files above and usr/share/doc/devpilot/*" "$extra"
 pass "the package holds nothing unexpected"
@@ -231,7 +234,7 @@ sni_pids() {
       --method org.freedesktop.DBus.GetConnectionUnixProcessID "$name" 2>/dev/null | sed -nE 's/.*uint32 ([0-9]+).*/\1/p'
   done
 }
-tray_registered() { sni_pids | grep -qx "$TRAY_PID"; }
+tray_registered() { grep -qx -- "$TRAY_PID" <<<"$(sni_pids)"; }
 
 start_tray() {
   RUNS=$((RUNS + 1))
