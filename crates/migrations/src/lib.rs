@@ -24,6 +24,8 @@
 //!   plain SQL INSERT meets them too.
 //! - `m20261205_000002_presence_order`: each machine run numbers its presence writes, so a
 //!   late one never overwrites a later one (a stopped machine stays stopped).
+//! - `m20261206_000001_sources`: tracker sources (the intake turn and cursor), each job's
+//!   `source_id`, and the `outbox` of what each reportable state change owes the tracker.
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
@@ -42,6 +44,7 @@ mod m20261204_000001_channels;
 mod m20261204_000002_hot_renewals;
 mod m20261205_000001_caps;
 mod m20261205_000002_presence_order;
+mod m20261206_000001_sources;
 mod run;
 
 /// Applies the dispatch schema.
@@ -60,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000002_hot_renewals::Migration),
             Box::new(m20261205_000001_caps::Migration),
             Box::new(m20261205_000002_presence_order::Migration),
+            Box::new(m20261206_000001_sources::Migration),
         ]
     }
 }

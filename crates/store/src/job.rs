@@ -113,6 +113,10 @@ pub mod event {
     pub const RELEASE_REQUESTED: &str = "release_requested";
     /// A hand-off's work in progress reached the remote after the hand-off itself.
     pub const WORK_PUSHED: &str = "work_pushed";
+    /// A waiting job took its tracker issue's new text.
+    pub const UPDATED: &str = "updated";
+    /// The events a job from a tracker source reports back to it (through the outbox).
+    pub const REPORTABLE: [&str; 8] = [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT];
 }
 
 #[cfg(test)]

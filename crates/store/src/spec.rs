@@ -14,6 +14,9 @@
 //! - `base`: the branch the worktree starts from (default: the remote's default branch).
 //! - `requires`: labels the running machine must all have (`devpilot run --labels gpu`).
 //! - `url`: where the task came from (an issue, a ticket); it goes into the prompt.
+//! - `branch`: the job's branch, after `devpilot/` (default `<id>-<slug of the title>`).
+//! - `source`: set by a tracker's intake: which issue the job is (`kind`, `name`, `id`,
+//!   `identifier`, `url`); its outcomes are reported there.
 //!
 //! `repo` and `requires` are copied into columns at enqueue, so the pick can route by them.
 //!
@@ -56,6 +59,10 @@ pub struct JobSpec {
     pub requires: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The name of the job's branch after `devpilot/` (a tracker's own name for the issue's
+    /// branch, e.g. Linear's `branchName`); unset: `<id>-<slug of the title>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     /// Every other field, kept as it came.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -70,7 +77,7 @@ impl JobSpec {
         }
         let spec = Self::deserialize(payload).map_err(|e| {
             Error::Payload(format!(
-                "{e}; title, prompt, repo, base and url are strings and requires is a list of labels, e.g. [\"gpu\"]"
+                "{e}; title, prompt, repo, base, branch and url are strings and requires is a list of labels, e.g. [\"gpu\"]"
             ))
         })?;
         if let Some(repo) = &spec.repo {
@@ -87,6 +94,9 @@ impl JobSpec {
         }
         if let Some(base) = &spec.base {
             validate_base(base)?;
+        }
+        if let Some(branch) = &spec.branch {
+            validate_base(branch)?;
         }
         for (field, text, max) in
             [("title", &spec.title, MAX_TITLE), ("prompt", &spec.prompt, MAX_PROMPT), ("url", &spec.url, MAX_URL)]
@@ -150,8 +160,12 @@ impl JobSpec {
         }
     }
 
-    /// The branch of job `id`: `devpilot/<id>-<slug of title>`.
+    /// The branch of job `id`: `devpilot/<branch>` when the payload names one, else
+    /// `devpilot/<id>-<slug of title>`.
     pub fn branch(&self, id: i64) -> String {
+        if let Some(b) = self.branch.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
+            return format!("devpilot/{}", b.trim_start_matches("devpilot/"));
+        }
         let slug = slugify(self.title.as_deref().unwrap_or_default());
         if slug.is_empty() {
             format!("devpilot/{id}")

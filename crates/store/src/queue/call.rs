@@ -11,6 +11,37 @@ use super::pool::Queue;
 use super::rows::{first_i64, ids_of};
 use crate::error::{Error, Result};
 
+/// Which table [`Queue::history_of`] writes.
+#[derive(Clone, Copy)]
+enum Target {
+    History,
+    Outbox,
+}
+
+/// What the history CTE of a PostgreSQL state change returns, for [`outbox_cte`].
+pub(super) const HISTORY_RETURNING: &str = "RETURNING job_id, orchestrator_id, kind, machine, claim_token, detail, at";
+
+/// PostgreSQL's outbox CTE over a CTE `history` (an INSERT into `job_events` ending in
+/// [`HISTORY_RETURNING`]): the reportable events of jobs from a tracker source. The
+/// statement's snapshot shows `dispatch_queue` as it was before the change, which is
+/// enough: `source_id` never changes.
+pub(super) fn outbox_cte() -> String {
+    format!(
+        "outbox AS (
+            INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at, next_at)
+            SELECT h.orchestrator_id, h.job_id, q.source_id, h.kind, h.machine, h.claim_token, h.detail, h.at, h.at
+              FROM history h JOIN dispatch_queue q ON q.id = h.job_id
+             WHERE q.source_id IS NOT NULL AND h.kind IN ({reportable}))",
+        reportable = reportable()
+    )
+}
+
+/// The reportable event kinds, as an SQL list.
+fn reportable() -> String {
+    let kinds: Vec<String> = crate::job::event::REPORTABLE.iter().map(|k| format!("'{k}'")).collect();
+    kinds.join(", ")
+}
+
 /// An empty NOTIFY on channel $1.
 static NOTIFY: Sql = Sql::new(|_| "SELECT pg_notify($1, '') IS NULL AS sent".to_string());
 
@@ -105,12 +136,18 @@ impl Queue {
         true
     }
 
-    /// A state change and its history, committed together. `update` is an UPDATE, in this
-    /// backend's dialect, whose RETURNING names at least `id, orchestrator_id, claim_token,
-    /// claimed_by, state`; the rows it returns are the answer. On PostgreSQL the history INSERT rides in the same
-    /// statement as a data-modifying CTE over the returned rows. SQLite has no such CTEs, so
-    /// the UPDATE and the INSERT run in one short transaction: the INSERT reads the changed
-    /// rows back, which inside the transaction are exactly what the UPDATE left.
+    /// A state change, its history and its outbox rows, committed together. `update` is an
+    /// UPDATE, in this backend's dialect, whose RETURNING names at least `id, orchestrator_id,
+    /// claim_token, claimed_by, state`; the rows it returns are the answer. On PostgreSQL the
+    /// history INSERT rides in the same statement as a data-modifying CTE over the returned
+    /// rows, and the outbox INSERT over the history it wrote. SQLite has no such CTEs, so the
+    /// UPDATE and the INSERTs run in one short transaction: they read the changed rows back,
+    /// which inside the transaction are exactly what the UPDATE left.
+    ///
+    /// The outbox row: a job that came from a tracker source (`source_id`) owes that tracker
+    /// each reportable event ([`crate::job::event::REPORTABLE`]). Writing it here, with the
+    /// change itself, is what makes it impossible to lose: a machine that dies right after
+    /// a completion has already left the row for any other machine to deliver.
     pub(super) async fn change(
         &self,
         update: &str,
@@ -125,10 +162,12 @@ impl Queue {
             let sql = format!(
                 "WITH changed AS ({update}), history AS (
                     INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-                    SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {now} FROM changed)
+                    SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {now} FROM changed
+                    {HISTORY_RETURNING}), {outbox}
                  SELECT * FROM changed",
                 kind = h.kind,
-                now = d.now
+                now = d.now,
+                outbox = outbox_cte(),
             );
             return self.query(&sql, values).await;
         }
@@ -136,7 +175,9 @@ impl Queue {
             let txn = self.db.begin().await?;
             let rows = txn.query_all_raw(self.stmt(update, values)).await?;
             if !rows.is_empty() {
-                txn.execute_raw(self.history_of(&ids_of(&rows)?, h)).await?;
+                let ids = ids_of(&rows)?;
+                txn.execute_raw(self.history_of(&ids, h, Target::History)).await?;
+                txn.execute_raw(self.history_of(&ids, h, Target::Outbox)).await?;
             }
             txn.commit().await?;
             Ok(rows)
@@ -144,23 +185,32 @@ impl Queue {
         .await
     }
 
-    /// SQLite's half of [`Queue::change`]: the history of rows `ids` as they are now.
-    fn history_of(&self, ids: &[i64], h: &History<'_>) -> Statement {
+    /// SQLite's half of [`Queue::change`]: the history (or the outbox rows) of rows `ids`
+    /// as they are now. Both are computed by the same expressions over the same rows.
+    fn history_of(&self, ids: &[i64], h: &History<'_>, into: Target) -> Statement {
         let d = self.dialect();
         let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
         let detail = h.detail.sql(d, &mut values);
         let first = values.len();
         let list: Vec<String> = (0..ids.len()).map(|i| d.p(first + i + 1)).collect();
         values.extend(ids.iter().map(|id| Value::from(*id)));
-        let sql = format!(
-            "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-             SELECT id, orchestrator_id, {kind}, COALESCE({machine}, claimed_by), claim_token, {detail}, {now}
-               FROM dispatch_queue WHERE id IN ({list})",
-            kind = h.kind,
-            machine = d.p(1),
-            now = d.now,
-            list = list.join(", ")
-        );
+        let (kind, machine, now, list) = (h.kind, d.p(1), d.now, list.join(", "));
+        let sql = match into {
+            Target::History => format!(
+                "INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
+                 SELECT id, orchestrator_id, {kind}, COALESCE({machine}, claimed_by), claim_token, {detail}, {now}
+                   FROM dispatch_queue WHERE id IN ({list})"
+            ),
+            Target::Outbox => format!(
+                "INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail,
+                                     created_at, next_at)
+                 SELECT orchestrator_id, id, source_id, {kind}, COALESCE({machine}, claimed_by), claim_token,
+                        {detail}, {now}, {now}
+                   FROM dispatch_queue WHERE id IN ({list}) AND source_id IS NOT NULL
+                    AND ({kind}) IN ({reportable})",
+                reportable = reportable()
+            ),
+        };
         self.stmt(&sql, values)
     }
 

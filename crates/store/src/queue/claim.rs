@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sea_orm::{FromQueryResult, Value};
 
+use super::call::{outbox_cte, HISTORY_RETURNING};
 use super::dialect::{Dialect, Sql, POSTGRES};
 use super::history::{Detail, History, ATTEMPT};
 use super::options::{millis, ms_duration};
@@ -249,7 +250,8 @@ impl Queue {
         let sql = format!(
             "WITH {ctes}picked AS MATERIALIZED ({pick}), claimed AS ({claim}), history AS (
                  INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-                 SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {now} FROM claimed)
+                 SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {now} FROM claimed
+                 {HISTORY_RETURNING}), {outbox}
              SELECT c.*, s.stale, s.next_due FROM (SELECT {stale} AS stale,
                     CASE WHEN (SELECT COUNT(*) FROM claimed) < {limit_at} THEN ({next_waiting} AND run_at > {now}) END AS next_due) s
                LEFT JOIN claimed c ON true",
@@ -259,6 +261,7 @@ impl Queue {
             kind = CLAIMED.kind,
             detail = ATTEMPT,
             now = d.now,
+            outbox = outbox_cte(),
         );
         let rows = self.query(&sql, values).await?;
         let mut head = None;

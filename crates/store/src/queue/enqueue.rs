@@ -114,10 +114,10 @@ fn insert_jobs(
     routes: &[RouteColumns],
     opts: &JobOptions,
 ) -> (String, Vec<Value>) {
-    const PER_ROW: usize = 12;
+    const PER_ROW: usize = 13;
     let mut sql = String::from(
         "INSERT INTO dispatch_queue (orchestrator_id, payload, title, max_attempts, unique_key, priority, run_at, \
-         retry_backoff_ms, retry_backoff_max_ms, repo, requires) VALUES ",
+         retry_backoff_ms, retry_backoff_max_ms, repo, requires, source_id) VALUES ",
     );
     let mut values: Vec<Value> = Vec::with_capacity(payloads.len() * PER_ROW);
     let (at, delay) = opts.start_values();
@@ -132,8 +132,8 @@ fn insert_jobs(
         let n = values.len();
         let ph: Vec<String> = (1..=PER_ROW).map(|k| d.p(n + k)).collect();
         sql.push_str(&format!(
-            "({}, {}, {}, {}, {}, {}, COALESCE({}, {} + {}), {}, {}, {}, {})",
-            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], d.now, ph[7], ph[8], ph[9], ph[10], ph[11]
+            "({}, {}, {}, {}, {}, {}, COALESCE({}, {} + {}), {}, {}, {}, {}, {})",
+            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], d.now, ph[7], ph[8], ph[9], ph[10], ph[11], ph[12]
         ));
         values.push(orchestrator_id.into());
         values.push(Value::from(p.clone()));
@@ -147,6 +147,7 @@ fn insert_jobs(
         values.push(max.into());
         values.push(repo.clone().into());
         values.push(requires.clone().into());
+        values.push(opts.source.into());
     }
     sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
     (sql, values)

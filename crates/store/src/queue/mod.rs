@@ -61,6 +61,10 @@
 //! - `maintenance.rs`: the sweep of expired leases, and the pruning of finished work.
 //! - `presence.rs`: machines' presence rows and their [`MachineStatus`].
 //! - `reads.rs`: listings and counts, for status and the UI.
+//! - `sources.rs`: tracker sources: registering them, the intake turn and its fenced end,
+//!   and a source's jobs by key (updated while they wait).
+//! - `outbox.rs`: delivering the outbox rows [`Queue::change`] writes: taken with a
+//!   conditional UPDATE, finished fenced by the row's token, oldest first per job.
 
 mod admin;
 mod call;
@@ -73,11 +77,13 @@ mod history;
 mod machine;
 mod maintenance;
 mod options;
+mod outbox;
 mod pool;
 mod presence;
 mod reads;
 mod route;
 mod rows;
+mod sources;
 
 pub use claim::claim_next_sql_postgres;
 pub use fence::Fence;
@@ -85,6 +91,7 @@ pub use machine::MachineStore;
 pub use options::{
     title_of, validate_key, validate_orchestrator, Backoff, JobOptions, Retention, RetryAfter, Start, MAX_KEY_LEN,
 };
+pub use outbox::{Delivery, DeliveryEnd, OutboxRow};
 pub use pool::Queue;
 pub use presence::{unroutable, MachineRow, MachineStatus, PollExtras, Presence, PresenceOrder};
 pub use route::{Names, Route};
@@ -92,6 +99,7 @@ pub use rows::{
     CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned, Renewed,
     Swept,
 };
+pub use sources::{KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd};
 
 // Only for the links of the docs above and below.
 #[cfg(doc)]

@@ -86,11 +86,14 @@ pub struct JobOptions {
     pub start: Start,
     /// The job's own retry backoff; `None` leaves it to the runner's setting.
     pub backoff: Option<Backoff>,
+    /// The tracker source it came from (a `sources` row): its reportable events then write
+    /// outbox rows.
+    pub source: Option<i64>,
 }
 
 impl Default for JobOptions {
     fn default() -> Self {
-        Self { max_attempts: 3, key: None, priority: 0, start: Start::Now, backoff: None }
+        Self { max_attempts: 3, key: None, priority: 0, start: Start::Now, backoff: None, source: None }
     }
 }
 

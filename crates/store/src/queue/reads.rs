@@ -12,7 +12,11 @@ use crate::job::JobState;
 /// A job listing: [`JOB_COLUMNS`] and the database clock, of the rows that `rest` (its WHERE
 /// and ORDER BY) selects.
 fn listing(d: &Dialect, rest: &str) -> String {
-    format!("SELECT {JOB_COLUMNS}, {now} AS now FROM dispatch_queue {rest}", now = d.now)
+    format!(
+        "SELECT {JOB_COLUMNS}, {issue}, {now} AS now FROM dispatch_queue {rest}",
+        issue = d.issue_columns,
+        now = d.now
+    )
 }
 
 /// The jobs of orchestrator $1, newest first, at most $2: of every state, and of state $3.
@@ -47,8 +51,13 @@ static UNCLAIMED: Sql = Sql::new(|d| {
 });
 
 /// Job $1 with its payload.
-static JOB: Sql =
-    Sql::new(|d| format!("SELECT {JOB_COLUMNS}, payload, {now} AS now FROM dispatch_queue WHERE id = $1", now = d.now));
+static JOB: Sql = Sql::new(|d| {
+    format!(
+        "SELECT {JOB_COLUMNS}, {issue}, payload, {now} AS now FROM dispatch_queue WHERE id = $1",
+        issue = d.issue_columns,
+        now = d.now
+    )
+});
 
 /// The stored log tail of job $1.
 static LOG_TAIL: Sql = Sql::new(|d| {

@@ -113,6 +113,9 @@ pub struct JobRow {
     /// Where a kept worktree is (`machine:path (why)`).
     pub worktree: Option<String>,
     pub release_requested_by: Option<String>,
+    /// The tracker issue it came from: its identifier (`ENG-7`) and URL.
+    pub issue: Option<String>,
+    pub issue_url: Option<String>,
     /// The database clock when the row was read, so ages need no local clock.
     pub now: i64,
 }

@@ -1,0 +1,284 @@
+//! Tracker sources: a machine registers the sources it has configured, takes the fleet's
+//! intake turn with one conditional UPDATE, and ends the turn with a write fenced by it. The
+//! jobs a source added are found again by their unique key.
+//!
+//! The turn is the article's claim, applied to "poll this tracker now": whichever online
+//! machine has the source configured may take it, and zero rows means another machine has
+//! this interval's turn. Every later write of the turn names it (`turn`), so a machine that
+//! stalled past the interval cannot move the cursor back over a newer turn's.
+
+use std::time::Duration;
+
+use sea_orm::{FromQueryResult, Value};
+use serde::Serialize;
+
+use super::dialect::Sql;
+use super::history::{Detail, History};
+use super::options::{millis, truncate, validate_orchestrator};
+use super::pool::Queue;
+use super::rows::{decode, decode_first, first_i64};
+use crate::error::Result;
+use crate::job::JobState;
+
+/// A source as a machine has it configured.
+#[derive(Clone, Debug)]
+pub struct SourceSpec<'a> {
+    /// The name in the settings (`[sources.NAME]`): unique per orchestrator.
+    pub name: &'a str,
+    /// `linear` (GitHub comes next).
+    pub kind: &'a str,
+    /// The filter as text: registering a different one resets the cursor.
+    pub filter: &'a str,
+    /// How often the fleet polls it, all machines together.
+    pub interval: Duration,
+}
+
+/// A source's row, for status and for the intake.
+#[derive(Clone, Debug, Serialize, FromQueryResult)]
+pub struct SourceRow {
+    pub id: i64,
+    pub name: String,
+    pub kind: String,
+    pub filter: String,
+    pub interval_ms: i64,
+    /// The `updatedAt` watermark of the last turn that ended well.
+    pub cursor: Option<String>,
+    pub turn: i64,
+    pub polled_at: Option<i64>,
+    pub polled_by: Option<String>,
+    /// No turn before this (a rate limit said so).
+    pub hold_until: Option<i64>,
+    pub last_ok_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<i64>,
+    /// Requests left in the tracker's window, and when it resets (ms), as last seen.
+    pub rate_remaining: Option<i64>,
+    pub rate_reset_at: Option<i64>,
+    /// Outbox rows not yet delivered or given up.
+    pub backlog: i64,
+    /// The database clock when the row was read.
+    pub now: i64,
+}
+
+impl SourceRow {
+    /// When the next turn may be taken (ms, database clock).
+    pub fn next_turn_at(&self) -> i64 {
+        let after_interval = self.polled_at.map_or(self.now, |p| p + self.interval_ms);
+        after_interval.max(self.hold_until.unwrap_or(0))
+    }
+}
+
+/// An intake turn this machine holds: every write it makes names it.
+#[derive(Clone, Debug, PartialEq, Eq, FromQueryResult)]
+pub struct Turn {
+    #[sea_orm(alias = "id")]
+    pub source: i64,
+    pub turn: i64,
+    pub cursor: Option<String>,
+}
+
+/// How a turn ended well: the new cursor (`None` keeps it), and what the tracker said of its
+/// rate limit.
+#[derive(Clone, Debug, Default)]
+pub struct TurnEnd {
+    pub cursor: Option<String>,
+    /// No turn before this (ms): set when the tracker's budget runs low.
+    pub hold_until: Option<i64>,
+    pub rate_remaining: Option<i64>,
+    pub rate_reset_at: Option<i64>,
+}
+
+/// A job a source added, found by its key.
+#[derive(Clone, Debug, FromQueryResult)]
+pub struct KeyedJob {
+    pub id: i64,
+    pub unique_key: String,
+    pub state: JobState,
+    pub claimed_at: Option<i64>,
+    pub title: Option<String>,
+    pub payload: serde_json::Value,
+    /// Who asked for its cancel, if anyone did.
+    #[sea_orm(alias = "cancel_requested_by")]
+    pub cancelled_by: Option<String>,
+}
+
+impl KeyedJob {
+    /// Waiting for a machine (queued, or failed and waiting to retry).
+    pub fn waiting(&self) -> bool {
+        JobState::CLAIMABLE.contains(&self.state) && self.claimed_at.is_none()
+    }
+
+    /// Queued, waiting or running.
+    pub fn live(&self) -> bool {
+        JobState::LIVE.contains(&self.state)
+    }
+}
+
+/// Source NAME of orchestrator $1 (as $2), of kind $3 with filter $4 and interval $5 (ms):
+/// added, or brought up to date. A changed filter resets the cursor.
+static REGISTER: Sql = Sql::new(|d| {
+    format!(
+        "INSERT INTO sources (orchestrator_id, name, kind, filter, interval_ms, created_at)
+         VALUES ($1, $2, $3, $4, $5, {now})
+         ON CONFLICT (orchestrator_id, name) DO UPDATE SET
+             kind = excluded.kind, interval_ms = excluded.interval_ms, filter = excluded.filter,
+             cursor = CASE WHEN sources.filter = excluded.filter AND sources.kind = excluded.kind
+                           THEN sources.cursor ELSE NULL END
+         RETURNING id",
+        now = d.now
+    )
+});
+
+/// The intake turn of source $1 for machine $2: due once per interval, and not while a rate
+/// limit holds it, unless $3 (a user's `sources poll`) forces it.
+static TAKE_TURN: Sql = Sql::new(|d| {
+    format!(
+        "UPDATE sources SET polled_at = {now}, polled_by = $2, turn = turn + 1
+          WHERE id = $1
+            AND ($3 OR ((polled_at IS NULL OR polled_at <= {now} - interval_ms)
+                        AND (hold_until IS NULL OR hold_until <= {now})))
+         RETURNING id, turn, cursor",
+        now = d.now
+    )
+});
+
+/// Turn ($1, $2) ended well: cursor $3 (NULL keeps it), hold until $4, rate left $5 until $6.
+static END_TURN: Sql = Sql::new(|d| {
+    format!(
+        "UPDATE sources SET cursor = COALESCE($3, cursor), last_ok_at = {now}, last_error = NULL,
+                            hold_until = $4, rate_remaining = $5, rate_reset_at = $6
+          WHERE id = $1 AND turn = $2",
+        now = d.now
+    )
+});
+
+/// Turn ($1, $2) failed with error $3; no turn before $4 (ms) if it is set.
+static TURN_FAILED: Sql = Sql::new(|d| {
+    format!(
+        "UPDATE sources SET last_error = $3, last_error_at = {now}, hold_until = $4
+          WHERE id = $1 AND turn = $2",
+        now = d.now
+    )
+});
+
+/// A problem with source $1 seen outside a turn (a delivery, a machine's own key): $2.
+static SOURCE_ERROR: Sql =
+    Sql::new(|d| format!("UPDATE sources SET last_error = $2, last_error_at = {now} WHERE id = $1", now = d.now));
+
+/// The sources of orchestrator $1, with each one's outbox backlog.
+static SOURCES: Sql = Sql::new(|d| {
+    format!(
+        "SELECT s.id, s.name, s.kind, s.filter, s.interval_ms, s.cursor, s.turn, s.polled_at, s.polled_by,
+                s.hold_until, s.last_ok_at, s.last_error, s.last_error_at, s.rate_remaining, s.rate_reset_at,
+                (SELECT COUNT(*) FROM outbox o WHERE o.source_id = s.id AND o.done_at IS NULL) AS backlog,
+                {now} AS now
+           FROM sources s WHERE s.orchestrator_id = $1 ORDER BY s.name",
+        now = d.now
+    )
+});
+
+/// Waiting job $1 takes payload $2, title $3, repo $4 and requires $5 (the tracker's issue
+/// was edited); a claimed or finished job is left alone.
+static UPDATE_WAITING: Sql = Sql::new(|d| {
+    format!(
+        "UPDATE dispatch_queue SET payload = $2, title = $3, repo = $4, requires = $5
+          WHERE id = $1 AND claimed_at IS NULL AND {claimable}
+         RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+        claimable = d.claimable
+    )
+});
+
+impl Queue {
+    /// Adds the source, or brings its kind, filter and interval up to date; its id.
+    pub async fn register_source(&self, orchestrator_id: &str, spec: &SourceSpec<'_>) -> Result<i64> {
+        validate_orchestrator(orchestrator_id)?;
+        let values = vec![
+            orchestrator_id.into(),
+            spec.name.into(),
+            spec.kind.into(),
+            spec.filter.into(),
+            millis(spec.interval).into(),
+        ];
+        first_i64(&self.query(self.sql(&REGISTER), values).await?, "id")
+    }
+
+    /// Takes the intake turn of `source`, if it is due (or `force`). `Ok(None)`: another
+    /// machine has this interval's turn, or a rate limit holds it; not an error.
+    pub async fn take_turn(&self, source: i64, machine: &str, force: bool) -> Result<Option<Turn>> {
+        let values = vec![source.into(), machine.into(), force.into()];
+        decode_first(&self.query(self.sql(&TAKE_TURN), values).await?)
+    }
+
+    /// Ends `turn` well. `Ok(false)`: a newer turn was taken meanwhile, and its cursor stands.
+    pub async fn end_turn(&self, turn: &Turn, end: &TurnEnd) -> Result<bool> {
+        let values = vec![
+            turn.source.into(),
+            turn.turn.into(),
+            end.cursor.clone().into(),
+            end.hold_until.into(),
+            end.rate_remaining.into(),
+            end.rate_reset_at.into(),
+        ];
+        Ok(self.exec(self.sql(&END_TURN), values).await? > 0)
+    }
+
+    /// Ends `turn` with an error (kept on the row for status), and holds the source until
+    /// `hold_until` (ms) when it is set.
+    pub async fn turn_failed(&self, turn: &Turn, error: &str, hold_until: Option<i64>) -> Result<bool> {
+        let values = vec![turn.source.into(), turn.turn.into(), truncate(error, 1000).into(), hold_until.into()];
+        Ok(self.exec(self.sql(&TURN_FAILED), values).await? > 0)
+    }
+
+    /// Records a problem with `source` seen outside a turn.
+    pub async fn source_error(&self, source: i64, error: &str) -> Result<()> {
+        self.exec(self.sql(&SOURCE_ERROR), vec![source.into(), truncate(error, 1000).into()]).await.map(drop)
+    }
+
+    /// The sources of an orchestrator, by name, with their outbox backlogs.
+    pub async fn sources(&self, orchestrator_id: &str) -> Result<Vec<SourceRow>> {
+        decode(&self.query(self.sql(&SOURCES), vec![orchestrator_id.into()]).await?)
+    }
+
+    /// Every job of the orchestrator with one of `keys`, newest first.
+    pub async fn jobs_by_key(&self, orchestrator_id: &str, keys: &[String]) -> Result<Vec<KeyedJob>> {
+        if keys.is_empty() {
+            return Ok(vec![]);
+        }
+        let d = self.dialect();
+        let mut values: Vec<Value> = vec![orchestrator_id.into()];
+        let list: Vec<String> = keys
+            .iter()
+            .map(|k| {
+                values.push(k.clone().into());
+                d.p(values.len())
+            })
+            .collect();
+        let sql = format!(
+            "SELECT id, unique_key, state, claimed_at, title, payload, cancel_requested_by FROM dispatch_queue
+              WHERE orchestrator_id = {o} AND unique_key IN ({list}) ORDER BY id DESC",
+            o = d.p(1),
+            list = list.join(", ")
+        );
+        decode(&self.query(&sql, values).await?)
+    }
+
+    /// A waiting job takes its tracker issue's new text (checked as an enqueue checks it).
+    /// `Ok(false)`: it was claimed or finished meanwhile, and keeps what it had.
+    pub async fn update_waiting(&self, id: i64, payload: &serde_json::Value, by: &str) -> Result<bool> {
+        let spec = crate::spec::check_payload(payload)?;
+        let (repo, requires) = spec.route_columns();
+        let values = vec![
+            id.into(),
+            Value::from(payload.clone()),
+            super::options::title_of(payload).into(),
+            repo.into(),
+            requires.into(),
+        ];
+        let history = History {
+            kind: &format!("'{}'", crate::job::event::UPDATED),
+            machine: Some(by),
+            detail: Detail::Text("the tracker's issue changed: the waiting job took its new text".into()),
+        };
+        Ok(!self.change(self.sql(&UPDATE_WAITING), values, &history).await?.is_empty())
+    }
+}
