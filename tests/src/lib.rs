@@ -8,6 +8,7 @@
 //! - [`TestDb`]: an isolated, migrated database on either backend.
 //! - [`devpilot_bin`], [`Runner`]: real `devpilot` OS processes with isolated XDG dirs.
 //! - [`RecordingAgent`]: an agent script that appends every execution to a file.
+//! - [`LinearStandIn`]: Linear's GraphQL API on loopback, enforcing its published schema.
 //! - `pg` ([`PgCluster`], [`shared_pg`]), `net` ([`free_port`]) and `watchdog` (stopping what
 //!   the tests started once the test process is gone) hold what [`pooler`] and [`tls`] share.
 
@@ -24,12 +25,14 @@ use devpilot_store::Queue;
 use sea_orm::ConnectionTrait;
 
 pub mod forwarder;
+pub mod linear;
 mod net;
 mod pg;
 pub mod pooler;
 pub mod tls;
 mod watchdog;
 pub use forwarder::Forwarder;
+pub use linear::LinearStandIn;
 pub use net::free_port;
 use pg::DB_SEQ;
 pub use pg::{fresh_pg_database, is_root, pg_bin_dir, shared_pg, PgCluster, TEST_SETTINGS};

@@ -1,0 +1,206 @@
+//! The fields of each object type the stand-in answers: what DevPilot's documents select and
+//! the neighbours a reader would expect beside them. Anything else is refused by name (see
+//! [`Obj::unknown`]) rather than answered with an invented value.
+
+use apollo_compiler::resolvers::{FieldError, ResolveInfo, ResolvedValue};
+
+use super::clock::rfc3339;
+use super::objects::{in_order, Node, Obj};
+use super::state::VIEWER;
+
+/// A leaf value.
+fn leaf<'a>(value: impl Into<apollo_compiler::response::JsonValue>) -> ResolvedValue<'a> {
+    ResolvedValue::leaf(value)
+}
+
+/// Linear's name for a priority.
+fn priority_label(priority: u8) -> &'static str {
+    ["No priority", "Urgent", "High", "Medium", "Low"].get(usize::from(priority)).copied().unwrap_or("No priority")
+}
+
+impl Obj<'_, '_> {
+    /// `User`.
+    pub(crate) fn user<'a>(&'a self, user: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.users[user];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "name" => leaf(row.name.clone()),
+                "displayName" => leaf(row.name.to_lowercase()),
+                "email" => leaf(format!("{}@standin.example", row.name.to_lowercase())),
+                "isMe" => leaf(user == VIEWER),
+                "active" => leaf(true),
+                "admin" | "guest" | "app" => leaf(false),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `Team`.
+    pub(crate) fn team<'a>(&'a self, team: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        let (row_id, key, name, states) = self.ctx.read(|s| {
+            let row = &s.teams[team];
+            let states = s.states.iter().enumerate().filter(|(_, st)| st.team == team).map(|(i, _)| Node::State(i));
+            (row.id.clone(), row.key.clone(), row.name.clone(), in_order(states))
+        });
+        Ok(match info.field_name() {
+            "id" => leaf(row_id),
+            "key" => leaf(key),
+            "name" | "displayName" => leaf(name),
+            "states" => return self.connection(info, "WorkflowState", states, false),
+            _ => return Err(self.unknown(info)),
+        })
+    }
+
+    /// `WorkflowState`.
+    pub(crate) fn workflow_state<'a>(
+        &'a self,
+        state: usize,
+        info: &ResolveInfo<'_>,
+    ) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.states[state];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "name" => leaf(row.name.clone()),
+                "type" => leaf(row.kind.clone()),
+                "position" => leaf(row.position),
+                "color" => leaf("#bec2c8"),
+                "description" => ResolvedValue::null(),
+                "team" => self.object(Node::Team(row.team)),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `IssueLabel`.
+    pub(crate) fn label<'a>(&'a self, label: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.labels[label];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "name" => leaf(row.name.clone()),
+                "color" => leaf("#5e6ad2"),
+                "description" => ResolvedValue::null(),
+                "isGroup" => leaf(false),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `Project`.
+    pub(crate) fn project<'a>(
+        &'a self,
+        project: usize,
+        info: &ResolveInfo<'_>,
+    ) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.projects[project];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "name" => leaf(row.name.clone()),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `Issue`'s scalar fields and single objects; its connections are in `issue_connection`.
+    pub(crate) fn issue<'a>(&'a self, issue: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        if matches!(info.field_name(), "labels" | "comments" | "attachments") {
+            return self.issue_connection(issue, info);
+        }
+        self.ctx.read(|s| {
+            let row = &s.issues[issue];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "identifier" => leaf(s.identifier(issue)),
+                "number" => leaf(f64::from(row.number)),
+                "title" => leaf(row.title.clone()),
+                "description" => leaf(row.description.clone()),
+                "url" => leaf(s.url(issue)),
+                "branchName" => leaf(s.branch_name(issue)),
+                "priority" => leaf(f64::from(row.priority)),
+                "priorityLabel" => leaf(priority_label(row.priority)),
+                "createdAt" => leaf(rfc3339(row.created_ms)),
+                "updatedAt" => leaf(rfc3339(row.updated_ms)),
+                "labelIds" => {
+                    ResolvedValue::list(row.labels.iter().map(|l| leaf(s.labels[*l].id.clone())).collect::<Vec<_>>())
+                }
+                "team" => self.object(Node::Team(row.team)),
+                "state" => self.object(Node::State(row.state)),
+                "project" => self.nullable(row.project.map(Node::Project)),
+                "assignee" => self.nullable(row.assignee.map(Node::User)),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `Issue.labels`, `Issue.comments`, `Issue.attachments`.
+    fn issue_connection<'a>(&'a self, issue: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        let (of, items) = self.ctx.read(|s| match info.field_name() {
+            "labels" => ("IssueLabel", in_order(s.issues[issue].labels.iter().map(|l| Node::Label(*l)))),
+            "comments" => {
+                let comments = s.comments.iter().enumerate().filter(|(_, c)| c.issue == issue);
+                ("Comment", in_order(comments.map(|(i, _)| Node::Comment(i))))
+            }
+            _ => {
+                let attachments = s.attachments.iter().enumerate().filter(|(_, a)| a.issue == issue);
+                ("Attachment", in_order(attachments.map(|(i, _)| Node::Attachment(i))))
+            }
+        });
+        self.connection(info, of, items, false)
+    }
+
+    /// `Comment`.
+    pub(crate) fn comment<'a>(
+        &'a self,
+        comment: usize,
+        info: &ResolveInfo<'_>,
+    ) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.comments[comment];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "body" => leaf(row.body.clone()),
+                "createdAt" | "updatedAt" => leaf(rfc3339(row.created_ms)),
+                "url" => leaf(format!("{}#comment-{}", s.url(row.issue), &row.id[..8])),
+                "issueId" => leaf(s.issues[row.issue].id.clone()),
+                "issue" => self.object(Node::Issue(row.issue)),
+                "user" => self.object(Node::User(row.user)),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `Attachment`.
+    pub(crate) fn attachment<'a>(
+        &'a self,
+        attachment: usize,
+        info: &ResolveInfo<'_>,
+    ) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.attachments[attachment];
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "url" => leaf(row.url.clone()),
+                "title" => leaf(row.title.clone()),
+                "subtitle" => ResolvedValue::null(),
+                "createdAt" | "updatedAt" => leaf(rfc3339(row.created_ms)),
+                "issue" => self.object(Node::Issue(row.issue)),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `CommentPayload`, `IssuePayload`, `AttachmentPayload`.
+    pub(crate) fn payload<'a>(&'a self, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        Ok(match (info.field_name(), &self.node) {
+            ("success", _) => leaf(true),
+            ("lastSyncId", _) => leaf(self.ctx.read(|s| s.sync_id as f64)),
+            ("comment", Node::CommentPayload(c)) => self.object(Node::Comment(*c)),
+            ("issue", Node::IssuePayload(i)) => self.object(Node::Issue(*i)),
+            ("attachment", Node::AttachmentPayload(a)) => self.object(Node::Attachment(*a)),
+            _ => return Err(self.unknown(info)),
+        })
+    }
+}

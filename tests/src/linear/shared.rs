@@ -1,0 +1,164 @@
+//! What the server threads and the handles share: the data, the controls (the key, armed
+//! faults, rate limits, the request log) and the operations the Rust API and the admin
+//! endpoints both offer. The key is kept only to compare against; nothing here prints it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::clock::Clock;
+use super::limits::Limits;
+use super::model::{Comment, Fault, Issue, IssueSeed, Recorded};
+use super::state::State;
+
+/// A fault armed for the next `left` requests (of one operation, or of any).
+pub(crate) struct Armed {
+    pub fault: Fault,
+    pub left: usize,
+    pub only_op: Option<String>,
+}
+
+/// The knobs and the log.
+pub(crate) struct Control {
+    pub key: String,
+    pub faults: Vec<Armed>,
+    pub limits: Limits,
+    pub log: Vec<Recorded>,
+}
+
+/// Everything one stand-in holds.
+pub(crate) struct Shared {
+    pub clock: Arc<Clock>,
+    pub state: Mutex<State>,
+    pub control: Mutex<Control>,
+    /// Whether the `/_admin/` endpoints are served (the binary's, for the Python e2e).
+    pub admin: bool,
+    /// Set when the server stops: held connections give up.
+    pub stop: AtomicBool,
+}
+
+/// A lock that survives a panicking holder (a test's failed assertion elsewhere must not turn
+/// every later request into a second panic).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// A fresh stand-in accepting `key`.
+    pub(crate) fn new(key: &str, admin: bool) -> Self {
+        let clock = Arc::new(Clock::default());
+        let limits = Limits::new(clock.now_ms());
+        Self {
+            state: Mutex::new(State::new(clock.clone())),
+            control: Mutex::new(Control { key: key.into(), faults: Vec::new(), limits, log: Vec::new() }),
+            clock,
+            admin,
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The state, locked.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// The controls, locked.
+    pub(crate) fn control(&self) -> MutexGuard<'_, Control> {
+        lock(&self.control)
+    }
+
+    /// Takes one use of the first armed fault that applies to `operation`.
+    pub(crate) fn take_fault(&self, operation: Option<&str>) -> Option<Fault> {
+        let mut control = self.control();
+        let found = control.faults.iter().position(|a| a.only_op.as_deref().is_none_or(|op| Some(op) == operation))?;
+        let armed = &mut control.faults[found];
+        armed.left -= 1;
+        let fault = armed.fault.clone();
+        if armed.left == 0 {
+            control.faults.remove(found);
+        }
+        Some(fault)
+    }
+
+    /// Arms `fault` for the next `times` requests (of `only_op`, if given).
+    pub(crate) fn inject(&self, fault: Fault, times: usize, only_op: Option<&str>) {
+        if times > 0 {
+            self.control().faults.push(Armed { fault, left: times, only_op: only_op.map(str::to_string) });
+        }
+    }
+
+    /// Files an issue.
+    pub(crate) fn add_issue(&self, seed: &IssueSeed) -> Result<Issue, String> {
+        self.state().add_issue(seed)
+    }
+
+    /// Changes an issue (by identifier or UUID) and returns it as it is now.
+    pub(crate) fn edit(
+        &self,
+        issue: &str,
+        change: impl FnOnce(&mut State, usize) -> Result<(), String>,
+    ) -> Result<Issue, String> {
+        let mut state = self.state();
+        let index = state.issue_ref(issue)?;
+        change(&mut state, index)?;
+        Ok(state.snapshot(index))
+    }
+
+    /// Moves an issue to the state with this name in its team.
+    pub(crate) fn set_state(&self, issue: &str, state_name: &str) -> Result<Issue, String> {
+        self.edit(issue, |s, i| {
+            let state = s.state_named(s.issues[i].team, state_name)?;
+            s.set_state(i, state);
+            Ok(())
+        })
+    }
+
+    /// An issue as it is now.
+    pub(crate) fn issue(&self, issue: &str) -> Result<Issue, String> {
+        self.edit(issue, |_, _| Ok(()))
+    }
+
+    /// An issue's comments.
+    pub(crate) fn comments(&self, issue: &str) -> Result<Vec<Comment>, String> {
+        let state = self.state();
+        Ok(state.comments_of(state.issue_ref(issue)?))
+    }
+
+    /// An issue's linked URLs and titles.
+    pub(crate) fn attachments(&self, issue: &str) -> Result<Vec<(String, String)>, String> {
+        let state = self.state();
+        Ok(state.attachments_of(state.issue_ref(issue)?))
+    }
+
+    /// Requests per operation name (`<anonymous>` for an unnamed one).
+    pub(crate) fn call_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for recorded in &self.control().log {
+            *counts.entry(recorded.operation.clone().unwrap_or_else(|| "<anonymous>".into())).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Every request so far, oldest first.
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
+        self.control().log.clone()
+    }
+
+    /// Sets the request budget's remaining count and when it refills.
+    pub(crate) fn set_rate_limit(&self, remaining: u64, reset_in: Duration) {
+        let reset = self.reset_at(reset_in);
+        self.control().limits.requests.set(remaining, reset);
+    }
+
+    /// Sets the complexity budget's remaining points and when it refills.
+    pub(crate) fn set_complexity_limit(&self, remaining: u64, reset_in: Duration) {
+        let reset = self.reset_at(reset_in);
+        self.control().limits.complexity.set(remaining, reset);
+    }
+
+    /// The stand-in time `reset_in` from now.
+    fn reset_at(&self, reset_in: Duration) -> i64 {
+        self.clock.now_ms() + i64::try_from(reset_in.as_millis()).unwrap_or(i64::MAX / 4)
+    }
+}
