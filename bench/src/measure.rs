@@ -13,6 +13,7 @@ mod drain;
 mod idle;
 mod latency;
 mod pgbench;
+mod sources;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -61,6 +62,12 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     let (env, version) = start().await;
     let mut out = header(&plan, quick, version);
 
+    if std::env::var("DEVPILOT_BENCH_ONLY").as_deref() == Ok("sources") {
+        // For working on the sources measurement alone (a partial report).
+        out["k"] = sources::sources(&env, &plan).await;
+        env.pg.stop();
+        return (out, vec![env.pg.dir.clone(), env.tmp.clone()]);
+    }
     if std::env::var("DEVPILOT_BENCH_ONLY").as_deref() == Ok("fleet") {
         // For working on the fleet measurements alone (a partial report).
         let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
@@ -78,6 +85,8 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     });
     log("(g) idle cost");
     out["g"] = idle::idle(&env, &plan).await;
+    log("(k) the idle cost of a tracker source: 1 and 20 machines");
+    out["k"] = sources::sources(&env, &plan).await;
     log("(p) the peers: Graphile Worker and pg-boss on the same cluster");
     out["peers"] = crate::peers::all(&env, &plan).await;
     let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };

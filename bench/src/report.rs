@@ -31,6 +31,7 @@ fn markdown(j: &Value, out: &Path) -> String {
     drains_section(&mut m, j);
     latency_section(&mut m, j);
     idle_section(&mut m, j);
+    sources_section(&mut m, j);
     sqlite_section(&mut m, j);
 
     let _ = writeln!(m, "## Chart\n\n![throughput against claimers](throughput.png)\n");
@@ -255,6 +256,37 @@ fn idle_section(m: &mut String, j: &Value) {
     );
     for s in rows(&g["statements_breakdown"]) {
         let _ = writeln!(m, "| {} | `{}` |", s["calls"], s["query"].as_str().unwrap_or("").replace('|', "\\|"));
+    }
+}
+
+/// (k): what an idle fleet with one tracker source costs PostgreSQL and the tracker.
+fn sources_section(m: &mut String, j: &Value) {
+    let k = &j["k"];
+    if k.is_null() {
+        return;
+    }
+    let _ = writeln!(m, "\n## A tracker source on an idle fleet (k)\n");
+    let _ = writeln!(
+        m,
+        "One Linear source (the harness's loopback stand-in, no issues), every machine configured with it, interval {} s; \
+         every interval scaled down {}× and the counts scaled back to real minutes. The fleet takes one intake turn per \
+         interval (a conditional UPDATE on the source's row), so the tracker's load does not grow with the fleet.\n",
+        k["interval_secs"], k["scale"]
+    );
+    let _ = writeln!(
+        m,
+        "| machines | statements/min to PostgreSQL (all) | of them on `sources` and `outbox` | requests/min to the tracker | requests the stand-in refused |\n|---|---|---|---|---|"
+    );
+    for r in rows(&k["fleets"]) {
+        let _ = writeln!(
+            m,
+            "| {} | {:.1} | {:.1} | {:.2} | {} |",
+            r["machines"],
+            f(&r["statements_per_min"]),
+            f(&r["source_statements_per_min"]),
+            f(&r["tracker_requests_per_min"]),
+            r["rejected_requests"]
+        );
     }
 }
 

@@ -89,11 +89,26 @@ pub enum Cmd {
         #[arg(long)]
         prune: bool,
     },
-    /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config.
+    /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config;
+    /// or, with --linear, a Linear API key in the keychain.
     Login {
         /// postgres://USER@HOST:PORT/DB, with no password.
+        #[arg(long, required_unless_present = "linear", conflicts_with = "linear")]
+        database_url: Option<String>,
+        /// Store a Linear API key (asked for, or one line on stdin; never an argument).
         #[arg(long)]
-        database_url: String,
+        linear: bool,
+    },
+    /// Tracker sources whose issues become jobs: each one's last poll, next turn, cursor,
+    /// outbox backlog, rate limit and last error.
+    Sources {
+        #[command(subcommand)]
+        command: Option<SourcesCmd>,
+        /// Default: the settings' orchestrator.
+        #[arg(long, env = "DEVPILOT_ORCHESTRATOR", global = true)]
+        orchestrator: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
     /// The config file: where it is, and what it says.
     Config {
@@ -126,6 +141,59 @@ pub enum Cmd {
         /// The job's id.
         id: i64,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SourcesCmd {
+    /// Poll now, ignoring the interval; prints each job it added, updated or cancelled.
+    Poll {
+        /// One source (default: all of this machine's).
+        name: Option<String>,
+    },
+    /// Add a source to this machine's settings, after testing the key, teams and label.
+    Add {
+        #[command(subcommand)]
+        kind: AddKind,
+    },
+    /// Remove a source from this machine's settings.
+    Remove { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AddKind {
+    /// A Linear source: e.g. `devpilot sources add linear --team ENG --label agent`.
+    Linear(AddLinear),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AddLinear {
+    /// A team key (repeat, or separate with commas).
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub team: Vec<String>,
+    /// The label an issue must carry (default `agent`; "" for any).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// A workflow state type an issue must be in (repeat; default unstarted and started).
+    #[arg(long, value_delimiter = ',')]
+    pub state: Vec<String>,
+    /// Only issues assigned to the key's owner.
+    #[arg(long)]
+    pub assigned_to_me: bool,
+    /// How often the fleet polls it (default 60s, at least 15s).
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Another API address (a proxy; tests).
+    #[arg(long)]
+    pub api_url: Option<String>,
+    /// The DevPilot repo its issues run in (by team).
+    #[arg(long)]
+    pub maps_to: Option<String>,
+    /// The source's name (default: the first team key, lower-case).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Save without testing the connection.
+    #[arg(long)]
+    pub no_test: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -173,6 +173,7 @@ fn job_options(a: &EnqueueArgs, settings: &devpilot_engine::settings::Settings) 
         priority: a.priority,
         start,
         backoff,
+        source: None,
     })
 }
 

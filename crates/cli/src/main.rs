@@ -8,7 +8,8 @@
 //! - [`run`]: `devpilot run`: its flags over the settings, the machine it runs, how it stops.
 //! - [`status`]: `devpilot status`, as text or JSON.
 //! - [`jobs`]: cancel, requeue, prune, sweep, release, worktrees and the hidden claim.
-//! - [`login`]: `devpilot login`: a PostgreSQL password into the keychain.
+//! - [`login`]: `devpilot login`: a PostgreSQL password (or a Linear key) into the keychain.
+//! - [`sources`]: `devpilot sources`: list, poll now, add and remove tracker sources.
 //! - [`config_cmd`]: `devpilot config show`.
 //! - [`docs`]: man page and shell completions, generated from the flags.
 //! - [`open`]: which database the commands use, opening the queue on it, and `migrate`.
@@ -23,13 +24,14 @@ mod login;
 mod open;
 mod output;
 mod run;
+mod sources;
 mod status;
 
 use std::io::IsTerminal;
 
 use clap::Parser;
 
-use cli::{Cli, Cmd, ConfigCmd};
+use cli::{AddKind, Cli, Cmd, ConfigCmd, SourcesCmd};
 use devpilot_engine::config::Paths;
 use devpilot_engine::span::parse_duration;
 use devpilot_store::error::Result;
@@ -84,7 +86,16 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Prune { older_than, dead_older_than, orchestrator } => {
             jobs::prune(older_than.as_deref(), dead_older_than.as_deref(), orchestrator.as_deref()).await
         }
-        Cmd::Login { database_url } => login::login(&database_url).await,
+        Cmd::Login { linear: true, .. } => login::login_linear().await,
+        Cmd::Login { database_url, .. } => login::login(database_url.as_deref().unwrap_or_default()).await,
+        Cmd::Sources { command: None, orchestrator, json } => sources::list(orchestrator, json).await,
+        Cmd::Sources { command: Some(SourcesCmd::Poll { name }), orchestrator, .. } => {
+            sources::poll(name, orchestrator).await
+        }
+        Cmd::Sources { command: Some(SourcesCmd::Add { kind: AddKind::Linear(a) }), .. } => {
+            sources::add_linear(a).await
+        }
+        Cmd::Sources { command: Some(SourcesCmd::Remove { name }), .. } => sources::remove(&name),
         Cmd::Config { command: ConfigCmd::Path } => {
             println!("{}", Paths::for_app("devpilot")?.config_file().display());
             Ok(())

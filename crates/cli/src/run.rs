@@ -254,6 +254,8 @@ fn log_event(ev: &Event) {
         Event::DatabaseOffline { error } => tracing::warn!("database offline: {error}"),
         Event::DatabaseOnline => tracing::info!("database online"),
         Event::HeartbeatFailed { error } => tracing::warn!("heartbeat failed: {error}"),
+        Event::SourceTrouble { source, message, .. } => tracing::error!("source {source}: {message}"),
+        Event::SourceOk { source } => tracing::info!("source {source} works again"),
         Event::LostRace { .. } | Event::StateChanged { .. } | Event::Stopped => {}
     }
 }

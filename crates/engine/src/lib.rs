@@ -15,6 +15,8 @@
 //! - [`safe_fs`]: files written where an agent can reach (never through a link, never outside
 //!   the worktree) and files an agent wrote (only small regular files, read without blocking).
 //! - [`environ`]: the allowlists of what the processes DevPilot starts see of its environment.
+//! - [`sources`]: trackers in, results back: Linear issues become jobs once (the fleet's
+//!   intake turn), and each outcome reaches the issue through the outbox.
 //! - [`settings`]: everything a user can set, its one table of defaults and its one check.
 //! - [`span`]: durations and times as people type them.
 //! - [`config`]: where the app keeps its files, and the settings file (read, set aside, saved).
@@ -34,5 +36,6 @@ pub mod safe_fs;
 pub mod seal;
 pub mod secrets;
 pub mod settings;
+pub mod sources;
 pub mod span;
 pub mod worktree;

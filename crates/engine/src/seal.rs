@@ -4,7 +4,7 @@
 //! `/proc/<pid>/environ` (where `DEVPILOT_DATABASE_URL`, with its password, would be) and,
 //! while the process is dumpable, its memory through `/proc/<pid>/mem` or ptrace. So at
 //! start, before any thread exists, [`seal`]:
-//! - takes the secret variables (`DEVPILOT_DATABASE_URL`, `PGPASSWORD`) out of the process's
+//! - takes the secret variables (`DEVPILOT_DATABASE_URL`, `PGPASSWORD`, `LINEAR_API_KEY`) out of the process's
 //!   environment: their values are kept in memory for this process, their bytes in the
 //!   original environment block (what `/proc/<pid>/environ` shows) are overwritten, and the
 //!   variables are removed, so no child inherits them either;
@@ -17,10 +17,10 @@
 use std::sync::OnceLock;
 
 /// The variables taken out of the environment.
-const SECRET_VARS: [&str; 2] = ["DEVPILOT_DATABASE_URL", "PGPASSWORD"];
+const SECRET_VARS: [&str; 3] = ["DEVPILOT_DATABASE_URL", "PGPASSWORD", "LINEAR_API_KEY"];
 
 /// What [`seal`] took, by variable (in the order of [`SECRET_VARS`]).
-static TAKEN: OnceLock<[Option<String>; 2]> = OnceLock::new();
+static TAKEN: OnceLock<[Option<String>; 3]> = OnceLock::new();
 
 /// Takes the secrets out of this process's environment and makes it non-dumpable. Call it
 /// first thing in `main`, before any thread is started (the environment is not thread-safe).
@@ -82,6 +82,11 @@ pub fn env_database_url() -> Option<String> {
 /// `PGPASSWORD` as the process started with it (see [`env_database_url`]).
 pub fn env_pgpassword() -> Option<String> {
     taken_or_env(1).filter(|p| !p.is_empty())
+}
+
+/// `LINEAR_API_KEY` as the process started with it (see [`env_database_url`]).
+pub fn env_linear_api_key() -> Option<String> {
+    taken_or_env(2).map(|k| k.trim().to_string()).filter(|k| !k.is_empty())
 }
 
 fn taken_or_env(i: usize) -> Option<String> {

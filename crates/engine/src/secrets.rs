@@ -1,4 +1,4 @@
-//! The database password in the OS keychain (Secret Service on Linux, Keychain on macOS,
+//! The database password (and the trackers' API keys) in the OS keychain (Secret Service on Linux, Keychain on macOS,
 //! Credential Manager on Windows), through `keyring`'s platform stores, enabled explicitly
 //! by its `v1` feature: there is no in-memory fallback and never a plain-text one.
 //!
@@ -47,6 +47,28 @@ pub fn has_password(service: &str, url: &DbUrl) -> Result<bool> {
 /// Forgets the stored password (no error if there was none).
 pub fn delete_password(service: &str, url: &DbUrl) -> Result<()> {
     match entry(service, url)?.delete_credential() {
+        Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
+        Err(e) => Err(explain(e)),
+    }
+}
+
+/// Stores `secret` under `account` (an API key: see [`crate::sources`]).
+pub fn store_secret(service: &str, account: &str, secret: &str) -> Result<()> {
+    keyring::Entry::new(service, account).map_err(explain)?.set_password(secret).map_err(explain)
+}
+
+/// The secret under `account`, or `None` if there is none.
+pub fn load_secret(service: &str, account: &str) -> Result<Option<String>> {
+    match keyring::Entry::new(service, account).map_err(explain)?.get_password() {
+        Ok(p) => Ok(Some(p)),
+        Err(keyring::Error::NoEntry) => Ok(None),
+        Err(e) => Err(explain(e)),
+    }
+}
+
+/// Forgets the secret under `account` (no error if there was none).
+pub fn delete_secret(service: &str, account: &str) -> Result<()> {
+    match keyring::Entry::new(service, account).map_err(explain)?.delete_credential() {
         Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
         Err(e) => Err(explain(e)),
     }

@@ -89,6 +89,9 @@ pub struct Settings {
     /// The repos this machine can work on: `[repos.webapp] path = "~/src/webapp"`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub repos: BTreeMap<String, RepoSettings>,
+    /// Trackers whose issues become jobs: `[sources.eng] kind = "linear"`, `teams = ["ENG"]`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, crate::sources::SourceSettings>,
     /// This machine's labels: it takes only jobs whose `requires` are all among them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
@@ -137,6 +140,7 @@ impl Default for Settings {
             agent: None,
             agents: BTreeMap::new(),
             repos: BTreeMap::new(),
+            sources: BTreeMap::new(),
             labels: vec![],
             idle_timeout: None,
             max_runtime: None,
@@ -188,6 +192,9 @@ impl Settings {
         self.validate_database_url()?;
         self.agent_spec()?;
         self.repos()?;
+        for (name, source) in &self.sources {
+            source.validate(name)?;
+        }
         for limit in [&self.idle_timeout, &self.max_runtime].into_iter().flatten() {
             if limit.get() < Duration::from_secs(1) {
                 return Err(Error::Invalid(format!("'{limit}' is too short for a watchdog limit")));

@@ -75,6 +75,12 @@ pub struct RunConfig {
     /// The bound on a hand-off's push of the work in progress.
     pub push_bound: Duration,
     pub watchdog: Watchdog,
+    /// The tracker sources this machine polls and delivers for (the enabled ones).
+    pub sources: BTreeMap<String, crate::sources::SourceSettings>,
+    /// The attempts a job the intake adds gets.
+    pub max_attempts: i32,
+    /// Where the trackers' API keys come from.
+    pub keys: crate::sources::KeyStore,
 }
 
 impl RunConfig {
@@ -137,6 +143,20 @@ impl RunConfig {
                 idle: s.idle_timeout.as_ref().map(Span::get),
                 max_runtime: s.max_runtime.as_ref().map(Span::get),
             },
+            sources: s.sources.iter().filter(|(_, x)| x.enabled).map(|(n, x)| (n.clone(), x.clone())).collect(),
+            max_attempts: s.max_attempts.max(1),
+            keys: crate::sources::KeyStore::Keychain { service: crate::secrets::SERVICE.into() },
+        }
+    }
+
+    /// What the sources service runs with.
+    pub fn sources_cfg(&self) -> crate::sources::SourcesCfg {
+        crate::sources::SourcesCfg {
+            orchestrator_id: self.orchestrator_id.clone(),
+            machine: self.machine.clone(),
+            sources: self.sources.clone(),
+            max_attempts: self.max_attempts,
+            keys: self.keys.clone(),
         }
     }
 

@@ -114,6 +114,8 @@ pub(super) struct Machine {
     pub(super) keeper: mpsc::UnboundedSender<Order>,
     pub(super) maintenance: Maintenance,
     pub(super) sweep_cfg: mpsc::UnboundedSender<SweepCfg>,
+    /// The tracker sources' service: asked by the poll path, never awaited.
+    pub(super) sources: super::sources::Sources,
     pub(super) last_presence: Option<Instant>,
     /// This run's id and the number of its last presence write (see [`Presence::order`](devpilot_store::queue::Presence::order)).
     pub(super) presence_order: PresenceOrder,

@@ -6,7 +6,9 @@
 //!   job on a clock that counts suspended time, and declares losses;
 //! - the **runner** ([`runner`]) starts and stops agents and reports their outcomes;
 //! - **maintenance** ([`maintenance`]) runs the throttled sweep and retention off the poll
-//!   path.
+//!   path;
+//! - the **sources service** ([`sources`]) takes the tracker sources' intake turns and
+//!   delivers their outbox, asked by the poll path (see [`crate::sources`]).
 //!
 //! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself),
 //! [`stats`] (its counters), [`config`] (what it runs with) and [`clock`] (the
@@ -34,6 +36,7 @@ mod poller;
 mod presence;
 mod runner;
 mod slots;
+mod sources;
 mod spawn;
 mod start;
 mod stats;

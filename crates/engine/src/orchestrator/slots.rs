@@ -62,6 +62,7 @@ impl Machine {
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let free = self.cfg.concurrency.saturating_sub(self.slots.len() as u32);
         self.maintenance.prune_tick();
+        self.sources.tick();
         if !self.accepting() || free == 0 {
             self.maintenance.tick();
             self.maybe_presence();

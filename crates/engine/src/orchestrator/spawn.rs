@@ -16,6 +16,7 @@ use super::machine::{Health, Inbox, Machine, Problem, Wishes};
 use super::maintenance::{Maintenance, SweepCfg};
 use super::poller::Poller;
 use super::runner::{Completer, JobCtx, JobDone};
+use super::sources::Sources;
 use super::stats::Stats;
 use super::status::{Event, Status};
 use crate::agent::AgentEnv;
@@ -63,6 +64,7 @@ pub fn spawn_into(
     let every = (cfg.sweep_every, cfg.prune_every);
     let (maintenance, sweep_cfg) =
         Maintenance::spawn(sweep_cfg(&store, &cfg), every, events.clone(), stats.clone(), swept_tx);
+    let sources = Sources::spawn(store.queue().clone(), cfg.sources_cfg(), events.clone(), status.clone());
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let (net_tx, net_rx) = mpsc::unbounded_channel();
     let problem = cfg.agent.check().err().map(|e| Problem::new(&e, cfg.problem_recheck()));
@@ -79,6 +81,7 @@ pub fn spawn_into(
         keeper: orders,
         maintenance,
         sweep_cfg,
+        sources,
         last_presence: None,
         presence_order: PresenceOrder { run: rand::random::<i64>(), seq: 0 },
         db: Health { online: true, error: None },

@@ -13,11 +13,16 @@ pub struct JobRef {
     pub title: Option<String>,
     pub attempt: i32,
     pub token: i64,
+    /// The tracker issue it came from (the payload's `source.url`), if any: the completion
+    /// notification opens it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issue_url: Option<String>,
 }
 
 impl JobRef {
     pub(super) fn of(c: &Claim) -> Self {
-        Self { id: c.fence.job, title: c.title.clone(), attempt: c.attempt, token: c.fence.token }
+        let issue_url = c.payload.pointer("/source/url").and_then(|u| u.as_str()).map(str::to_string);
+        Self { id: c.fence.job, title: c.title.clone(), attempt: c.attempt, token: c.fence.token, issue_url }
     }
 
     /// The claim this names.
@@ -107,6 +112,17 @@ pub enum Event {
     },
     DatabaseOffline {
         error: String,
+    },
+    /// A tracker source went wrong on this machine (a refused or missing key, the tracker
+    /// unreachable, a rate limit): said once, on the way in.
+    SourceTrouble {
+        source: String,
+        state: crate::sources::HealthState,
+        message: String,
+    },
+    /// The source works again.
+    SourceOk {
+        source: String,
     },
     DatabaseOnline,
     StateChanged {
@@ -238,6 +254,9 @@ pub struct Status {
     pub paused_until_unix_ms: Option<u64>,
     pub running: Vec<RunningJob>,
     pub db_online: bool,
+    /// How each tracker source is doing on this machine (a refused key, offline, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<crate::sources::SourceHealth>,
     /// The environment variables overriding the settings file.
     pub overrides: Vec<String>,
 }

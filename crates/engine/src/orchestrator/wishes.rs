@@ -182,6 +182,7 @@ impl Machine {
         self.store = self.store.clone().with_call_timeout(call_bound(self.cfg.heartbeat));
         let _ = self.keeper.send(Order::Retime(self.cfg.timing()));
         let _ = self.sweep_cfg.send(sweep_cfg(&self.store, &self.cfg));
+        self.sources.reconfigure(self.cfg.sources_cfg());
         self.maintenance.set_every(self.cfg.sweep_every, self.cfg.prune_every);
         self.ctx = Arc::new(job_ctx(&self.store, &self.cfg, &self.events, self.done_tx.clone(), self.keeper.clone()));
         self.poller.retime(self.cfg.poll_base(), self.cfg.max_poll_interval);

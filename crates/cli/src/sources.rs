@@ -1,0 +1,191 @@
+//! `devpilot sources`: the tracker sources (each one's last poll, by whom, its next turn,
+//! cursor, outbox backlog, rate limit and last error); `sources poll` polls now, ignoring
+//! the interval; `sources add linear` adds one to the settings after testing it.
+
+use std::time::Duration;
+
+use devpilot_engine::config::Paths;
+use devpilot_engine::secrets;
+use devpilot_engine::sources::{self, connection, KeyStore, SourceSettings};
+use devpilot_engine::span::Span;
+use devpilot_store::db::PoolSettings;
+use devpilot_store::error::{Error, Result};
+use devpilot_store::queue::{Queue, SourceRow, SourceSpec};
+
+use crate::cli::AddLinear;
+use crate::open::open_queue;
+use crate::output::{human, shown};
+
+/// The orchestrator a command names, else the settings'.
+fn orchestrator_of(flag: Option<String>, paths: &Paths) -> Result<String> {
+    Ok(match flag {
+        Some(o) => o,
+        None => paths.load()?.orchestrator_id,
+    })
+}
+
+/// `devpilot sources`: every source of the orchestrator, as its row says.
+pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let orchestrator = orchestrator_of(orchestrator, &paths)?;
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let rows = queue.sources(&orchestrator).await?;
+    let key = KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await;
+    if json {
+        let v = serde_json::json!({
+            "orchestrator": orchestrator,
+            "sources": rows,
+            "configured_here": settings.sources.keys().collect::<Vec<_>>(),
+            "key_from": key.as_ref().map(|k| k.from()),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    if rows.is_empty() && settings.sources.is_empty() {
+        println!("no sources: add one with `devpilot sources add linear --team ENG --label agent`");
+        return Ok(());
+    }
+    for r in &rows {
+        print_row(r, settings.sources.contains_key(&r.name));
+    }
+    for name in settings.sources.keys().filter(|n| !rows.iter().any(|r| &r.name == *n)) {
+        println!("{name}: configured here; registered when a machine starts with it");
+    }
+    match key {
+        Some(k) => println!("Linear key on this machine: from {}", k.from()),
+        None => println!("Linear key on this machine: none (`devpilot login --linear` or LINEAR_API_KEY)"),
+    }
+    Ok(())
+}
+
+fn print_row(r: &SourceRow, here: bool) {
+    let ago = |at: Option<i64>| at.map(|t| format!("{} ago", human(ms(r.now - t)))).unwrap_or_else(|| "never".into());
+    let next = r.next_turn_at() - r.now;
+    let next = if next <= 0 { "now".to_string() } else { format!("in {}", human(ms(next))) };
+    println!("{} ({}){}", r.name, r.kind, if here { "" } else { " — not configured on this machine" });
+    println!(
+        "  last poll: {} by {}; next turn {next}; every {}",
+        ago(r.polled_at),
+        shown(r.polled_by.as_deref().or(Some("nobody"))),
+        human(ms(r.interval_ms))
+    );
+    println!("  cursor: {}", shown(r.cursor.as_deref().or(Some("none (the first turn reads every match)"))));
+    let rate = match (r.rate_remaining, r.rate_reset_at) {
+        (Some(left), Some(reset)) => format!("{left} requests left, reset in {}", human(ms(reset - r.now))),
+        (Some(left), None) => format!("{left} requests left"),
+        _ => "not seen yet".into(),
+    };
+    println!("  outbox backlog: {}; rate limit: {rate}", r.backlog);
+    if let Some(e) = &r.last_error {
+        println!("  last error ({}): {}", ago(r.last_error_at), shown(Some(e)));
+    }
+}
+
+fn ms(v: i64) -> Duration {
+    Duration::from_millis(v.max(0) as u64)
+}
+
+/// `devpilot sources poll [NAME]`: a turn of each (or the named) source now, whatever the
+/// interval; prints the key of each job it added, updated or cancelled.
+pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    let orchestrator = orchestrator_of(orchestrator, &paths)?;
+    let chosen: Vec<(&String, &SourceSettings)> =
+        settings.sources.iter().filter(|(n, _)| name.as_deref().is_none_or(|want| want == n.as_str())).collect();
+    if chosen.is_empty() {
+        return Err(Error::Invalid(match name {
+            Some(n) => format!("no source named '{n}' in the settings (`devpilot sources` lists them)"),
+            None => "no sources in the settings: add one with `devpilot sources add linear --team ENG`".into(),
+        }));
+    }
+    let Some(key) = KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await else {
+        return Err(Error::Invalid(
+            "no Linear API key on this machine: `devpilot login --linear`, or set LINEAR_API_KEY".into(),
+        ));
+    };
+    let (queue, _) = open_queue(PoolSettings::default()).await?;
+    let machine = settings.machine_name();
+    for (n, s) in chosen {
+        let bound = bind(&queue, &orchestrator, n, s).await?;
+        let client = sources::linear::LinearClient::for_source(s, key.secret()).map_err(tracker)?;
+        match sources::poll(&queue, &orchestrator, &machine, &bound, &client, settings.max_attempts, true).await {
+            Ok(Some(report)) => {
+                for line in report.lines() {
+                    println!("{line}");
+                }
+                println!("{n}: {} issues read, {} jobs added", report.seen, report.added.len());
+            }
+            Ok(None) => println!("{n}: another machine is polling it right now"),
+            Err(sources::IntakeError::Tracker(e)) => return Err(Error::Invalid(format!("source '{n}': {e}"))),
+            Err(sources::IntakeError::Store(e)) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn bind(queue: &Queue, orchestrator: &str, name: &str, s: &SourceSettings) -> Result<sources::Bound> {
+    let filter = s.filter_text();
+    let spec = SourceSpec { name, kind: s.kind.as_str(), filter: &filter, interval: s.interval.get() };
+    let id = queue.register_source(orchestrator, &spec).await?;
+    Ok(sources::Bound { name: name.to_string(), id, settings: s.clone() })
+}
+
+fn tracker(e: sources::linear::TrackerError) -> Error {
+    Error::Invalid(e.to_string())
+}
+
+/// `devpilot sources add linear`: tests the source (the key, the teams, the label), then
+/// saves it in the settings. A running machine takes it at its next start or settings change.
+pub async fn add_linear(a: AddLinear) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let mut settings = paths.load()?;
+    let mut s =
+        SourceSettings { teams: a.team.iter().map(|t| t.trim().to_uppercase()).collect(), ..Default::default() };
+    if let Some(l) = a.label {
+        s.label = l.trim().to_string();
+    }
+    if !a.state.is_empty() {
+        s.states = a.state;
+    }
+    s.assigned_to_me = a.assigned_to_me;
+    if let Some(i) = a.interval {
+        s.interval = Span::parse(&i)?;
+    }
+    s.api_url = a.api_url;
+    if let Some(repo) = a.maps_to {
+        for t in &s.teams {
+            s.repo_by_team.insert(t.clone(), repo.clone());
+        }
+    }
+    let name = a.name.unwrap_or_else(|| s.teams.first().map(|t| t.to_lowercase()).unwrap_or_default());
+    s.validate(&name)?;
+    if !a.no_test {
+        let Some(key) = KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await else {
+            return Err(Error::Invalid(
+                "no Linear API key to test with: `devpilot login --linear` first (or --no-test)".into(),
+            ));
+        };
+        let found = connection::test(&s, key.secret()).await.map_err(|e| Error::Invalid(e.to_string()))?;
+        println!("{}", found.line());
+    }
+    settings.sources.insert(name.clone(), s);
+    settings.validate()?;
+    paths.save(&settings)?;
+    println!("source '{name}' saved to {}", paths.config_file().display());
+    Ok(())
+}
+
+/// `devpilot sources remove NAME`: out of the settings (its row and outbox stay for the
+/// other machines that have it).
+pub fn remove(name: &str) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let mut settings = paths.load()?;
+    if settings.sources.remove(name).is_none() {
+        return Err(Error::Invalid(format!("no source named '{name}' in the settings")));
+    }
+    paths.save(&settings)?;
+    println!("source '{name}' removed from {}", paths.config_file().display());
+    Ok(())
+}

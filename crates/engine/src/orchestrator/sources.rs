@@ -1,0 +1,347 @@
+//! The sources service: a machine's intake turns and outbox deliveries, on a task of their
+//! own. The poll path only asks ([`Sources::tick`], throttled, never awaited), as it asks
+//! maintenance for a sweep; a reportable event of this machine asks for a delivery at once.
+//! Failures are logged, kept on the source's row and shown in the machine's [`Status`]; they
+//! never reach the poll path, and a source that fails leaves the others and the jobs alone.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+
+use super::status::{Event, Status};
+use crate::sources::deliver::deliver_pending;
+use crate::sources::intake::{self, Bound};
+use crate::sources::linear::{LinearClient, TrackerError};
+use crate::sources::{HealthState, LinearKey, SourceHealth, SourceSettings, SourcesCfg};
+use devpilot_store::queue::{Queue, SourceSpec};
+
+/// What the service is asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ask {
+    /// The poll path's tick: take the turns that are due.
+    Tick,
+    /// A reportable event happened here: deliver now.
+    Deliver,
+}
+
+/// The poll path's side of the service. Cheap to clone; the service ends when the last
+/// clone is dropped.
+#[derive(Clone)]
+pub struct Sources {
+    asks: mpsc::Sender<Ask>,
+    cfgs: mpsc::UnboundedSender<SourcesCfg>,
+    throttle: Arc<Mutex<Option<Instant>>>,
+    every: Arc<Mutex<Duration>>,
+}
+
+/// How often a machine tries the turns: a quarter of the shortest interval, at most a
+/// minute (the settings keep an interval at 15 s or more). The turn itself is what keeps the
+/// fleet to one poll per interval; the tick only bounds how late after its due time it is
+/// taken.
+fn tick_of(cfg: &SourcesCfg) -> Duration {
+    let shortest = cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or(Duration::from_secs(60));
+    (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
+}
+
+impl Sources {
+    /// Starts the service on `queue`. It hears this machine's `events` to deliver at once,
+    /// and shows how each source is doing in `status` (`Status::sources`).
+    pub fn spawn(
+        queue: Queue,
+        cfg: SourcesCfg,
+        events: broadcast::Sender<Event>,
+        status: watch::Sender<Status>,
+    ) -> Self {
+        let (asks, ask_rx) = mpsc::channel(1);
+        let (cfgs, cfg_rx) = mpsc::unbounded_channel();
+        let me = Self { asks, cfgs, throttle: Arc::new(Mutex::new(None)), every: Arc::new(Mutex::new(tick_of(&cfg))) };
+        let health = initial_health(&cfg);
+        let heard = events.subscribe();
+        let service = Service {
+            queue,
+            cfg,
+            bound: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            refused: BTreeMap::new(),
+            events,
+            status,
+            health,
+        };
+        service.publish();
+        tokio::spawn(service.run(ask_rx, cfg_rx, heard));
+        me
+    }
+
+    /// The poll path's ask: at most once per tick, never waiting.
+    pub fn tick(&self) {
+        let every = self.every.lock().map(|e| *e).unwrap_or(Duration::from_secs(15));
+        let Ok(mut last) = self.throttle.lock() else { return };
+        if last.is_some_and(|l| l.elapsed() < every) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let _ = self.asks.try_send(Ask::Tick);
+    }
+
+    /// New settings: the service registers the sources again before its next turn.
+    pub fn reconfigure(&self, cfg: SourcesCfg) {
+        if let Ok(mut e) = self.every.lock() {
+            *e = tick_of(&cfg);
+        }
+        let _ = self.cfgs.send(cfg);
+    }
+}
+
+fn initial_health(cfg: &SourcesCfg) -> Vec<SourceHealth> {
+    cfg.sources
+        .iter()
+        .map(|(n, s)| SourceHealth { name: n.clone(), kind: s.kind.as_str().into(), ..Default::default() })
+        .collect()
+}
+
+/// The service's own state.
+struct Service {
+    queue: Queue,
+    cfg: SourcesCfg,
+    /// Sources registered on the database, by name.
+    bound: BTreeMap<String, Bound>,
+    /// A client per source this machine has a usable key for.
+    clients: BTreeMap<String, (LinearClient, LinearKey)>,
+    /// The key each source's tracker refused: not tried again until it changes.
+    refused: BTreeMap<String, LinearKey>,
+    events: broadcast::Sender<Event>,
+    status: watch::Sender<Status>,
+    /// How each source is doing here, as `status` shows it.
+    health: Vec<SourceHealth>,
+}
+
+impl Service {
+    async fn run(
+        mut self,
+        mut asks: mpsc::Receiver<Ask>,
+        mut cfgs: mpsc::UnboundedReceiver<SourcesCfg>,
+        mut heard: broadcast::Receiver<Event>,
+    ) {
+        let mut last_turns: Option<Instant> = None;
+        let mut last_outbox: Option<Instant> = None;
+        loop {
+            // The poll path asks once per tick; an idle machine's poll path may rest for
+            // minutes, so the service asks itself when a tick went by without one.
+            let tick = tick_of(&self.cfg);
+            let backstop = last_turns.map_or_else(Instant::now, |l| l + tick);
+            let ask = tokio::select! {
+                a = asks.recv() => match a { Some(a) => a, None => return },
+                e = heard.recv() => match e {
+                    Ok(e) if reportable(&e) => Ask::Deliver,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tokio::time::sleep_until(backstop) => Ask::Tick,
+            };
+            while let Ok(c) = cfgs.try_recv() {
+                self.cfg = c;
+                self.bound.clear();
+                self.clients.clear();
+                self.refused.clear();
+                self.health = initial_health(&self.cfg);
+                self.publish();
+            }
+            if self.cfg.sources.is_empty() {
+                last_turns = Some(Instant::now() + Duration::from_secs(3600));
+                continue;
+            }
+            self.bind().await;
+            self.refresh_keys().await;
+            if ask == Ask::Tick && last_turns.is_none_or(|l| l.elapsed() >= tick / 2) {
+                last_turns = Some(Instant::now());
+                self.turns().await;
+            }
+            let interval = self.cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or_default();
+            if ask == Ask::Deliver || last_outbox.is_none_or(|l| l.elapsed() >= interval) {
+                last_outbox = Some(Instant::now());
+                self.deliveries().await;
+            }
+        }
+    }
+
+    /// Shows the sources' health in the machine's status, if it changed.
+    fn publish(&self) {
+        self.status.send_if_modified(|s| {
+            let changed = s.sources != self.health;
+            if changed {
+                s.sources = self.health.clone();
+            }
+            changed
+        });
+    }
+
+    fn set_health(&mut self, name: &str, f: impl FnOnce(&mut SourceHealth)) {
+        if let Some(h) = self.health.iter_mut().find(|h| h.name == name) {
+            f(h);
+        }
+        self.publish();
+    }
+
+    /// Registers every configured source not yet bound to its row.
+    async fn bind(&mut self) {
+        for (name, s) in &self.cfg.sources {
+            if self.bound.contains_key(name) {
+                continue;
+            }
+            let filter = s.filter_text();
+            let spec = SourceSpec { name, kind: s.kind.as_str(), filter: &filter, interval: s.interval.get() };
+            match self.queue.register_source(&self.cfg.orchestrator_id, &spec).await {
+                Ok(id) => {
+                    self.bound.insert(name.clone(), Bound { name: name.clone(), id, settings: s.clone() });
+                }
+                Err(e) => tracing::warn!(source = %name, error = %e, "could not register the source"),
+            }
+        }
+    }
+
+    /// Makes a client for each source that has none: its key is read only then (a source
+    /// that works never touches the keychain again), and a source with no key says so once.
+    async fn refresh_keys(&mut self) {
+        let missing: Vec<(String, SourceSettings)> = self
+            .cfg
+            .sources
+            .iter()
+            .filter(|(n, _)| !self.clients.contains_key(*n))
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let key = self.cfg.keys.linear().await;
+        for (name, s) in missing {
+            let Some(k) = key.clone() else {
+                let msg = "no Linear API key on this machine: `devpilot login --linear`, Settings → Sources, \
+                           or LINEAR_API_KEY";
+                self.trouble(&name, HealthState::NoKey, msg.into());
+                continue;
+            };
+            if self.refused.get(&name) == Some(&k) {
+                continue;
+            }
+            match LinearClient::for_source(&s, k.secret()) {
+                Ok(c) => {
+                    self.set_health(&name, |h| {
+                        h.key_from = Some(k.from().into());
+                        if h.state == HealthState::NoKey {
+                            h.state = HealthState::Starting;
+                            h.message = None;
+                        }
+                    });
+                    self.clients.insert(name, (c, k));
+                }
+                Err(e) => self.trouble(&name, HealthState::WrongKey, e.to_string()),
+            }
+        }
+    }
+
+    /// Takes the turn of each source this machine can poll, if it is due.
+    async fn turns(&mut self) {
+        let names: Vec<String> = self.bound.keys().cloned().collect();
+        for name in names {
+            let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else { continue };
+            let (source, client) = (source.clone(), client.clone());
+            let c = &self.cfg;
+            match intake::poll(&self.queue, &c.orchestrator_id, &c.machine, &source, &client, c.max_attempts, false)
+                .await
+            {
+                Ok(None) => {}
+                Ok(Some(report)) => {
+                    for line in report.lines() {
+                        tracing::info!(source = %name, "{line}");
+                    }
+                    self.recovered(&name);
+                    self.set_health(&name, |h| h.last_poll = Some(report));
+                }
+                Err(intake::IntakeError::Tracker(e)) => self.tracker_failed(&source, &e).await,
+                Err(intake::IntakeError::Store(e)) => {
+                    tracing::warn!(source = %name, error = %e, "the intake turn failed on the database");
+                }
+            }
+        }
+    }
+
+    /// Delivers what the outbox holds for the sources this machine has keys for.
+    async fn deliveries(&mut self) {
+        let ready: Vec<(Bound, LinearClient)> = self
+            .bound
+            .values()
+            .filter_map(|b| self.clients.get(&b.name).map(|(c, _)| (b.clone(), c.clone())))
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready).await {
+            if let Some(b) = self.bound.get(&source).cloned() {
+                self.tracker_failed(&b, &e).await;
+            }
+        }
+    }
+
+    /// A tracker error: a refused key stops the source here; the rest is shown and retried.
+    async fn tracker_failed(&mut self, source: &Bound, e: &TrackerError) {
+        tracing::warn!(source = %source.name, error = %e, "the tracker failed");
+        let state = match e {
+            TrackerError::Auth(_) => {
+                // This key stays refused here until it changes (a new login, a new variable).
+                if let Some((_, k)) = self.clients.remove(&source.name) {
+                    self.refused.insert(source.name.clone(), k);
+                }
+                let line = format!("{}: {e}", self.cfg.machine);
+                if let Err(db) = self.queue.source_error(source.id, &line).await {
+                    tracing::warn!(error = %db, "could not record the source's error");
+                }
+                HealthState::WrongKey
+            }
+            TrackerError::RateLimited { .. } => HealthState::RateLimited,
+            TrackerError::Unreachable(_) | TrackerError::Server(_) => HealthState::Offline,
+            TrackerError::Refused(_) => HealthState::Error,
+        };
+        self.trouble(&source.name, state, e.to_string());
+    }
+
+    /// A source went wrong: shown, and said once (an event) on the way in.
+    fn trouble(&mut self, name: &str, state: HealthState, message: String) {
+        let mut changed = false;
+        self.set_health(name, |h| {
+            changed = h.state != state;
+            h.state = state;
+            h.message = Some(message.clone());
+        });
+        if changed {
+            let _ = self.events.send(Event::SourceTrouble { source: name.into(), state, message });
+        }
+    }
+
+    fn recovered(&mut self, name: &str) {
+        let mut was_bad = false;
+        self.set_health(name, |h| {
+            was_bad = !matches!(h.state, HealthState::Ok | HealthState::Starting);
+            h.state = HealthState::Ok;
+            h.message = None;
+        });
+        if was_bad {
+            let _ = self.events.send(Event::SourceOk { source: name.into() });
+        }
+    }
+}
+
+/// The events of this machine that leave an outbox row to deliver.
+fn reportable(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::Claimed { .. }
+            | Event::Completed { .. }
+            | Event::Failed { .. }
+            | Event::Parked { .. }
+            | Event::Released { .. }
+            | Event::Cancelled { .. }
+    )
+}

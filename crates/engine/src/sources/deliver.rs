@@ -1,0 +1,106 @@
+//! Delivering the outbox: take a due row (a conditional UPDATE: another machine may have
+//! it), say what its event says on the issue, and finish the row fenced by the delivery's
+//! token. A tracker that is down ends the pass and the rows wait, retried with backoff.
+
+use std::time::Duration;
+
+use super::health::SourcesCfg;
+use super::intake::Bound;
+use super::linear::{self, IssueRef, LinearClient, TrackerError};
+use super::render;
+use devpilot_store::queue::{Delivery, DeliveryEnd, Queue};
+use devpilot_store::spec::JobSpec;
+
+/// How long a machine holds a row it is delivering before another may take it.
+pub const DELIVERY_LEASE: Duration = Duration::from_secs(120);
+/// The most rows one pass delivers: the rest go on the next.
+const PER_PASS: usize = 50;
+
+/// Delivers the due rows of the `ready` sources (those this machine has a client for). A
+/// failure of the tracker itself (a refused key, no answer, a rate limit) ends the pass,
+/// with the source it happened on.
+pub async fn deliver_pending(
+    queue: &Queue,
+    cfg: &SourcesCfg,
+    ready: &[(Bound, LinearClient)],
+) -> Result<(), (String, TrackerError)> {
+    let ids: Vec<i64> = ready.iter().map(|(b, _)| b.id).collect();
+    for _ in 0..PER_PASS {
+        let d = match queue.take_delivery(&cfg.orchestrator_id, &ids, &cfg.machine, DELIVERY_LEASE).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not take an outbox row");
+                return Ok(());
+            }
+        };
+        let Some((source, client)) = ready.iter().find(|(b, _)| b.id == d.source_id) else { continue };
+        let (end, stop) = deliver_one(queue, &cfg.orchestrator_id, source, client, &d).await;
+        match queue.finish_delivery(&d, &end).await {
+            Ok(true) => tracing::info!(job = d.job_id, event = %d.event, outcome = ?outcome(&end), "outbox row"),
+            Ok(false) => tracing::info!(job = d.job_id, "another machine took this outbox row meanwhile"),
+            Err(e) => tracing::warn!(error = %e, job = d.job_id, "could not finish an outbox row; it is retried"),
+        }
+        if let Some(e) = stop {
+            return Err((source.name.clone(), e));
+        }
+    }
+    Ok(())
+}
+
+/// One row: what to do with it next, and the tracker's error if it should end the pass.
+async fn deliver_one(
+    queue: &Queue,
+    orchestrator_id: &str,
+    source: &Bound,
+    client: &LinearClient,
+    d: &Delivery,
+) -> (DeliveryEnd, Option<TrackerError>) {
+    let (job, payload) = match queue.job(d.job_id).await {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return (DeliveryEnd::GiveUp { error: "the job was deleted before its report went out".into() }, None)
+        }
+        Err(e) => return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None),
+    };
+    let Some(issue) = IssueRef::of(&payload) else {
+        return (DeliveryEnd::GiveUp { error: "the job names no Linear issue".into() }, None);
+    };
+    let branch = JobSpec::parse(&payload).map(|s| s.branch(job.id)).unwrap_or_default();
+    let report = render::report(d, &job, &branch, &source.settings.report);
+    if report == render::Report::default() {
+        return (DeliveryEnd::Delivered, None);
+    }
+    let id = linear::comment_id(orchestrator_id, d.job_id, &d.event, d.claim_token);
+    match linear::deliver(client, &issue, &report, &id, d.tries <= 1).await {
+        Ok(()) => (DeliveryEnd::Delivered, None),
+        Err(e @ TrackerError::Refused(_)) => (DeliveryEnd::GiveUp { error: e.to_string() }, None),
+        Err(e) => {
+            let after = match &e {
+                TrackerError::RateLimited { reset_at_ms: Some(at) } => until(*at),
+                _ => backoff(d.tries),
+            };
+            (DeliveryEnd::Retry { after, error: e.to_string() }, Some(e))
+        }
+    }
+}
+
+/// 5 s, 10 s, 20 s … at most 15 minutes.
+fn backoff(tries: i32) -> Duration {
+    let n = tries.clamp(1, 9) as u32 - 1;
+    (Duration::from_secs(5) * 2u32.pow(n)).min(Duration::from_secs(900))
+}
+
+/// From now until `at_ms` (this machine's clock: a rate limit's reset is the tracker's).
+fn until(at_ms: i64) -> Duration {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64);
+    Duration::from_millis((at_ms - now.unwrap_or(at_ms)).clamp(1000, 3_600_000) as u64)
+}
+
+fn outcome(end: &DeliveryEnd) -> &'static str {
+    match end {
+        DeliveryEnd::Delivered => "delivered",
+        DeliveryEnd::Retry { .. } => "retry",
+        DeliveryEnd::GiveUp { .. } => "gave up",
+    }
+}

@@ -1,0 +1,190 @@
+//! One intake turn of a source: take the fleet's turn (one conditional UPDATE; zero rows
+//! means another machine has it), read what changed since the cursor, make each issue the
+//! source takes into exactly one job, update the waiting ones, cancel those whose issue left
+//! the filter, and end the turn with a write fenced by it.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::linear::{self, Issue, LinearClient, TrackerError};
+use super::settings::SourceSettings;
+use devpilot_store::job::JobState;
+use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Turn, TurnEnd};
+
+/// Below this many requests left in Linear's window, the source rests until the reset.
+pub const RATE_FLOOR: i64 = 100;
+
+/// A configured source, bound to its row.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub name: String,
+    pub id: i64,
+    pub settings: SourceSettings,
+}
+
+impl Bound {
+    /// Who the intake's own writes name (a cancel's `cancel_requested_by`, history).
+    pub fn actor(&self) -> String {
+        format!("intake:{}", self.name)
+    }
+}
+
+/// What a turn did, by unique key.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PollReport {
+    pub source: String,
+    pub added: Vec<(String, i64)>,
+    pub updated: Vec<(String, i64)>,
+    pub cancelled: Vec<(String, i64)>,
+    /// How many issues the tracker returned.
+    pub seen: usize,
+}
+
+impl PollReport {
+    /// `added linear:ENG-7 as job #12`, one line each.
+    pub fn lines(&self) -> Vec<String> {
+        let each = |verb: &str, list: &[(String, i64)]| -> Vec<String> {
+            list.iter().map(|(k, id)| format!("{verb} {k} as job #{id}")).collect()
+        };
+        let mut out = each("added", &self.added);
+        out.extend(each("updated", &self.updated));
+        out.extend(each("cancelled", &self.cancelled));
+        out
+    }
+}
+
+/// Why a turn did not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error(transparent)]
+    Tracker(#[from] TrackerError),
+    #[error(transparent)]
+    Store(#[from] devpilot_store::Error),
+}
+
+/// Runs one turn of `source` if it is due (or `force`). `Ok(None)`: not this machine's turn.
+pub async fn poll(
+    queue: &Queue,
+    orchestrator_id: &str,
+    machine: &str,
+    source: &Bound,
+    client: &LinearClient,
+    max_attempts: i32,
+    force: bool,
+) -> Result<Option<PollReport>, IntakeError> {
+    let Some(turn) = queue.take_turn(source.id, machine, force).await? else { return Ok(None) };
+    let read = match linear::read_changed(client, &source.settings, turn.cursor.as_deref()).await {
+        Ok(read) => read,
+        Err(e) => {
+            fail_turn(queue, &turn, &e).await;
+            return Err(e.into());
+        }
+    };
+    if read.truncated {
+        tracing::warn!(source = %source.name, "more changed issues than one turn reads; the next turn goes on");
+    }
+    let report = apply(queue, orchestrator_id, source, &read.issues, max_attempts).await?;
+    let end = TurnEnd {
+        cursor: read.newest.clone(),
+        hold_until: read.rate.hold_until(RATE_FLOOR),
+        rate_remaining: read.rate.remaining,
+        rate_reset_at: read.rate.reset_at_ms,
+    };
+    if !queue.end_turn(&turn, &end).await? {
+        tracing::info!(source = %source.name, "a newer intake turn ended first; its cursor stands");
+    }
+    Ok(Some(report))
+}
+
+/// Keeps the error on the source's row; a rate limit holds the source until its reset.
+async fn fail_turn(queue: &Queue, turn: &Turn, e: &TrackerError) {
+    let hold = match e {
+        TrackerError::RateLimited { reset_at_ms } => *reset_at_ms,
+        _ => None,
+    };
+    if let Err(db) = queue.turn_failed(turn, &e.to_string(), hold).await {
+        tracing::warn!(error = %db, "could not record the source's error");
+    }
+}
+
+/// Makes the issues read into jobs: add, update or cancel, each at most once per key.
+async fn apply(
+    queue: &Queue,
+    orchestrator_id: &str,
+    source: &Bound,
+    issues: &[Issue],
+    max_attempts: i32,
+) -> Result<PollReport, IntakeError> {
+    let mut report = PollReport { source: source.name.clone(), seen: issues.len(), ..Default::default() };
+    // The same issue may come twice across pages if it changed during the read: the
+    // newest version wins.
+    let mut latest: HashMap<&str, &Issue> = HashMap::new();
+    for i in issues {
+        let newer = latest.get(i.identifier.as_str()).is_none_or(|seen| seen.updated_at <= i.updated_at);
+        if newer {
+            latest.insert(&i.identifier, i);
+        }
+    }
+    let keys: Vec<String> = latest.keys().map(|id| linear::key_of(id)).collect();
+    let mut newest_job: HashMap<String, KeyedJob> = HashMap::new();
+    for job in queue.jobs_by_key(orchestrator_id, &keys).await? {
+        newest_job.entry(job.unique_key.clone()).or_insert(job);
+    }
+    let mut ordered: Vec<&Issue> = latest.into_values().collect();
+    ordered.sort_by(|a, b| a.identifier.cmp(&b.identifier));
+    for issue in ordered {
+        let key = linear::key_of(&issue.identifier);
+        let job = newest_job.get(&key);
+        if issue.matches(&source.settings) {
+            take(queue, orchestrator_id, source, issue, &key, job, max_attempts, &mut report).await?;
+        } else if let Some(job) = job.filter(|j| j.live()) {
+            if let Some(outcome) = queue.cancel(job.id, &source.actor()).await? {
+                tracing::info!(key, job = job.id, ?outcome, "the issue left the source's filter: cancelled");
+                report.cancelled.push((key, job.id));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// An issue the source takes: a job if it has none (or only one the intake itself cancelled
+/// when the issue left the filter), or its waiting job brought up to date. A job that
+/// completed, died or was cancelled by a person is never added again by the intake: the
+/// same issue is never dispatched twice (a person requeues it on purpose).
+#[allow(clippy::too_many_arguments)]
+async fn take(
+    queue: &Queue,
+    orchestrator_id: &str,
+    source: &Bound,
+    issue: &Issue,
+    key: &str,
+    job: Option<&KeyedJob>,
+    max_attempts: i32,
+    report: &mut PollReport,
+) -> Result<(), IntakeError> {
+    let payload = linear::payload_of(issue, &source.name, &source.settings);
+    let again = |j: &KeyedJob| j.state == JobState::Cancelled && j.cancelled_by.as_deref() == Some(&source.actor());
+    match job {
+        Some(j) if j.waiting() && j.payload != payload => {
+            if queue.update_waiting(j.id, &payload, &source.actor()).await? {
+                report.updated.push((key.to_string(), j.id));
+            }
+        }
+        Some(j) if !again(j) => {}
+        _ => {
+            let opts = JobOptions {
+                key: Some(key.to_string()),
+                priority: linear::priority_of(issue.priority),
+                max_attempts,
+                source: Some(source.id),
+                ..Default::default()
+            };
+            let added = queue.enqueue_keyed(orchestrator_id, &payload, &opts).await?;
+            if added.existing.is_none() {
+                report.added.push((key.to_string(), added.id));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! The HTTP side of Linear: one POST per document, the key in the `Authorization` header
+//! (a personal key as it is, with no `Bearer`), every call bounded, and every answer read
+//! for its rate-limit headers and sorted into what the caller does next ([`TrackerError`]).
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::sources::settings::SourceSettings;
+
+/// Makes ring the process's TLS crypto provider (reqwest is built without one), once.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Another part of the process may have installed one already: that one stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// What went wrong with a call, as the caller acts on it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TrackerError {
+    /// The key was refused: this machine stops using the source until its key changes.
+    #[error("Linear refused the API key ({0}); set a new one with `devpilot login --linear` or LINEAR_API_KEY")]
+    Auth(String),
+    /// Over the budget: nothing more until the reset.
+    #[error("Linear's rate limit was reached; waiting until it resets")]
+    RateLimited { reset_at_ms: Option<i64> },
+    /// No answer: Linear (or the network) is down; the source is offline and its outbox waits.
+    #[error("Linear could not be reached: {0}")]
+    Unreachable(String),
+    /// Linear answered with a server error: try again later.
+    #[error("Linear answered {0}; trying again later")]
+    Server(u16),
+    /// Linear refused the request itself (an unknown issue, a bad state): retrying the same
+    /// request would fail the same way.
+    #[error("Linear refused the request: {0}")]
+    Refused(String),
+}
+
+impl TrackerError {
+    /// Whether the same call may work later.
+    pub fn transient(&self) -> bool {
+        !matches!(self, TrackerError::Refused(_))
+    }
+}
+
+/// What an answer's headers said of the budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Requests left in the window, and when it resets (ms since the epoch).
+    pub remaining: Option<i64>,
+    pub reset_at_ms: Option<i64>,
+    /// Complexity points left, and when they reset.
+    pub complexity_remaining: Option<i64>,
+    pub complexity_reset_at_ms: Option<i64>,
+}
+
+impl RateLimit {
+    fn of(headers: &HeaderMap) -> Self {
+        let num = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+        Self {
+            remaining: num("x-ratelimit-requests-remaining"),
+            reset_at_ms: num("x-ratelimit-requests-reset"),
+            complexity_remaining: num("x-ratelimit-complexity-remaining"),
+            complexity_reset_at_ms: num("x-ratelimit-complexity-reset"),
+        }
+    }
+
+    /// When the source should rest until, if its budget runs low: fewer than `floor`
+    /// requests (or 10 × floor × 100 complexity points) left means no turn before the reset.
+    /// Slowing down before the limit, not after.
+    pub fn hold_until(&self, floor: i64) -> Option<i64> {
+        let low_requests = self.remaining.is_some_and(|r| r < floor);
+        let low_points = self.complexity_remaining.is_some_and(|r| r < floor * 1000);
+        match (low_requests, low_points) {
+            (true, _) => self.reset_at_ms,
+            (_, true) => self.complexity_reset_at_ms,
+            _ => None,
+        }
+    }
+}
+
+/// A GraphQL error as Linear writes it.
+#[derive(Debug, Deserialize)]
+struct GqlError {
+    message: String,
+    #[serde(default)]
+    extensions: Option<Value>,
+}
+
+impl GqlError {
+    fn code(&self) -> &str {
+        self.extensions.as_ref().and_then(|e| e.get("code")).and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Envelope<T> {
+    data: Option<T>,
+    #[serde(default)]
+    errors: Vec<GqlError>,
+}
+
+/// A Linear client for one key and one address. The key is never printed: not by `Debug`,
+/// not in an error (reqwest's errors name the URL, which holds no secret).
+#[derive(Clone)]
+pub struct LinearClient {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl std::fmt::Debug for LinearClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinearClient").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl LinearClient {
+    /// A client for `url` with `key`, each call bounded by `timeout` (connect included). A
+    /// key that cannot be a header value is refused here.
+    pub fn new(url: &str, key: &str, timeout: Duration) -> Result<Self, TrackerError> {
+        install_crypto_provider();
+        let mut auth = HeaderValue::from_str(key.trim())
+            .map_err(|_| TrackerError::Auth("the key has characters no HTTP header can carry".into()))?;
+        auth.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, auth);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(USER_AGENT, HeaderValue::from_static(concat!("devpilot/", env!("CARGO_PKG_VERSION"))));
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| TrackerError::Unreachable(e.to_string()))?;
+        Ok(Self { http, url: url.to_string() })
+    }
+
+    /// A client for source `s`'s API address and timeout, with `key`.
+    pub fn for_source(s: &SourceSettings, key: &str) -> Result<Self, TrackerError> {
+        Self::new(&s.api_url(), key, s.timeout.get())
+    }
+
+    /// The address it calls.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Sends `document` (one of [`super::documents`]) with `variables`; the answer's `data`
+    /// as `T`, and the budget its headers said.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        document: &'static str,
+        variables: Value,
+    ) -> Result<(T, RateLimit), TrackerError> {
+        let body = serde_json::json!({ "query": document, "variables": variables });
+        let answer = self.http.post(&self.url).json(&body).send().await.map_err(unreachable)?;
+        let status = answer.status();
+        let rate = RateLimit::of(answer.headers());
+        if status.is_server_error() {
+            return Err(TrackerError::Server(status.as_u16()));
+        }
+        let text = answer.text().await.map_err(unreachable)?;
+        let envelope: Envelope<T> = serde_json::from_str(&text).map_err(|e| {
+            if status.is_success() {
+                TrackerError::Refused(format!("an answer DevPilot could not read: {e}"))
+            } else {
+                TrackerError::Refused(format!("HTTP {status}"))
+            }
+        })?;
+        if let Some(e) = envelope.errors.first() {
+            return Err(match e.code() {
+                "AUTHENTICATION_ERROR" => TrackerError::Auth(e.message.clone()),
+                "RATELIMITED" => TrackerError::RateLimited { reset_at_ms: rate.reset_at_ms },
+                _ if status == reqwest::StatusCode::UNAUTHORIZED => TrackerError::Auth(e.message.clone()),
+                _ => TrackerError::Refused(e.message.clone()),
+            });
+        }
+        match envelope.data {
+            Some(data) => Ok((data, rate)),
+            None => Err(TrackerError::Refused(format!("HTTP {status} with no data"))),
+        }
+    }
+}
+
+fn unreachable(e: reqwest::Error) -> TrackerError {
+    let what = if e.is_timeout() {
+        "no answer in time"
+    } else if e.is_connect() {
+        "could not connect"
+    } else {
+        "the connection failed"
+    };
+    TrackerError::Unreachable(what.to_string())
+}

@@ -1,0 +1,143 @@
+//! One outbox row to Linear: its comment (with an id derived from the job, the event and
+//! the claim, so a retry after a lost answer never posts twice), the state moves, and the
+//! link. Every call is idempotent, so a retried delivery does the same thing again.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::client::{LinearClient, TrackerError};
+use super::documents;
+use crate::sources::render::Report;
+
+/// Where on Linear a job's issue is (the payload's `source`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct IssueRef {
+    /// The issue's UUID.
+    pub id: String,
+    /// Its team's UUID (for its workflow states).
+    pub team: String,
+}
+
+impl IssueRef {
+    /// The issue a payload names, if it came from Linear.
+    pub fn of(payload: &Value) -> Option<Self> {
+        let s = payload.get("source")?;
+        (s.get("kind")?.as_str()? == "linear").then(|| serde_json::from_value(s.clone()).ok())?
+    }
+}
+
+/// The comment's id: a UUID in version-4 form (as `CommentCreateInput.id` asks), derived
+/// from the orchestrator, the job, the event and the claim token, so every delivery of the
+/// same event names the same comment.
+pub fn comment_id(orchestrator_id: &str, job: i64, event: &str, claim_token: Option<i64>) -> String {
+    let digest = Sha256::digest(format!("devpilot/{orchestrator_id}/job/{job}/{event}/{}", claim_token.unwrap_or(0)));
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+#[derive(Deserialize)]
+struct Found {
+    comment: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct States {
+    #[serde(rename = "workflowStates")]
+    states: StateNodes,
+}
+
+#[derive(Deserialize)]
+struct StateNodes {
+    nodes: Vec<State>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct State {
+    id: String,
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    position: f64,
+}
+
+/// Does what `report` says on `issue`. `first_try`: no earlier try can have applied it.
+pub async fn deliver(
+    client: &LinearClient,
+    issue: &IssueRef,
+    report: &Report,
+    comment_id: &str,
+    first_try: bool,
+) -> Result<(), TrackerError> {
+    if report.move_to_started {
+        move_to(client, issue, |s| s.kind == "started").await?;
+    }
+    if let Some(body) = &report.comment {
+        post_once(client, issue, comment_id, body, first_try).await?;
+    }
+    if let Some(url) = &report.link {
+        let vars = json!({ "issueId": issue.id, "url": url, "title": "DevPilot result" });
+        client.call::<Value>(documents::LINK_URL, vars).await?;
+    }
+    if let Some(name) = &report.move_to {
+        let wanted = name.trim().to_lowercase();
+        move_to(client, issue, |s| s.name.trim().to_lowercase() == wanted).await?;
+    }
+    Ok(())
+}
+
+/// Posts the comment unless an earlier try already did: a retry looks for the comment by
+/// its id first, and an "already exists" answer counts as posted.
+async fn post_once(
+    client: &LinearClient,
+    issue: &IssueRef,
+    id: &str,
+    body: &str,
+    first_try: bool,
+) -> Result<(), TrackerError> {
+    if !first_try {
+        match client.call::<Found>(documents::FIND_COMMENT, json!({ "id": id })).await {
+            Ok((found, _)) if found.comment.is_some() => return Ok(()),
+            Ok(_) | Err(TrackerError::Refused(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let input = json!({ "input": { "id": id, "issueId": issue.id, "body": body } });
+    match client.call::<Value>(documents::POST_COMMENT, input).await {
+        Err(TrackerError::Refused(m)) if m.to_lowercase().contains("already exists") => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Moves the issue to the first state of its team (by position) that `pick` takes.
+async fn move_to(client: &LinearClient, issue: &IssueRef, pick: impl Fn(&State) -> bool) -> Result<(), TrackerError> {
+    let (states, _) = client.call::<States>(documents::STATES, json!({ "team": issue.team })).await?;
+    let mut fit: Vec<State> = states.states.nodes.into_iter().filter(|s| pick(s)).collect();
+    fit.sort_by(|a, b| a.position.total_cmp(&b.position));
+    let Some(state) = fit.first() else {
+        return Err(TrackerError::Refused("the team has no such workflow state".into()));
+    };
+    client.call::<Value>(documents::MOVE_ISSUE, json!({ "id": issue.id, "stateId": state.id })).await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The comment id is stable per (orchestrator, job, event, token), differs otherwise,
+    /// and has the version-4 and variant bits a UUID v4 has.
+    #[test]
+    fn comment_ids_are_deterministic_uuid_v4() {
+        let a = comment_id("default", 7, "completed", Some(2));
+        assert_eq!(a, comment_id("default", 7, "completed", Some(2)));
+        assert_ne!(a, comment_id("default", 7, "completed", Some(3)));
+        assert_ne!(a, comment_id("default", 7, "claimed", Some(2)));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!("89ab".contains(&a[19..20]), "{a}");
+    }
+}

@@ -1,0 +1,104 @@
+//! An issue as a job: its unique key, its payload (title, capped prompt, URL, repo,
+//! `requires`, branch, and where it came from) and its priority.
+
+use serde_json::{json, Value};
+
+use super::issues::Issue;
+use crate::sources::settings::SourceSettings;
+
+/// The job's unique key: `linear:ENG-7`.
+pub fn key_of(identifier: &str) -> String {
+    format!("linear:{identifier}")
+}
+
+/// Linear's priority (1 urgent … 4 low, 0 none) as the job's (higher runs first): urgent 4,
+/// high 3, medium 2, low 1, none 0.
+pub fn priority_of(linear: f64) -> i32 {
+    match linear.round() as i64 {
+        1 => 4,
+        2 => 3,
+        3 => 2,
+        4 => 1,
+        _ => 0,
+    }
+}
+
+/// The repo: the first label with a mapping, else the project's, else the team's.
+pub fn repo_of(issue: &Issue, s: &SourceSettings) -> Option<String> {
+    let by_label = issue.label_names().find_map(|l| s.repo_by_label.get(l));
+    let by_project = issue.project.as_ref().and_then(|p| s.repo_by_project.get(&p.name));
+    let by_team = s.repo_by_team.get(&issue.team.key);
+    by_label.or(by_project).or(by_team).cloned()
+}
+
+/// The labels with the source's prefix, without it, that are valid label names; sorted.
+pub fn requires_of(issue: &Issue, s: &SourceSettings) -> Vec<String> {
+    if s.requires_prefix.is_empty() {
+        return vec![];
+    }
+    let mut out: Vec<String> = issue
+        .label_names()
+        .filter_map(|l| l.strip_prefix(s.requires_prefix.as_str()))
+        .map(str::trim)
+        .filter(|l| devpilot_store::spec::validate_label(l).is_ok())
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out.truncate(devpilot_store::spec::MAX_LABELS);
+    out
+}
+
+/// The description, at most `cap` bytes (cut at a character boundary, and saying so), with
+/// any NUL taken out: a stranger's text never fails the job's checks.
+pub fn prompt_of(description: Option<&str>, cap: usize, url: &str) -> String {
+    let text = description.unwrap_or("").replace('\0', "");
+    if text.len() <= cap {
+        return text;
+    }
+    let note = format!("\n\n[The description is longer than {cap} bytes and was cut here; read it all at {url}]");
+    let mut end = cap.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &text[..end])
+}
+
+/// The branch the job works on, from Linear's own `branchName` for the issue (Linear links a
+/// branch or PR whose name holds the identifier to the issue).
+pub fn branch_of(issue: &Issue) -> Option<String> {
+    let b = issue.branch_name.trim().trim_start_matches("devpilot/");
+    devpilot_store::spec::validate_base(b).ok().map(|_| b.to_string())
+}
+
+/// The job's payload.
+pub fn payload_of(issue: &Issue, source: &str, s: &SourceSettings) -> Value {
+    let mut title = format!("{} {}", issue.identifier, issue.title.replace('\0', ""));
+    if title.len() > 500 {
+        let mut end = 500;
+        while !title.is_char_boundary(end) {
+            end -= 1;
+        }
+        title.truncate(end);
+    }
+    let mut p = json!({
+        "title": title,
+        "prompt": prompt_of(issue.description.as_deref(), s.prompt_cap, &issue.url),
+        "url": issue.url,
+        "source": {
+            "kind": "linear", "name": source, "id": issue.id, "identifier": issue.identifier,
+            "team": issue.team.id, "url": issue.url,
+        },
+    });
+    if let Some(repo) = repo_of(issue, s) {
+        p["repo"] = repo.into();
+    }
+    let requires = requires_of(issue, s);
+    if !requires.is_empty() {
+        p["requires"] = requires.into();
+    }
+    if let Some(b) = branch_of(issue) {
+        p["branch"] = b.into();
+    }
+    p
+}

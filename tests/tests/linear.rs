@@ -1,0 +1,363 @@
+//! Linear issues in and results back, through real `devpilot run` processes and the CLI,
+//! against the harness's loopback stand-in for Linear (which refuses any document its
+//! published schema does not allow). Every test runs on PostgreSQL and on SQLite. Time
+//! passes by moving the source's and the outbox's timestamps, never by sleeping.
+
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use devpilot_store::job::JobState;
+use devpilot_store::queue::JobRow;
+use devpilot_tests::linear::{Fault, IssueSeed};
+use devpilot_tests::{devpilot, write_config, Backend, LinearStandIn, RecordingAgent, Runner, TestDb};
+use serde_json::json;
+
+devpilot_tests::on_both_backends!(
+    two_machines_add_each_issue_once_and_call_linear_once_per_turn,
+    a_comment_applied_before_its_answer_was_lost_is_posted_once,
+    a_machine_killed_after_completing_leaves_its_report_to_another,
+    an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs,
+    sources_poll_adds_updates_and_cancels_by_key,
+    a_wrong_key_is_said_and_the_machine_works_on,
+    a_rate_limit_holds_the_source_until_its_reset,
+);
+
+const KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A machine's home with a config naming the source `eng` on the stand-in, plus `extra`
+/// TOML lines inside `[sources.eng]`'s report table.
+fn home_with_source(root: &Path, name: &str, orch: &str, api_url: &str, report: &str) -> PathBuf {
+    let home = root.join(name);
+    std::fs::create_dir_all(&home).unwrap();
+    write_config(
+        &home,
+        &format!(
+            "orchestrator_id = \"{orch}\"\n\
+             [sources.eng]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\ninterval = \"15s\"\n\
+             timeout = \"2s\"\napi_url = \"{api_url}\"\n\
+             [sources.eng.report]\n{report}\n"
+        ),
+    );
+    home
+}
+
+/// `devpilot run` for `orch` as `machine` in `home`, with `key` as `LINEAR_API_KEY` (for the
+/// runner only: no agent is given it).
+fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, key: Option<&str>) -> Runner {
+    let log_path = home.join(format!("runner-{name}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut c = devpilot(home, &db.raw_url);
+    c.args(["run", "--orchestrator", orch, "--machine", name]).args(devpilot_tests::fast_flags());
+    c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
+    match key {
+        Some(k) => c.env("LINEAR_API_KEY", k),
+        None => c.env_remove("LINEAR_API_KEY"),
+    };
+    Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
+}
+
+/// The CLI in `home` with the key: (exit code, stdout, stderr).
+fn cli(home: &Path, db: &TestDb, key: &str, args: &[&str]) -> (i32, String, String) {
+    let out = devpilot(home, &db.raw_url)
+        .env("LINEAR_API_KEY", key)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!e.contains("panicked"), "{e}");
+    (out.status.code().unwrap_or(-1), o, e)
+}
+
+/// Moves the source's last poll back one interval: the next tick of any machine takes a turn.
+async fn age_source(db: &TestDb, orch: &str) {
+    db.exec(&format!("UPDATE sources SET polled_at = polled_at - 15000 WHERE orchestrator_id = '{orch}'")).await;
+}
+
+async fn turns(db: &TestDb, orch: &str) -> i64 {
+    db.scalar(&format!("SELECT COALESCE(MAX(turn), 0) FROM sources WHERE orchestrator_id = '{orch}'"))
+        .await
+        .unwrap_or(0)
+}
+
+async fn jobs(db: &TestDb, orch: &str) -> Vec<JobRow> {
+    db.queue.jobs(orch, None, 100).await.unwrap()
+}
+
+async fn job_of(db: &TestDb, orch: &str, identifier: &str) -> Option<JobRow> {
+    let key = format!("linear:{identifier}");
+    jobs(db, orch).await.into_iter().find(|j| j.unique_key.as_deref() == Some(key.as_str()))
+}
+
+/// An agent that says what it did (its result file) and succeeds.
+fn summarising_agent(dir: &Path) -> RecordingAgent {
+    RecordingAgent::new(dir, r#"printf '{"summary":"fixed the redirect"}' > "$DEVPILOT_RESULT_FILE""#)
+}
+
+/// Two machines with one source: each labelled issue becomes exactly one job (an unlabelled
+/// one none), the fleet calls Linear once per intake turn however often both machines tick,
+/// every claim and completion reaches its issue exactly once, and the key reaches no file,
+/// row, log line, argv or agent.
+async fn two_machines_add_each_issue_once_and_call_linear_once_per_turn(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("lin");
+    let linear = LinearStandIn::start(KEY);
+    for t in ["Fix login", "Add dark mode", "Speed up search"] {
+        linear.add_issue(IssueSeed::new(t, &["agent"]));
+    }
+    linear.add_issue(IssueSeed::new("Not for agents", &[]));
+    let agent =
+        RecordingAgent::new(db.dir.path(), r#"env > "$(dirname "$DEVPILOT_PAYLOAD_FILE")/env-$DEVPILOT_JOB_ID""#);
+    let homes: Vec<PathBuf> =
+        ["laptop", "desktop"].iter().map(|m| home_with_source(db.dir.path(), m, &orch, &linear.url(), "")).collect();
+    let _a = machine(&homes[0], &db, &orch, "laptop", &agent.script, Some(KEY));
+    let _b = machine(&homes[1], &db, &orch, "desktop", &agent.script, Some(KEY));
+    assert!(devpilot_tests::wait_for(WAIT, || async { jobs(&db, &orch).await.len() >= 3 }).await);
+    for _ in 0..3 {
+        let before = turns(&db, &orch).await;
+        age_source(&db, &orch).await;
+        assert!(devpilot_tests::wait_for(WAIT, || async { turns(&db, &orch).await > before }).await);
+    }
+    let all = jobs(&db, &orch).await;
+    let mut keys: Vec<&str> = all.iter().filter_map(|j| j.unique_key.as_deref()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["linear:ENG-1", "linear:ENG-2", "linear:ENG-3"], "one job per labelled issue");
+    assert_eq!(linear.calls("DevpilotIssues") as i64, turns(&db, &orch).await, "one read per turn, not per machine");
+    let done = || async {
+        jobs(&db, &orch).await.iter().all(|j| j.state == JobState::Completed)
+            && (1..=3).all(|n| linear.comments(&format!("ENG-{n}")).len() == 2)
+    };
+    assert!(devpilot_tests::wait_for(WAIT, done).await, "every job completed and reported");
+    for n in 1..=3 {
+        let issue = format!("ENG-{n}");
+        let bodies: Vec<String> = linear.comments(&issue).into_iter().map(|c| c.body).collect();
+        assert!(bodies[0].starts_with("Started on "), "{bodies:?}");
+        assert!(bodies[1].starts_with("Completed on ") && bodies[1].contains("devpilot/"), "{bodies:?}");
+        assert_eq!(linear.issue(&issue).state_name, "In Progress", "moved to the team's first started state");
+    }
+    assert!(linear.rejected().is_empty(), "nothing the schema refuses: {:?}", linear.rejected());
+    assert_no_secret(&db, db.dir.path(), &[_a.pid(), _b.pid()]).await;
+}
+
+/// The key is in no file under the test's dirs (configs, data, logs, payloads, the agents'
+/// recorded environments), no row of any table, and no argv of a machine.
+async fn assert_no_secret(db: &TestDb, root: &Path, pids: &[u32]) {
+    let out = Command::new("grep").args(["-r", "-l", "TESTSECRET"]).arg(root).output().unwrap();
+    assert!(out.stdout.is_empty(), "the key is in: {}", String::from_utf8_lossy(&out.stdout));
+    let runtime = std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/nonexistent".into());
+    let out = Command::new("grep").args(["-r", "-l", "TESTSECRET"]).arg(runtime).output().unwrap();
+    assert!(out.stdout.is_empty(), "the key is in: {}", String::from_utf8_lossy(&out.stdout));
+    for table in ["dispatch_queue", "job_events", "job_logs", "machines", "sources", "outbox"] {
+        let hit = if db.backend.is_postgres() {
+            format!("SELECT COUNT(*) FROM {table} t WHERE t::text LIKE '%TESTSECRET%'")
+        } else {
+            let cols = db_columns(db, table).await;
+            format!("SELECT COUNT(*) FROM {table} WHERE ({}) LIKE '%TESTSECRET%'", cols.join(" || ' ' || "))
+        };
+        assert_eq!(db.scalar(&hit).await, Some(0), "the key is in a row of {table}");
+    }
+    for pid in pids {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&argv).contains("TESTSECRET"), "the key is in an argv");
+    }
+}
+
+/// SQLite's columns of `table`, each as text that is never NULL.
+async fn db_columns(db: &TestDb, table: &str) -> Vec<String> {
+    use sea_orm::ConnectionTrait;
+    let rows = db
+        .admin()
+        .query_all_raw(sea_orm::Statement::from_string(db.queue.backend(), format!("PRAGMA table_info({table})")))
+        .await
+        .unwrap();
+    rows.iter().map(|r| format!("COALESCE(CAST({} AS TEXT), '')", r.try_get::<String>("", "name").unwrap())).collect()
+}
+
+/// The completion's comment is posted, Linear applies it and the answer never comes back:
+/// the retry looks for the comment by its id, finds it and posts nothing, so the issue has
+/// it once and the outbox row ends delivered on its second try.
+async fn a_comment_applied_before_its_answer_was_lost_is_posted_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("lost");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
+    linear.inject(Fault::Timeout(Duration::from_secs(5)), 1, Some("DevpilotPostComment"));
+    let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "claimed = false");
+    let agent = summarising_agent(db.dir.path());
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
+    let delivered = || async {
+        let Some(job) = job_of(&db, &orch, "ENG-1").await else { return false };
+        let rows = db.queue.outbox_of(job.id).await.unwrap();
+        rows.iter().any(|r| r.event == "completed" && r.outcome.as_deref() == Some("delivered"))
+    };
+    assert!(devpilot_tests::wait_for(WAIT * 2, delivered).await, "the completion was delivered in the end");
+    let comments = linear.comments("ENG-1");
+    assert_eq!(comments.len(), 1, "posted once: {comments:?}");
+    assert!(comments[0].body.contains("fixed the redirect"), "the summary: {}", comments[0].body);
+    let job = job_of(&db, &orch, "ENG-1").await.unwrap();
+    let row = db.queue.outbox_of(job.id).await.unwrap().into_iter().find(|r| r.event == "completed").unwrap();
+    assert_eq!(row.tries, 2, "the lost answer, then the look that found it");
+    assert!(linear.calls("DevpilotFindComment") >= 1);
+}
+
+/// The laptop completes a job and dies (kill -9) before any report went out (Linear was
+/// answering 502): the desktop, started afterwards, delivers the completion, once.
+async fn a_machine_killed_after_completing_leaves_its_report_to_another(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("kill");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
+    linear.inject(Fault::ServerError(502), 1000, Some("DevpilotPostComment"));
+    let agent = summarising_agent(db.dir.path());
+    let laptop_home = home_with_source(db.dir.path(), "laptop", &orch, &linear.url(), "claimed = false");
+    let mut laptop = machine(&laptop_home, &db, &orch, "laptop", &agent.script, Some(KEY));
+    let tried = || async {
+        let done = job_of(&db, &orch, "ENG-1").await.is_some_and(|j| j.state == JobState::Completed);
+        done && linear.requests().iter().any(|r| r.operation.as_deref() == Some("DevpilotPostComment"))
+    };
+    assert!(devpilot_tests::wait_for(WAIT, tried).await, "the laptop completed the job and tried to report it");
+    laptop.child.kill().unwrap();
+    laptop.child.wait().unwrap();
+    linear.clear_faults();
+    assert!(linear.comments("ENG-1").is_empty(), "nothing reached the issue from the laptop");
+    let desktop_home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "claimed = false");
+    let _desktop = machine(&desktop_home, &db, &orch, "desktop", &agent.script, Some(KEY));
+    assert!(devpilot_tests::wait_for(WAIT, || async { !linear.comments("ENG-1").is_empty() }).await);
+    let job = job_of(&db, &orch, "ENG-1").await.unwrap();
+    let by_desktop = format!(
+        "SELECT COUNT(*) FROM outbox WHERE job_id = {} AND event = 'completed' AND claimed_by = 'desktop'",
+        job.id
+    );
+    assert!(devpilot_tests::wait_for(WAIT, || async { db.scalar(&by_desktop).await == Some(1) }).await);
+    assert_eq!(linear.comments("ENG-1").len(), 1, "once");
+}
+
+/// Removing the label cancels the issue's queued job (no machine can take it: it needs a
+/// gpu) and asks the holder of the running one to stop its agent, which ends cancelled.
+async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("leave");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed::new("Train the model", &["agent", "needs:gpu"]));
+    linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
+    let agent = RecordingAgent::new(db.dir.path(), "sleep 120");
+    let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "");
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
+    let placed = || async {
+        let queued = job_of(&db, &orch, "ENG-1").await.is_some_and(|j| j.state == JobState::Queued);
+        queued && agent.records().iter().any(|r| r.kind == "start")
+    };
+    assert!(devpilot_tests::wait_for(WAIT, placed).await, "ENG-1 waits for a gpu, ENG-2 runs");
+    let running = job_of(&db, &orch, "ENG-2").await.unwrap();
+    assert_eq!(running.state, JobState::Running);
+    linear.set_labels("ENG-1", &["needs:gpu"]);
+    linear.set_labels("ENG-2", &[]);
+    age_source(&db, &orch).await;
+    let cancelled = || async {
+        let a = job_of(&db, &orch, "ENG-1").await.unwrap().state == JobState::Cancelled;
+        a && job_of(&db, &orch, "ENG-2").await.unwrap().state == JobState::Cancelled
+    };
+    assert!(devpilot_tests::wait_for(WAIT, cancelled).await, "both cancelled");
+    assert!(agent.records().iter().any(|r| r.kind == "term" && r.job == running.id), "the agent was stopped");
+    let history = db.queue.history(running.id).await.unwrap();
+    assert!(history.iter().any(|e| e.kind == "cancel_requested" && e.machine.as_deref() == Some("intake:eng")));
+}
+
+/// `devpilot sources poll` adds a job per matching issue and prints its key, updates a
+/// waiting job when its issue's description changes, cancels it when the issue is done, and
+/// adds nothing when nothing changed. It needs no running machine.
+async fn sources_poll_adds_updates_and_cancels_by_key(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("poll");
+    let linear = LinearStandIn::start(KEY);
+    let issue =
+        linear.add_issue(IssueSeed { description: Some("first".into()), ..IssueSeed::new("Fix login", &["agent"]) });
+    let home = home_with_source(db.dir.path(), "cli", &orch, &linear.url(), "");
+    let (code, out, err) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert_eq!(code, 0, "{err}");
+    let job = job_of(&db, &orch, "ENG-1").await.unwrap();
+    assert!(out.contains(&format!("added linear:ENG-1 as job #{}", job.id)), "{out}");
+    let (_, payload) = db.queue.job(job.id).await.unwrap().unwrap();
+    assert_eq!(payload["title"], json!("ENG-1 Fix login"));
+    assert_eq!(payload["url"], json!(issue.url));
+    assert_eq!(payload["branch"], json!(issue.branch_name));
+    let (_, out, _) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert!(!out.contains("added linear:") && !out.contains("updated linear:"), "nothing changed: {out}");
+    linear.set_description("ENG-1", Some("second, with more detail"));
+    let (_, out, _) = cli(&home, &db, KEY, &["sources", "poll", "eng"]);
+    assert!(out.contains(&format!("updated linear:ENG-1 as job #{}", job.id)), "{out}");
+    let (_, payload) = db.queue.job(job.id).await.unwrap().unwrap();
+    assert_eq!(payload["prompt"], json!("second, with more detail"));
+    linear.set_state("ENG-1", "Done");
+    let (_, out, _) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert!(out.contains(&format!("cancelled linear:ENG-1 as job #{}", job.id)), "{out}");
+    assert_eq!(db.queue.job(job.id).await.unwrap().unwrap().0.state, JobState::Cancelled);
+    let (code, out, _) = cli(&home, &db, KEY, &["sources"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("eng (linear)") && out.contains("last poll") && out.contains("by "), "{out}");
+}
+
+/// A key Linear refuses: the CLI says so (and exits 1); a machine with it keeps running its
+/// jobs, records the problem on the source's row and `devpilot sources` shows it.
+async fn a_wrong_key_is_said_and_the_machine_works_on(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("wrong");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
+    let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "");
+    let (code, _, err) = cli(&home, &db, "lin_api_wrong", &["sources", "poll"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("Linear refused the API key") && err.contains("devpilot login --linear"), "{err}");
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some("lin_api_wrong"));
+    let id = devpilot_tests::enqueue(&home, &db, &orch, &["--title", "plain work"]);
+    let done = || async { db.queue.job(id).await.unwrap().unwrap().0.state == JobState::Completed };
+    assert!(devpilot_tests::wait_for(WAIT, done).await, "the machine works on");
+    let recorded = || async {
+        db.queue
+            .sources(&orch)
+            .await
+            .unwrap()
+            .first()
+            .and_then(|s| s.last_error.clone())
+            .is_some_and(|e| e.contains("refused"))
+    };
+    assert!(devpilot_tests::wait_for(WAIT, recorded).await, "the source's row says what is wrong");
+    let (_, out, _) = cli(&home, &db, KEY, &["sources"]);
+    assert!(out.contains("last error") && out.contains("Linear refused the API key"), "{out}");
+    assert!(job_of(&db, &orch, "ENG-1").await.is_none(), "nothing was read with the wrong key");
+}
+
+/// Linear answers `RATELIMITED` with its reset time: the turn holds the source until then,
+/// no machine calls Linear again while it holds even though the interval has passed, and
+/// once the reset is past the next turn reads.
+async fn a_rate_limit_holds_the_source_until_its_reset(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("rate");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
+    linear.set_rate_limit(0, Duration::from_secs(3600));
+    let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "");
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
+    let held = || async {
+        let s = db.queue.sources(&orch).await.unwrap();
+        s.first().is_some_and(|s| s.hold_until.is_some_and(|h| h > s.now + 3_000_000) && s.last_error.is_some())
+    };
+    assert!(devpilot_tests::wait_for(WAIT, held).await, "held until the reset an hour from now");
+    let calls = linear.calls("DevpilotIssues");
+    age_source(&db, &orch).await;
+    let (_, out, _) = cli(&home, &db, KEY, &["sources"]);
+    assert!(out.contains("rate limit") && out.contains("next turn in"), "{out}");
+    assert_eq!(linear.calls("DevpilotIssues"), calls, "the interval passed, the hold did not");
+    linear.set_rate_limit(1400, Duration::from_secs(3600));
+    db.exec(&format!("UPDATE sources SET hold_until = 0 WHERE orchestrator_id = '{orch}'")).await;
+    assert!(devpilot_tests::wait_for(WAIT, || async { job_of(&db, &orch, "ENG-1").await.is_some() }).await);
+    assert!(linear.calls("DevpilotIssues") > calls);
+}
