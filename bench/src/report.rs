@@ -273,6 +273,9 @@ fn sources_section(m: &mut String, j: &Value) {
          interval (a conditional UPDATE on the source's row), so the tracker's load does not grow with the fleet.\n",
         k["interval_secs"], k["scale"]
     );
+    if let Some(note) = k["note"].as_str() {
+        let _ = writeln!(m, "{note}\n");
+    }
     let _ = writeln!(
         m,
         "| machines | statements/min to PostgreSQL (all) | of them on `sources` and `outbox` | requests/min to the tracker | requests the stand-in refused |\n|---|---|---|---|---|"

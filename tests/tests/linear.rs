@@ -29,9 +29,14 @@ devpilot_tests::on_both_backends!(
 const KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A machine's home with a config naming the source `eng` on the stand-in, plus `extra`
+/// A machine's home with a config naming the source `eng` on the stand-in, plus `report`
 /// TOML lines inside `[sources.eng]`'s report table.
 fn home_with_source(root: &Path, name: &str, orch: &str, api_url: &str, report: &str) -> PathBuf {
+    home_with(root, name, orch, api_url, "", report)
+}
+
+/// [`home_with_source`] with `extra` TOML lines in `[sources.eng]` itself.
+fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, report: &str) -> PathBuf {
     let home = root.join(name);
     std::fs::create_dir_all(&home).unwrap();
     write_config(
@@ -39,7 +44,7 @@ fn home_with_source(root: &Path, name: &str, orch: &str, api_url: &str, report: 
         &format!(
             "orchestrator_id = \"{orch}\"\n\
              [sources.eng]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             timeout = \"2s\"\napi_url = \"{api_url}\"\n\
+             timeout = \"2s\"\napi_url = \"{api_url}\"\n{extra}\n\
              [sources.eng.report]\n{report}\n"
         ),
     );
@@ -238,8 +243,10 @@ async fn a_machine_killed_after_completing_leaves_its_report_to_another(backend:
     assert_eq!(linear.comments("ENG-1").len(), 1, "once");
 }
 
-/// Removing the label cancels the issue's queued job (no machine can take it: it needs a
-/// gpu) and asks the holder of the running one to stop its agent, which ends cancelled.
+/// The first claim moves its issue to a `started` state, outside a source that takes only
+/// `unstarted` issues: that does not cancel the job. Removing the label does: the issue's
+/// queued job (no machine can take it: it needs a gpu) is cancelled, and the holder of the
+/// running one is asked to stop its agent, which ends cancelled.
 async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("leave");
@@ -247,15 +254,18 @@ async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(bac
     linear.add_issue(IssueSeed::new("Train the model", &["agent", "needs:gpu"]));
     linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
     let agent = RecordingAgent::new(db.dir.path(), "sleep 120");
-    let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "");
+    let home = home_with(db.dir.path(), "desktop", &orch, &linear.url(), "states = [\"unstarted\"]", "");
     let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
     let placed = || async {
         let queued = job_of(&db, &orch, "ENG-1").await.is_some_and(|j| j.state == JobState::Queued);
-        queued && agent.records().iter().any(|r| r.kind == "start")
+        queued && agent.records().iter().any(|r| r.kind == "start") && linear.issue("ENG-2").state_type == "started"
     };
-    assert!(devpilot_tests::wait_for(WAIT, placed).await, "ENG-1 waits for a gpu, ENG-2 runs");
+    assert!(devpilot_tests::wait_for(WAIT, placed).await, "ENG-1 waits for a gpu, ENG-2 runs, moved to started");
+    let before = turns(&db, &orch).await;
+    age_source(&db, &orch).await;
+    assert!(devpilot_tests::wait_for(WAIT, || async { turns(&db, &orch).await > before }).await);
     let running = job_of(&db, &orch, "ENG-2").await.unwrap();
-    assert_eq!(running.state, JobState::Running);
+    assert_eq!(running.state, JobState::Running, "our own move to a started state cancels nothing");
     linear.set_labels("ENG-1", &["needs:gpu"]);
     linear.set_labels("ENG-2", &[]);
     age_source(&db, &orch).await;
@@ -286,7 +296,8 @@ async fn sources_poll_adds_updates_and_cancels_by_key(backend: Backend) {
     let (_, payload) = db.queue.job(job.id).await.unwrap().unwrap();
     assert_eq!(payload["title"], json!("ENG-1 Fix login"));
     assert_eq!(payload["url"], json!(issue.url));
-    assert_eq!(payload["branch"], json!(issue.branch_name));
+    let last = issue.branch_name.rsplit('/').next().unwrap();
+    assert_eq!(payload["branch"], json!(last), "Linear's branch name, after devpilot/<id>-");
     let (_, out, _) = cli(&home, &db, KEY, &["sources", "poll"]);
     assert!(!out.contains("added linear:") && !out.contains("updated linear:"), "nothing changed: {out}");
     linear.set_description("ENG-1", Some("second, with more detail"));
@@ -314,6 +325,8 @@ async fn a_wrong_key_is_said_and_the_machine_works_on(backend: Backend) {
     let (code, _, err) = cli(&home, &db, "lin_api_wrong", &["sources", "poll"]);
     assert_eq!(code, 1);
     assert!(err.contains("Linear refused the API key") && err.contains("devpilot login --linear"), "{err}");
+    // The CLI's own try left its error on the row: clear it, so the machine must say it too.
+    db.exec(&format!("UPDATE sources SET last_error = NULL WHERE orchestrator_id = '{orch}'")).await;
     let agent = RecordingAgent::new(db.dir.path(), "true");
     let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some("lin_api_wrong"));
     let id = devpilot_tests::enqueue(&home, &db, &orch, &["--title", "plain work"]);
@@ -334,30 +347,40 @@ async fn a_wrong_key_is_said_and_the_machine_works_on(backend: Backend) {
     assert!(job_of(&db, &orch, "ENG-1").await.is_none(), "nothing was read with the wrong key");
 }
 
-/// Linear answers `RATELIMITED` with its reset time: the turn holds the source until then,
-/// no machine calls Linear again while it holds even though the interval has passed, and
-/// once the reset is past the next turn reads.
+/// Slowing down before the limit: a turn whose answer says fewer than 100 requests are
+/// left holds the source until the reset the headers name, with no error. And when Linear
+/// answers `RATELIMITED`, the turn holds the source until the reset and says why. Once the
+/// reset is past, the next turn reads. (That no turn is taken while a hold lasts, however
+/// long ago the last poll was, is proven statement by statement in `sources_store.rs`.)
 async fn a_rate_limit_holds_the_source_until_its_reset(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("rate");
     let linear = LinearStandIn::start(KEY);
     linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
-    linear.set_rate_limit(0, Duration::from_secs(3600));
+    linear.set_rate_limit(50, Duration::from_secs(3600));
     let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "");
     let agent = RecordingAgent::new(db.dir.path(), "true");
     let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
-    let held = || async {
-        let s = db.queue.sources(&orch).await.unwrap();
-        s.first().is_some_and(|s| s.hold_until.is_some_and(|h| h > s.now + 3_000_000) && s.last_error.is_some())
+    let held = |error: bool| {
+        let (db, orch) = (&db, &orch);
+        move || async move {
+            let s = db.queue.sources(orch).await.unwrap();
+            s.first()
+                .is_some_and(|s| s.hold_until.is_some_and(|h| h > s.now + 3_000_000) && s.last_error.is_some() == error)
+        }
     };
-    assert!(devpilot_tests::wait_for(WAIT, held).await, "held until the reset an hour from now");
-    let calls = linear.calls("DevpilotIssues");
-    age_source(&db, &orch).await;
+    assert!(devpilot_tests::wait_for(WAIT, held(false)).await, "a low budget holds the source, no error");
+    assert!(job_of(&db, &orch, "ENG-1").await.is_some(), "that turn still read");
     let (_, out, _) = cli(&home, &db, KEY, &["sources"]);
-    assert!(out.contains("rate limit") && out.contains("next turn in"), "{out}");
-    assert_eq!(linear.calls("DevpilotIssues"), calls, "the interval passed, the hold did not");
+    assert!(out.contains("49 requests left") && out.contains("next turn in"), "{out}");
+    linear.add_issue(IssueSeed::new("Add dark mode", &["agent"]));
+    linear.set_rate_limit(0, Duration::from_secs(3600));
+    db.exec(&format!("UPDATE sources SET hold_until = 0, polled_at = 0 WHERE orchestrator_id = '{orch}'")).await;
+    assert!(devpilot_tests::wait_for(WAIT, held(true)).await, "RATELIMITED holds the source until the reset");
+    let s = db.queue.sources(&orch).await.unwrap().remove(0);
+    assert!(s.last_error.unwrap().contains("rate limit"));
+    assert!(job_of(&db, &orch, "ENG-2").await.is_none());
     linear.set_rate_limit(1400, Duration::from_secs(3600));
-    db.exec(&format!("UPDATE sources SET hold_until = 0 WHERE orchestrator_id = '{orch}'")).await;
-    assert!(devpilot_tests::wait_for(WAIT, || async { job_of(&db, &orch, "ENG-1").await.is_some() }).await);
-    assert!(linear.calls("DevpilotIssues") > calls);
+    db.exec(&format!("UPDATE sources SET hold_until = 0, polled_at = 0 WHERE orchestrator_id = '{orch}'")).await;
+    assert!(devpilot_tests::wait_for(WAIT, || async { job_of(&db, &orch, "ENG-2").await.is_some() }).await);
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{DeliveryEnd, JobOptions, Queue, SourceSpec, Turn, TurnEnd};
+use devpilot_store::queue::{Backoff, DeliveryEnd, JobOptions, Queue, RetryAfter, SourceSpec, Turn, TurnEnd};
 use devpilot_tests::{Backend, TestDb};
 use serde_json::json;
 
@@ -22,6 +22,7 @@ devpilot_tests::on_every_backend!(
     the_outbox_row_commits_with_the_state_change,
     one_machine_delivers_each_row_in_order_fenced,
     a_waiting_job_takes_its_issues_new_text_and_a_claimed_one_does_not,
+    every_reportable_change_writes_its_outbox_row,
 );
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -165,10 +166,10 @@ async fn one_machine_delivers_each_row_in_order_fenced(backend: Backend) {
     let other = db.another_queue().await;
     let lease = Duration::from_secs(120);
 
+    assert!(db.queue.take_delivery(&orch, &[sid + 1000], "laptop", lease).await.unwrap().is_none(), "not its source");
     let first = db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().unwrap();
     assert_eq!((first.job_id, first.event.as_str(), first.tries), (job, "claimed", 1));
     assert!(other.take_delivery(&orch, &[sid], "desktop", lease).await.unwrap().is_none(), "held, and the next waits");
-    assert!(other.take_delivery(&orch, &[sid + 1000], "desktop", lease).await.unwrap().is_none(), "not its source");
 
     db.exec(&format!("UPDATE outbox SET claimed_at = claimed_at - 121000 WHERE id = {}", first.id)).await;
     let again = other.take_delivery(&orch, &[sid], "desktop", lease).await.unwrap().unwrap();
@@ -211,4 +212,68 @@ async fn a_waiting_job_takes_its_issues_new_text_and_a_claimed_one_does_not(back
     assert_eq!(c.fence.job, id);
     assert!(!db.queue.update_waiting(id, &json!({"title": "ENG-3 newer"}), "intake:eng").await.unwrap());
     assert_eq!(db.queue.job(id).await.unwrap().unwrap().0.state, JobState::Running);
+}
+
+/// Each kind of state change a tracker's job can go through writes its outbox row with
+/// itself, under the claim it belongs to: a failure and the death after it, a park, a
+/// hand-off, a sweep of a silent machine, and a cancel (of a waiting job, and of a running
+/// one once its holder stopped the agent; the ask itself reports nothing).
+async fn every_reportable_change_writes_its_outbox_row(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("kinds");
+    let sid = source(&db, &orch, "{}").await;
+    let add = |n: i32| {
+        let opts = JobOptions {
+            key: Some(format!("linear:ENG-{n}")),
+            source: Some(sid),
+            max_attempts: 2,
+            ..Default::default()
+        };
+        let q = db.queue.clone();
+        let orch = orch.clone();
+        async move { q.enqueue_keyed(&orch, &json!({"title": format!("ENG-{n}")}), &opts).await.unwrap().id }
+    };
+    let events = |id: i64| {
+        let q = db.queue.clone();
+        async move { q.outbox_of(id).await.unwrap().into_iter().map(|r| (r.event, r.claim_token)).collect::<Vec<_>>() }
+    };
+    let claim = || async { db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0) };
+    let now = Backoff { base: Duration::ZERO, max: Duration::ZERO };
+
+    let dying = add(1).await;
+    let c = claim().await;
+    db.queue.fail_with(&c.fence, "laptop", "boom", now).await.unwrap();
+    let c = claim().await;
+    db.queue.fail_with(&c.fence, "laptop", "boom again", now).await.unwrap();
+    let expect = |v: &[(&str, i64)]| v.iter().map(|(e, t)| (e.to_string(), Some(*t))).collect::<Vec<_>>();
+    assert_eq!(events(dying).await, expect(&[("claimed", 1), ("failed", 1), ("claimed", 2), ("dead", 2)]));
+
+    let parked = add(2).await;
+    let c = claim().await;
+    db.queue.park(&c.fence, "laptop", RetryAfter::In(Duration::from_secs(3600)), Backoff::DEFAULT).await.unwrap();
+    assert_eq!(events(parked).await, expect(&[("claimed", 1), ("parked", 1)]));
+
+    let handed = add(3).await;
+    let c = claim().await;
+    db.queue.release_with(&c.fence, "laptop", "lid closed", Some("devpilot/3-eng-3")).await.unwrap();
+    let c = claim().await;
+    assert_eq!(c.fence.job, handed);
+    db.age_job(handed, Duration::from_secs(3600)).await;
+    db.queue.sweep(Some(&orch), Duration::from_secs(60)).await.unwrap();
+    assert_eq!(events(handed).await, expect(&[("claimed", 1), ("handed_off", 1), ("claimed", 2), ("swept", 2)]));
+
+    let waiting = add(4).await;
+    db.queue.cancel(waiting, "intake:eng").await.unwrap();
+    assert_eq!(events(waiting).await, [("cancelled".to_string(), Some(0))]);
+    let running = add(5).await;
+    let c = loop {
+        let c = claim().await;
+        if c.fence.job == running {
+            break c;
+        }
+    };
+    db.queue.cancel(running, "intake:eng").await.unwrap();
+    assert_eq!(events(running).await, expect(&[("claimed", 1)]), "an ask is not an outcome");
+    assert!(db.queue.finish_cancel(&c.fence, "laptop").await.unwrap());
+    assert_eq!(events(running).await, expect(&[("claimed", 1), ("cancelled", 1)]));
 }

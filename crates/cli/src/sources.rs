@@ -111,13 +111,13 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
         let bound = bind(&queue, &orchestrator, n, s).await?;
         let client = sources::linear::LinearClient::for_source(s, key.secret()).map_err(tracker)?;
         match sources::poll(&queue, &orchestrator, &machine, &bound, &client, settings.max_attempts, true).await {
-            Ok(Some(report)) => {
+            Ok(sources::Tried { report: Some(report), .. }) => {
                 for line in report.lines() {
                     println!("{line}");
                 }
                 println!("{n}: {} issues read, {} jobs added", report.seen, report.added.len());
             }
-            Ok(None) => println!("{n}: another machine is polling it right now"),
+            Ok(sources::Tried { report: None, .. }) => println!("{n}: another machine is polling it right now"),
             Err(sources::IntakeError::Tracker(e)) => return Err(Error::Invalid(format!("source '{n}': {e}"))),
             Err(sources::IntakeError::Store(e)) => return Err(e),
         }

@@ -14,7 +14,7 @@
 //! - `base`: the branch the worktree starts from (default: the remote's default branch).
 //! - `requires`: labels the running machine must all have (`devpilot run --labels gpu`).
 //! - `url`: where the task came from (an issue, a ticket); it goes into the prompt.
-//! - `branch`: the job's branch, after `devpilot/` (default `<id>-<slug of the title>`).
+//! - `branch`: the job's branch, after `devpilot/<id>-` (default: the slug of the title).
 //! - `source`: set by a tracker's intake: which issue the job is (`kind`, `name`, `id`,
 //!   `identifier`, `url`); its outcomes are reported there.
 //!
@@ -59,8 +59,8 @@ pub struct JobSpec {
     pub requires: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// The name of the job's branch after `devpilot/` (a tracker's own name for the issue's
-    /// branch, e.g. Linear's `branchName`); unset: `<id>-<slug of the title>`.
+    /// The name of the job's branch after `devpilot/<id>-` (a tracker's own name for the
+    /// issue's branch, e.g. Linear's `branchName`); unset: the slug of the title.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
     /// Every other field, kept as it came.
@@ -160,11 +160,11 @@ impl JobSpec {
         }
     }
 
-    /// The branch of job `id`: `devpilot/<branch>` when the payload names one, else
+    /// The branch of job `id`: `devpilot/<id>-<branch>` when the payload names one, else
     /// `devpilot/<id>-<slug of title>`.
     pub fn branch(&self, id: i64) -> String {
         if let Some(b) = self.branch.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
-            return format!("devpilot/{}", b.trim_start_matches("devpilot/"));
+            return format!("devpilot/{id}-{}", b.trim_start_matches("devpilot/"));
         }
         let slug = slugify(self.title.as_deref().unwrap_or_default());
         if slug.is_empty() {

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::status::{Event, Status};
 use crate::sources::deliver::deliver_pending;
-use crate::sources::intake::{self, Bound};
+use crate::sources::intake::{self, Bound, Tried};
 use crate::sources::linear::{LinearClient, TrackerError};
 use crate::sources::{HealthState, LinearKey, SourceHealth, SourceSettings, SourcesCfg};
 use devpilot_store::queue::{Queue, SourceSpec};
@@ -37,10 +37,9 @@ pub struct Sources {
     every: Arc<Mutex<Duration>>,
 }
 
-/// How often a machine tries the turns: a quarter of the shortest interval, at most a
-/// minute (the settings keep an interval at 15 s or more). The turn itself is what keeps the
-/// fleet to one poll per interval; the tick only bounds how late after its due time it is
-/// taken.
+/// A quarter of the shortest interval, at most a minute (the settings keep an interval at
+/// 15 s or more): how often the poll path may ask, how long a service with nothing scheduled
+/// waits, and twice the spread of the machines' tries at a due turn.
 fn tick_of(cfg: &SourcesCfg) -> Duration {
     let shortest = cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or(Duration::from_secs(60));
     (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
@@ -66,6 +65,7 @@ impl Sources {
             bound: BTreeMap::new(),
             clients: BTreeMap::new(),
             refused: BTreeMap::new(),
+            next_try: BTreeMap::new(),
             events,
             status,
             health,
@@ -112,6 +112,8 @@ struct Service {
     clients: BTreeMap<String, (LinearClient, LinearKey)>,
     /// The key each source's tracker refused: not tried again until it changes.
     refused: BTreeMap<String, LinearKey>,
+    /// When this machine next tries each source's turn (when it is due, plus a spread).
+    next_try: BTreeMap<String, Instant>,
     events: broadcast::Sender<Event>,
     status: watch::Sender<Status>,
     /// How each source is doing here, as `status` shows it.
@@ -125,13 +127,15 @@ impl Service {
         mut cfgs: mpsc::UnboundedReceiver<SourcesCfg>,
         mut heard: broadcast::Receiver<Event>,
     ) {
-        let mut last_turns: Option<Instant> = None;
         let mut last_outbox: Option<Instant> = None;
+        let mut first = true;
         loop {
-            // The poll path asks once per tick; an idle machine's poll path may rest for
-            // minutes, so the service asks itself when a tick went by without one.
-            let tick = tick_of(&self.cfg);
-            let backstop = last_turns.map_or_else(Instant::now, |l| l + tick);
+            // The poll path asks at most once per tick; an idle machine's poll path may rest
+            // for minutes, so the service also wakes itself when a source's turn falls due
+            // (and at once when it starts).
+            let later = if first { Duration::ZERO } else { tick_of(&self.cfg) };
+            first = false;
+            let wake = self.next_try.values().min().copied().unwrap_or_else(|| Instant::now() + later);
             let ask = tokio::select! {
                 a = asks.recv() => match a { Some(a) => a, None => return },
                 e = heard.recv() => match e {
@@ -139,24 +143,23 @@ impl Service {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
-                _ = tokio::time::sleep_until(backstop) => Ask::Tick,
+                _ = tokio::time::sleep_until(wake) => Ask::Tick,
             };
             while let Ok(c) = cfgs.try_recv() {
                 self.cfg = c;
                 self.bound.clear();
                 self.clients.clear();
                 self.refused.clear();
+                self.next_try.clear();
                 self.health = initial_health(&self.cfg);
                 self.publish();
             }
             if self.cfg.sources.is_empty() {
-                last_turns = Some(Instant::now() + Duration::from_secs(3600));
                 continue;
             }
             self.bind().await;
             self.refresh_keys().await;
-            if ask == Ask::Tick && last_turns.is_none_or(|l| l.elapsed() >= tick / 2) {
-                last_turns = Some(Instant::now());
+            if ask == Ask::Tick {
                 self.turns().await;
             }
             let interval = self.cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or_default();
@@ -246,25 +249,41 @@ impl Service {
     async fn turns(&mut self) {
         let names: Vec<String> = self.bound.keys().cloned().collect();
         for name in names {
+            if self.next_try.get(&name).is_some_and(|t| *t > Instant::now()) {
+                continue;
+            }
             let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else { continue };
             let (source, client) = (source.clone(), client.clone());
             let c = &self.cfg;
-            match intake::poll(&self.queue, &c.orchestrator_id, &c.machine, &source, &client, c.max_attempts, false)
-                .await
-            {
-                Ok(None) => {}
-                Ok(Some(report)) => {
-                    for line in report.lines() {
-                        tracing::info!(source = %name, "{line}");
+            let tried =
+                intake::poll(&self.queue, &c.orchestrator_id, &c.machine, &source, &client, c.max_attempts, false)
+                    .await;
+            let interval = source.settings.interval.get();
+            let next_in = match tried {
+                Ok(Tried { report, next_in }) => {
+                    if let Some(report) = report {
+                        for line in report.lines() {
+                            tracing::info!(source = %name, "{line}");
+                        }
+                        self.recovered(&name);
+                        self.set_health(&name, |h| h.last_poll = Some(report));
                     }
-                    self.recovered(&name);
-                    self.set_health(&name, |h| h.last_poll = Some(report));
+                    next_in
                 }
-                Err(intake::IntakeError::Tracker(e)) => self.tracker_failed(&source, &e).await,
+                Err(intake::IntakeError::Tracker(e)) => {
+                    self.tracker_failed(&source, &e).await;
+                    interval
+                }
                 Err(intake::IntakeError::Store(e)) => {
                     tracing::warn!(source = %name, error = %e, "the intake turn failed on the database");
+                    tick_of(&self.cfg)
                 }
-            }
+            };
+            // Every machine learns the same due time: a random share of half a tick spreads
+            // their tries, and the first one takes the turn; the others learn the next due
+            // time from their zero-row try. About one statement per machine per interval.
+            let spread = (tick_of(&self.cfg) / 2).mul_f64(rand::random::<f64>());
+            self.next_try.insert(name, Instant::now() + next_in + spread);
         }
     }
 

@@ -11,8 +11,14 @@ use super::render;
 use devpilot_store::queue::{Delivery, DeliveryEnd, Queue};
 use devpilot_store::spec::JobSpec;
 
-/// How long a machine holds a row it is delivering before another may take it.
+/// How long a machine holds a row it is delivering before another may take it, at least: a
+/// delivery makes up to seven calls, so the lease is also at least eight call timeouts.
 pub const DELIVERY_LEASE: Duration = Duration::from_secs(120);
+
+/// The lease of a delivery pass over sources whose calls may take up to `timeout` each.
+fn lease_for(timeout: Duration) -> Duration {
+    DELIVERY_LEASE.max(timeout * 8)
+}
 /// The most rows one pass delivers: the rest go on the next.
 const PER_PASS: usize = 50;
 
@@ -25,8 +31,9 @@ pub async fn deliver_pending(
     ready: &[(Bound, LinearClient)],
 ) -> Result<(), (String, TrackerError)> {
     let ids: Vec<i64> = ready.iter().map(|(b, _)| b.id).collect();
+    let slowest = ready.iter().map(|(b, _)| b.settings.timeout.get()).max().unwrap_or_default();
     for _ in 0..PER_PASS {
-        let d = match queue.take_delivery(&cfg.orchestrator_id, &ids, &cfg.machine, DELIVERY_LEASE).await {
+        let d = match queue.take_delivery(&cfg.orchestrator_id, &ids, &cfg.machine, lease_for(slowest)).await {
             Ok(Some(d)) => d,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -71,7 +78,7 @@ async fn deliver_one(
     if report == render::Report::default() {
         return (DeliveryEnd::Delivered, None);
     }
-    let id = linear::comment_id(orchestrator_id, d.job_id, &d.event, d.claim_token);
+    let id = linear::comment_id(orchestrator_id, d.job_id, &d.event, d.claim_token, d.id);
     match linear::deliver(client, &issue, &report, &id, d.tries <= 1).await {
         Ok(()) => (DeliveryEnd::Delivered, None),
         Err(e @ TrackerError::Refused(_)) => (DeliveryEnd::GiveUp { error: e.to_string() }, None),

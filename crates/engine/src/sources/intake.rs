@@ -4,6 +4,7 @@
 //! the filter, and end the turn with a write fenced by it.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -63,7 +64,15 @@ pub enum IntakeError {
     Store(#[from] devpilot_store::Error),
 }
 
-/// Runs one turn of `source` if it is due (or `force`). `Ok(None)`: not this machine's turn.
+/// What a try at the turn did: the turn's report if this machine took it, and when the
+/// source's next turn is due (so a machine that lost waits until then, not a tick).
+#[derive(Debug)]
+pub struct Tried {
+    pub report: Option<PollReport>,
+    pub next_in: Duration,
+}
+
+/// Runs one turn of `source` if it is due (or `force`).
 pub async fn poll(
     queue: &Queue,
     orchestrator_id: &str,
@@ -72,8 +81,10 @@ pub async fn poll(
     client: &LinearClient,
     max_attempts: i32,
     force: bool,
-) -> Result<Option<PollReport>, IntakeError> {
-    let Some(turn) = queue.take_turn(source.id, machine, force).await? else { return Ok(None) };
+) -> Result<Tried, IntakeError> {
+    let tried = queue.try_turn(source.id, machine, force).await?;
+    let next_in = Duration::from_millis(tried.next_in_ms.max(0) as u64);
+    let Some(turn) = tried.turn else { return Ok(Tried { report: None, next_in }) };
     let read = match linear::read_changed(client, &source.settings, turn.cursor.as_deref()).await {
         Ok(read) => read,
         Err(e) => {
@@ -94,7 +105,7 @@ pub async fn poll(
     if !queue.end_turn(&turn, &end).await? {
         tracing::info!(source = %source.name, "a newer intake turn ended first; its cursor stands");
     }
-    Ok(Some(report))
+    Ok(Tried { report: Some(report), next_in })
 }
 
 /// Keeps the error on the source's row; a rate limit holds the source until its reset.
@@ -136,9 +147,19 @@ async fn apply(
     for issue in ordered {
         let key = linear::key_of(&issue.identifier);
         let job = newest_job.get(&key);
+        // Another source's job (or a job of the same key added by hand) is never this
+        // source's to update or cancel; while it exists, this source adds none either.
+        if job.is_some_and(|j| j.source_id != Some(source.id)) {
+            continue;
+        }
+        // A read older than what the job already reflects (a turn that stalled while a newer
+        // one ran) changes nothing.
+        if job.is_some_and(|j| linear::version_of(&j.payload).is_some_and(|v| v > issue.updated_at.as_str())) {
+            continue;
+        }
         if issue.matches(&source.settings) {
             take(queue, orchestrator_id, source, issue, &key, job, max_attempts, &mut report).await?;
-        } else if let Some(job) = job.filter(|j| j.live()) {
+        } else if let Some(job) = job.filter(|j| j.live() && issue.left(&source.settings)) {
             if let Some(outcome) = queue.cancel(job.id, &source.actor()).await? {
                 tracing::info!(key, job = job.id, ?outcome, "the issue left the source's filter: cancelled");
                 report.cancelled.push((key, job.id));
@@ -166,7 +187,7 @@ async fn take(
     let payload = linear::payload_of(issue, &source.name, &source.settings);
     let again = |j: &KeyedJob| j.state == JobState::Cancelled && j.cancelled_by.as_deref() == Some(&source.actor());
     match job {
-        Some(j) if j.waiting() && j.payload != payload => {
+        Some(j) if j.waiting() && !linear::same_task(&j.payload, &payload) => {
             if queue.update_waiting(j.id, &payload, &source.actor()).await? {
                 report.updated.push((key.to_string(), j.id));
             }

@@ -36,6 +36,6 @@ mod tests;
 
 pub use deliver::DELIVERY_LEASE;
 pub use health::{HealthState, SourceHealth, SourcesCfg};
-pub use intake::{poll, Bound, IntakeError, PollReport};
+pub use intake::{poll, Bound, IntakeError, PollReport, Tried};
 pub use keys::{KeyStore, LinearKey};
 pub use settings::{ReportSettings, SourceKind, SourceSettings};

@@ -143,7 +143,8 @@ mod tests {
     /// summary that tries to close the quote or start a heading stays inside it.
     #[test]
     fn park_times_and_quotes() {
-        let detail = "the agent asked to be tried later (exit 75, retry_after); claimable again at 2026-12-02T14:30:00Z";
+        let detail =
+            "the agent asked to be tried later (exit 75, retry_after); claimable again at 2026-12-02T14:30:00Z";
         assert_eq!(until_of(detail), " until 14:30 UTC");
         assert_eq!(until_of("no time here"), "");
         assert_eq!(quote("done\n# Heading\n```"), "> done\n> # Heading\n> ```");

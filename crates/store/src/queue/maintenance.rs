@@ -53,11 +53,13 @@ fn prune_machines_sql(d: &Dialect, scope: &str) -> String {
 /// One batch of the prune's pick: finished jobs, completed and cancelled ones finished more
 /// than $1 ms ago and dead ones more than $2 ms ago ($3 is the smaller), at most $4, of every
 /// orchestrator or of the one `scope` names. `{finished} AND finished_at < now - $3` lets
-/// `dispatch_queue_finished` find them.
+/// `dispatch_queue_finished` find them. A tracker's job (`source_id`) is kept: it is the
+/// intake's memory that its issue was taken, so the issue is never dispatched twice, and its
+/// outbox rows (deleted with it) may still be waiting for a deliverer.
 fn prune_pick(d: &Dialect, scope: &str) -> String {
     format!(
         "SELECT id FROM dispatch_queue
-          WHERE {finished} AND finished_at < {now} - $3 {scope}
+          WHERE {finished} AND finished_at < {now} - $3 AND source_id IS NULL {scope}
             AND ((state = 'dead' AND finished_at < {now} - $2)
                  OR (state <> 'dead' AND finished_at < {now} - $1))
           ORDER BY finished_at, id LIMIT $4",

@@ -99,7 +99,7 @@ pub use rows::{
     CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned, Renewed,
     Swept,
 };
-pub use sources::{KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd};
+pub use sources::{KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd, TurnTry};
 
 // Only for the links of the docs above and below.
 #[cfg(doc)]

@@ -77,6 +77,37 @@ pub struct Turn {
     pub cursor: Option<String>,
 }
 
+/// What a try at the turn found: the turn, or when the next one is due.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnTry {
+    /// The turn, if this machine took it.
+    pub turn: Option<Turn>,
+    /// Milliseconds until the next turn may be taken (after this one, if it was taken; 0 or
+    /// less: due now). A machine that lost tries again then, not at every tick.
+    pub next_in_ms: i64,
+}
+
+/// When the next turn of a source is due, as SQL over its row (`s`) before any change.
+const NEXT_DUE: &str = "CASE WHEN COALESCE(s.polled_at, 0) + s.interval_ms > COALESCE(s.hold_until, 0)
+                             THEN COALESCE(s.polled_at, 0) + s.interval_ms ELSE COALESCE(s.hold_until, 0) END";
+
+/// The row a try reads: its id, turn and cursor if it took the turn, and how long until the
+/// next one.
+#[derive(FromQueryResult)]
+struct TryRow {
+    taken: Option<i64>,
+    turn: Option<i64>,
+    cursor: Option<String>,
+    interval_ms: i64,
+    next_in_ms: i64,
+}
+
+/// A source's interval, as a won turn returns it.
+#[derive(FromQueryResult)]
+struct Interval {
+    interval_ms: i64,
+}
+
 /// How a turn ended well: the new cursor (`None` keeps it), and what the tracker said of its
 /// rate limit.
 #[derive(Clone, Debug, Default)]
@@ -100,6 +131,8 @@ pub struct KeyedJob {
     /// Who asked for its cancel, if anyone did.
     #[sea_orm(alias = "cancel_requested_by")]
     pub cancelled_by: Option<String>,
+    /// The source that added it (none: a job with the same key from elsewhere).
+    pub source_id: Option<i64>,
 }
 
 impl KeyedJob {
@@ -115,7 +148,8 @@ impl KeyedJob {
 }
 
 /// Source NAME of orchestrator $1 (as $2), of kind $3 with filter $4 and interval $5 (ms):
-/// added, or brought up to date. A changed filter resets the cursor.
+/// added, or brought up to date. A changed filter resets the cursor and ends the turn under
+/// way (its fenced writes then change nothing).
 static REGISTER: Sql = Sql::new(|d| {
     format!(
         "INSERT INTO sources (orchestrator_id, name, kind, filter, interval_ms, created_at)
@@ -123,7 +157,9 @@ static REGISTER: Sql = Sql::new(|d| {
          ON CONFLICT (orchestrator_id, name) DO UPDATE SET
              kind = excluded.kind, interval_ms = excluded.interval_ms, filter = excluded.filter,
              cursor = CASE WHEN sources.filter = excluded.filter AND sources.kind = excluded.kind
-                           THEN sources.cursor ELSE NULL END
+                           THEN sources.cursor ELSE NULL END,
+             turn = CASE WHEN sources.filter = excluded.filter AND sources.kind = excluded.kind
+                         THEN sources.turn ELSE sources.turn + 1 END
          RETURNING id",
         now = d.now
     )
@@ -137,7 +173,27 @@ static TAKE_TURN: Sql = Sql::new(|d| {
           WHERE id = $1
             AND ($3 OR ((polled_at IS NULL OR polled_at <= {now} - interval_ms)
                         AND (hold_until IS NULL OR hold_until <= {now})))
-         RETURNING id, turn, cursor",
+         RETURNING id, turn, cursor, interval_ms",
+        now = d.now
+    )
+});
+
+/// [`TAKE_TURN`] and, in the same statement, when the next turn is due (PostgreSQL).
+static TRY_TURN: Sql = Sql::new(|d| {
+    format!(
+        "WITH taken AS ({take})
+         SELECT t.id AS taken, t.turn, t.cursor, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
+           FROM sources s LEFT JOIN taken t ON t.id = s.id WHERE s.id = $1",
+        take = TAKE_TURN.of(d),
+        now = d.now
+    )
+});
+
+/// When the next turn of source $1 is due (SQLite's second half of a lost try).
+static NEXT_TURN: Sql = Sql::new(|d| {
+    format!(
+        "SELECT NULL AS taken, NULL AS turn, NULL AS cursor, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
+           FROM sources s WHERE s.id = $1",
         now = d.now
     )
 });
@@ -205,8 +261,32 @@ impl Queue {
     /// Takes the intake turn of `source`, if it is due (or `force`). `Ok(None)`: another
     /// machine has this interval's turn, or a rate limit holds it; not an error.
     pub async fn take_turn(&self, source: i64, machine: &str, force: bool) -> Result<Option<Turn>> {
+        Ok(self.try_turn(source, machine, force).await?.turn)
+    }
+
+    /// [`Queue::take_turn`], also saying when the next turn is due, so a machine that lost
+    /// does not try again before then. One statement on PostgreSQL; on SQLite a lost try
+    /// reads the row after its UPDATE (a local file: no round trip to save).
+    pub async fn try_turn(&self, source: i64, machine: &str, force: bool) -> Result<TurnTry> {
         let values = vec![source.into(), machine.into(), force.into()];
-        decode_first(&self.query(self.sql(&TAKE_TURN), values).await?)
+        let row = if self.dialect().postgres {
+            decode_first::<TryRow>(&self.query(self.sql(&TRY_TURN), values).await?)?
+        } else {
+            let rows = self.query(self.sql(&TAKE_TURN), values).await?;
+            match (decode_first::<Turn>(&rows)?, decode_first::<Interval>(&rows)?) {
+                (Some(t), Some(i)) => return Ok(TurnTry { turn: Some(t), next_in_ms: i.interval_ms }),
+                _ => decode_first::<TryRow>(&self.query(self.sql(&NEXT_TURN), vec![source.into()]).await?)?,
+            }
+        };
+        let Some(row) = row else {
+            return Err(crate::error::Error::Invalid(format!("source {source} is not registered")));
+        };
+        let turn = match (row.taken, row.turn) {
+            (Some(source), Some(turn)) => Some(Turn { source, turn, cursor: row.cursor }),
+            _ => None,
+        };
+        let next_in_ms = if turn.is_some() { row.interval_ms } else { row.next_in_ms };
+        Ok(TurnTry { turn, next_in_ms })
     }
 
     /// Ends `turn` well. `Ok(false)`: a newer turn was taken meanwhile, and its cursor stands.
@@ -254,7 +334,7 @@ impl Queue {
             })
             .collect();
         let sql = format!(
-            "SELECT id, unique_key, state, claimed_at, title, payload, cancel_requested_by FROM dispatch_queue
+            "SELECT id, unique_key, state, claimed_at, title, payload, cancel_requested_by, source_id FROM dispatch_queue
               WHERE orchestrator_id = {o} AND unique_key IN ({list}) ORDER BY id DESC",
             o = d.p(1),
             list = list.join(", ")

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::sources::settings::SourceSettings;
+use crate::sources::settings::{check_api_url, SourceSettings};
 
 /// Makes ring the process's TLS crypto provider (reqwest is built without one), once.
 pub fn install_crypto_provider() {
@@ -42,6 +42,12 @@ pub enum TrackerError {
 }
 
 impl TrackerError {
+    /// Logs what could not be read (a server's garbled answer), keeping the error itself short.
+    fn with_detail(self, detail: &str) -> Self {
+        tracing::warn!(%detail, "Linear's answer could not be read");
+        self
+    }
+
     /// Whether the same call may work later.
     pub fn transient(&self) -> bool {
         !matches!(self, TrackerError::Refused(_))
@@ -123,6 +129,9 @@ impl LinearClient {
     /// A client for `url` with `key`, each call bounded by `timeout` (connect included). A
     /// key that cannot be a header value is refused here.
     pub fn new(url: &str, key: &str, timeout: Duration) -> Result<Self, TrackerError> {
+        // Wherever the address came from (the settings, DEVPILOT_LINEAR_API_URL), the key
+        // never travels in clear text off this machine.
+        check_api_url(url).map_err(|e| TrackerError::Refused(e.to_string()))?;
         install_crypto_provider();
         let mut auth = HeaderValue::from_str(key.trim())
             .map_err(|_| TrackerError::Auth("the key has characters no HTTP header can carry".into()))?;
@@ -166,13 +175,19 @@ impl LinearClient {
             return Err(TrackerError::Server(status.as_u16()));
         }
         let text = answer.text().await.map_err(unreachable)?;
-        let envelope: Envelope<T> = serde_json::from_str(&text).map_err(|e| {
-            if status.is_success() {
-                TrackerError::Refused(format!("an answer DevPilot could not read: {e}"))
-            } else {
-                TrackerError::Refused(format!("HTTP {status}"))
+        let envelope: Envelope<T> = match serde_json::from_str(&text) {
+            Ok(e) => e,
+            // Not GraphQL: something in between (a proxy, a load balancer) answered. Sorted by
+            // its status; anything unexpected is worth another try later, never a give-up.
+            Err(e) => {
+                return Err(match status.as_u16() {
+                    200..=299 => TrackerError::Server(status.as_u16()).with_detail(&e.to_string()),
+                    401 | 403 => TrackerError::Auth(format!("HTTP {status}")),
+                    429 => TrackerError::RateLimited { reset_at_ms: rate.reset_at_ms },
+                    code => TrackerError::Server(code),
+                })
             }
-        })?;
+        };
         if let Some(e) = envelope.errors.first() {
             return Err(match e.code() {
                 "AUTHENTICATION_ERROR" => TrackerError::Auth(e.message.clone()),

@@ -28,10 +28,12 @@ impl IssueRef {
 }
 
 /// The comment's id: a UUID in version-4 form (as `CommentCreateInput.id` asks), derived
-/// from the orchestrator, the job, the event and the claim token, so every delivery of the
-/// same event names the same comment.
-pub fn comment_id(orchestrator_id: &str, job: i64, event: &str, claim_token: Option<i64>) -> String {
-    let digest = Sha256::digest(format!("devpilot/{orchestrator_id}/job/{job}/{event}/{}", claim_token.unwrap_or(0)));
+/// from the orchestrator, the job, the event, the claim token and the outbox row, so every
+/// delivery of one row names the same comment and no two rows share one (a cancel, a
+/// requeue and a second cancel between the same two claims are two rows).
+pub fn comment_id(orchestrator_id: &str, job: i64, event: &str, claim_token: Option<i64>, row: i64) -> String {
+    let token = claim_token.unwrap_or(0);
+    let digest = Sha256::digest(format!("devpilot/{orchestrator_id}/job/{job}/{event}/{token}/outbox/{row}"));
     let mut b = [0u8; 16];
     b.copy_from_slice(&digest[..16]);
     b[6] = (b[6] & 0x0f) | 0x40;
@@ -65,7 +67,10 @@ struct State {
     position: f64,
 }
 
-/// Does what `report` says on `issue`. `first_try`: no earlier try can have applied it.
+/// Does what `report` says on `issue`: the comment first (what a person reads), then the
+/// link, then the state moves. `first_try`: no earlier try can have applied it. A state
+/// move Linear refuses (the team has no such state) is logged and skipped: it must not
+/// cost the comment.
 pub async fn deliver(
     client: &LinearClient,
     issue: &IssueRef,
@@ -73,9 +78,6 @@ pub async fn deliver(
     comment_id: &str,
     first_try: bool,
 ) -> Result<(), TrackerError> {
-    if report.move_to_started {
-        move_to(client, issue, |s| s.kind == "started").await?;
-    }
     if let Some(body) = &report.comment {
         post_once(client, issue, comment_id, body, first_try).await?;
     }
@@ -83,11 +85,26 @@ pub async fn deliver(
         let vars = json!({ "issueId": issue.id, "url": url, "title": "DevPilot result" });
         client.call::<Value>(documents::LINK_URL, vars).await?;
     }
+    if report.move_to_started {
+        skip_refused(move_to(client, issue, |s| s.kind == "started").await, "the first started state")?;
+    }
     if let Some(name) = &report.move_to {
         let wanted = name.trim().to_lowercase();
-        move_to(client, issue, |s| s.name.trim().to_lowercase() == wanted).await?;
+        let moved = move_to(client, issue, |s| s.name.trim().to_lowercase() == wanted).await;
+        skip_refused(moved, name)?;
     }
     Ok(())
+}
+
+/// A refused state move is logged, not failed: the row's other parts are delivered.
+fn skip_refused(moved: Result<(), TrackerError>, what: &str) -> Result<(), TrackerError> {
+    match moved {
+        Err(TrackerError::Refused(why)) => {
+            tracing::warn!(state = what, "the issue could not be moved: {why}");
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// Posts the comment unless an earlier try already did: a retry looks for the comment by
@@ -128,14 +145,15 @@ async fn move_to(client: &LinearClient, issue: &IssueRef, pick: impl Fn(&State) 
 mod tests {
     use super::*;
 
-    /// The comment id is stable per (orchestrator, job, event, token), differs otherwise,
+    /// The comment id is stable per (orchestrator, job, event, token, row), differs otherwise,
     /// and has the version-4 and variant bits a UUID v4 has.
     #[test]
     fn comment_ids_are_deterministic_uuid_v4() {
-        let a = comment_id("default", 7, "completed", Some(2));
-        assert_eq!(a, comment_id("default", 7, "completed", Some(2)));
-        assert_ne!(a, comment_id("default", 7, "completed", Some(3)));
-        assert_ne!(a, comment_id("default", 7, "claimed", Some(2)));
+        let a = comment_id("default", 7, "completed", Some(2), 40);
+        assert_eq!(a, comment_id("default", 7, "completed", Some(2), 40));
+        assert_ne!(a, comment_id("default", 7, "completed", Some(3), 40));
+        assert_ne!(a, comment_id("default", 7, "claimed", Some(2), 40));
+        assert_ne!(a, comment_id("default", 7, "completed", Some(2), 41));
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "4");
         assert!("89ab".contains(&a[19..20]), "{a}");

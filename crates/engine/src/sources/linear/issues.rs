@@ -76,6 +76,18 @@ impl Issue {
         let mine = !s.assigned_to_me || self.assignee.as_ref().is_some_and(|a| a.is_me);
         team && label && state && mine
     }
+
+    /// Whether the issue has left the source in a way that cancels its job: its label was
+    /// removed, it was moved to a completed or canceled state, it was unassigned (with
+    /// "assigned to me"), or it moved to another team. A state type merely outside the
+    /// filter does not: the first claim itself moves the issue to a `started` state.
+    pub fn left(&self, s: &SourceSettings) -> bool {
+        let done = matches!(self.state.kind.as_str(), "completed" | "canceled");
+        let team = s.teams.iter().any(|t| t.eq_ignore_ascii_case(&self.team.key));
+        let label = s.label.is_empty() || self.label_names().any(|l| l.eq_ignore_ascii_case(&s.label));
+        let mine = !s.assigned_to_me || self.assignee.as_ref().is_some_and(|a| a.is_me);
+        done || !team || !label || !mine
+    }
 }
 
 #[derive(Deserialize)]
@@ -115,7 +127,22 @@ pub fn filter(s: &SourceSettings, cursor: Option<&str>) -> Value {
         }
         return json!({ "and": and });
     };
-    json!({ "and": [ { "team": teams }, { "updatedAt": { "gte": since } } ] })
+    json!({ "and": [ { "team": teams }, { "updatedAt": { "gte": overlap(since) } } ] })
+}
+
+/// How far before the cursor a turn reads again: an issue whose `updatedAt` became visible
+/// late is still seen; reading an issue twice changes nothing.
+const OVERLAP_MS: i64 = 10_000;
+
+/// The cursor moved back by [`OVERLAP_MS`] (as Linear writes times: RFC 3339, ms, UTC).
+fn overlap(cursor: &str) -> String {
+    match crate::span::parse_time_ms(cursor) {
+        Ok(ms) => {
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis((ms - OVERLAP_MS).max(0) as u64);
+            humantime::format_rfc3339_millis(t).to_string()
+        }
+        Err(_) => cursor.to_string(),
+    }
 }
 
 /// What a turn read: the issues, the newest `updatedAt` among them, and the last budget.
@@ -150,14 +177,19 @@ pub async fn read_changed(
         }
     }
     // Oldest change first: what is left is newer than everything read, and the next turn
-    // reads it from this turn's cursor.
+    // reads it from this turn's cursor. If the pages did not come oldest first, what is
+    // left may be older: the cursor stays, and the next turn reads it all again.
     read.truncated = true;
-    read.newest = newest(&read.issues);
+    let ascending = read.issues.windows(2).all(|w| time_of(&w[0]) <= time_of(&w[1]));
+    read.newest = if ascending { newest(&read.issues) } else { None };
     Ok(read)
 }
 
-/// The newest `updatedAt` (RFC 3339 in UTC with the same precision sorts as text; parsed to
-/// be safe).
+/// The newest `updatedAt`.
 fn newest(issues: &[Issue]) -> Option<String> {
-    issues.iter().max_by_key(|i| crate::span::parse_time_ms(&i.updated_at).unwrap_or(0)).map(|i| i.updated_at.clone())
+    issues.iter().max_by_key(|i| time_of(i)).map(|i| i.updated_at.clone())
+}
+
+fn time_of(i: &Issue) -> i64 {
+    crate::span::parse_time_ms(&i.updated_at).unwrap_or(0)
 }

@@ -64,11 +64,31 @@ pub fn prompt_of(description: Option<&str>, cap: usize, url: &str) -> String {
     format!("{}{note}", &text[..end])
 }
 
-/// The branch the job works on, from Linear's own `branchName` for the issue (Linear links a
-/// branch or PR whose name holds the identifier to the issue).
+/// The job's branch name, from Linear's own `branchName` for the issue (its last part,
+/// e.g. `eng-7-fix-login`): the job's branch is `devpilot/<id>-eng-7-fix-login`, which holds
+/// the identifier, so Linear links the branch and its pull request to the issue, and the job
+/// id keeps two jobs of one issue off each other's branch.
 pub fn branch_of(issue: &Issue) -> Option<String> {
-    let b = issue.branch_name.trim().trim_start_matches("devpilot/");
+    let b = issue.branch_name.trim().rsplit('/').next().unwrap_or_default();
     devpilot_store::spec::validate_base(b).ok().map(|_| b.to_string())
+}
+
+/// The issue version a job's payload reflects (`source.updated_at`).
+pub fn version_of(payload: &Value) -> Option<&str> {
+    payload.pointer("/source/updated_at").and_then(Value::as_str)
+}
+
+/// Whether two payloads ask for the same work: equal but for the version they came from
+/// (a comment of ours changes the issue's `updatedAt` and nothing else).
+pub fn same_task(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(s) = v.get_mut("source").and_then(Value::as_object_mut) {
+            s.remove("updated_at");
+        }
+        v
+    };
+    strip(a) == strip(b)
 }
 
 /// The job's payload.
@@ -87,7 +107,7 @@ pub fn payload_of(issue: &Issue, source: &str, s: &SourceSettings) -> Value {
         "url": issue.url,
         "source": {
             "kind": "linear", "name": source, "id": issue.id, "identifier": issue.identifier,
-            "team": issue.team.id, "url": issue.url,
+            "team": issue.team.id, "url": issue.url, "updated_at": issue.updated_at,
         },
     });
     if let Some(repo) = repo_of(issue, s) {
