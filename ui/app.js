@@ -160,7 +160,7 @@ async function refreshJobs() {
       }
       body.append(el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
         el('td', {}, j.id),
-        el('td', {}, j.title || ''),
+        el('td', {}, j.title || '', issueLink(j)),
         el('td', { class: `state state-${j.state}` }, stateText(j),
           r.unroutable[j.id] ? el('div', { class: 'warn', title: 'Only a machine that has the repo and every label takes it' }, r.unroutable[j.id]) : ''),
         el('td', {}, j.attempts),
@@ -172,6 +172,22 @@ async function refreshJobs() {
   } catch (e) {
     body.replaceChildren(el('tr', {}, el('td', { colSpan: 7 }, errText(e))));
   }
+}
+
+// The tracker issue a job came from ("ENG-7"), as a link the user's browser opens: the
+// window itself never navigates away. Only an http(s) address is a link.
+function issueLink(j) {
+  if (!j.issue) return '';
+  const url = webLink(j.issue_url);
+  if (!url) return el('span', { class: 'issue' }, j.issue);
+  return el('a', {
+    class: 'issue', href: url, title: `Open ${j.issue} in the browser`,
+    onclick: (ev) => {
+      ev.preventDefault();
+      ev.stopPropagation();
+      invoke('open_link', { url }).catch((e) => notice(errText(e)));
+    },
+  }, j.issue);
 }
 
 // "failed · retry in 1m 20s", "running · cancelling", "queued · starts in 10m".
@@ -316,6 +332,11 @@ async function saveSettings(ev) {
   msg.className = '';
   $('save-settings').disabled = true;
   try {
+    // Repos and sources are saved by their own buttons: take them as the file has them now,
+    // not as this form was loaded, so this save never undoes one.
+    const fresh = await invoke('get_settings');
+    s.repos = fresh.settings.repos;
+    s.sources = fresh.settings.sources;
     await invoke('save_settings', { input: { settings: s, db, password: pw || null } });
     $('db-password').value = '';
     msg.textContent = 'Saved.';
@@ -326,6 +347,111 @@ async function saveSettings(ev) {
     msg.className = 'err';
   } finally {
     $('save-settings').disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- sources
+
+// What the list last showed of the machine's health, so a status event redraws it only on a change.
+let sourcesHealth = '';
+
+async function loadSources() {
+  try {
+    renderSources(await invoke('get_sources'));
+  } catch (e) {
+    $('sources-list').replaceChildren(el('li', { class: 'bad' }, errText(e)));
+  }
+}
+
+function renderSources(v) {
+  sourcesHealth = JSON.stringify(status ? status.sources || [] : []);
+  $('sources-list').replaceChildren(...v.sources.map((s) => el('li', { class: s.ok ? 'ok' : 'bad', dataset: { source: s.name } },
+    el('span', { class: 'line' }, s.line),
+    el('button', { type: 'button', class: 'edit', onclick: () => fillSource(s.form) }, 'Edit'),
+    el('button', { type: 'button', class: 'remove', onclick: () => removeSource(s.name) }, 'Remove'))));
+  $('sources-empty').hidden = v.sources.length > 0;
+  const from = { keychain: 'the OS keychain', LINEAR_API_KEY: 'LINEAR_API_KEY' };
+  const parts = [v.key_from
+    ? `This machine's Linear API key comes from ${from[v.key_from] || v.key_from}.`
+    : 'No Linear API key on this machine yet: type it below.'];
+  if (v.key_error) parts.push(`Keychain: ${v.key_error}`);
+  if (v.db_error) parts.push(`The fleet's view of the sources is unavailable: ${v.db_error}`);
+  $('sources-key').textContent = parts.join(' ');
+  $('source-key').placeholder = v.key_from ? 'stored (type to replace)' : 'lin_api_…';
+  const sel = $('source-repo');
+  const keep = sel.value;
+  sel.replaceChildren(el('option', { value: '' }, '(none)'), ...v.repos.map((r) => el('option', { value: r }, r)));
+  sel.value = v.repos.includes(keep) ? keep : '';
+}
+
+// The form as the engine reads it (SourceForm).
+function sourceForm() {
+  return {
+    name: $('source-name').value,
+    teams: $('source-teams').value,
+    label: $('source-label').value,
+    states: [...document.querySelectorAll('#source-states input[data-state]:checked')].map((c) => c.dataset.state),
+    assigned_to_me: $('source-assigned').checked,
+    interval: $('source-interval').value,
+    api_url: $('source-api-url').value.trim(),
+    maps_to: $('source-repo').value,
+    key: $('source-key').value || null,
+  };
+}
+
+// "Edit": a listed source back in the form (never its key).
+function fillSource(f) {
+  $('source-name').value = f.name;
+  $('source-teams').value = f.teams;
+  $('source-label').value = f.label;
+  for (const c of document.querySelectorAll('#source-states input[data-state]')) c.checked = f.states.includes(c.dataset.state);
+  $('source-assigned').checked = !!f.assigned_to_me;
+  $('source-interval').value = f.interval;
+  $('source-api-url').value = f.api_url;
+  $('source-advanced').open = !!f.api_url;
+  if ([...$('source-repo').options].some((o) => o.value === f.maps_to)) $('source-repo').value = f.maps_to;
+  $('source-key').value = '';
+  $('source-teams').focus();
+}
+
+function sourceMsg(text, cls) {
+  $('source-msg').textContent = text;
+  $('source-msg').className = cls || '';
+}
+
+async function testSource() {
+  sourceMsg('Testing…');
+  $('source-test').disabled = true;
+  try {
+    sourceMsg(await invoke('test_source', { source: sourceForm() }), 'ok');
+  } catch (e) {
+    sourceMsg(errText(e), 'err');
+  } finally {
+    $('source-test').disabled = false;
+  }
+}
+
+async function saveSource(ev) {
+  ev.preventDefault();
+  sourceMsg('Saving…');
+  $('source-save').disabled = true;
+  try {
+    renderSources(await invoke('save_source', { source: sourceForm() }));
+    $('source-key').value = '';
+    sourceMsg('Saved. The fleet polls it within its interval.', 'ok');
+  } catch (e) {
+    sourceMsg(errText(e), 'err');
+  } finally {
+    $('source-save').disabled = false;
+  }
+}
+
+async function removeSource(name) {
+  try {
+    renderSources(await invoke('remove_source', { name }));
+    sourceMsg(`Removed ${name}.`, 'ok');
+  } catch (e) {
+    sourceMsg(errText(e), 'err');
   }
 }
 
@@ -406,7 +532,7 @@ function show(section) {
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('on', a.dataset.tab === name);
   if (name === 'fleet') refreshFleet();
   if (name === 'queue') refreshJobs();
-  if (name === 'settings') loadSettings();
+  if (name === 'settings') { loadSettings(); loadSources(); }
   if (name === 'new') loadNewJob();
   if (name === 'guide') showGuide();
   if (name === 'quit') {
@@ -444,6 +570,8 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('new-btn').addEventListener('click', () => { location.hash = '#new'; });
   $('new-form').addEventListener('submit', submitNewJob);
   $('repo-add').addEventListener('click', addRepo);
+  $('sources-form').addEventListener('submit', saveSource);
+  $('source-test').addEventListener('click', testSource);
   $('demo-btn').addEventListener('click', async () => {
     try {
       const key = $('nj-key').value.trim();
@@ -478,7 +606,10 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('quit-drain').addEventListener('click', () => quit('drain'));
   $('quit-cancel').addEventListener('click', () => { location.hash = '#fleet'; });
 
-  await T.event.listen('status', (e) => renderStatus(e.payload));
+  await T.event.listen('status', (e) => {
+    renderStatus(e.payload);
+    if (current() === 'settings' && JSON.stringify(e.payload.sources || []) !== sourcesHealth) loadSources();
+  });
   await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
   await T.event.listen('tray-host', (e) => renderTrayHost(e.payload));
   await T.event.listen('navigate', (e) => {

@@ -114,7 +114,10 @@ mod tests {
         let on = Settings { keep_awake: true, ..Settings::default() };
         let idle = Status::default();
         let busy = Status {
-            running: vec![RunningJob { job: JobRef { id: 1, title: None, attempt: 1, token: 1 }, started_unix_ms: 0 }],
+            running: vec![RunningJob {
+                job: JobRef { id: 1, title: None, attempt: 1, token: 1, issue_url: None },
+                started_unix_ms: 0,
+            }],
             ..Status::default()
         };
         assert!(!Settings::default().keep_awake, "off by default");

@@ -12,7 +12,7 @@ use devpilot_app::job::JobState;
 use devpilot_app::orchestrator::StopMode;
 use devpilot_app::queue::{CancelOutcome, Counts, Enqueued, JobRow};
 use devpilot_app::settings::Settings;
-use devpilot_app::{DbForm, Fleet, JobDetail, NewJob, Status};
+use devpilot_app::{DbForm, Fleet, JobDetail, NewJob, SourceForm, SourcesView, Status};
 use devpilot_app::{Error, Result};
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, Runtime, State};
@@ -53,6 +53,11 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         test_connection,
         set_up_database,
         check_agent,
+        get_sources,
+        test_source,
+        save_source,
+        remove_source,
+        open_link,
     ]
 }
 
@@ -335,6 +340,38 @@ pub fn check_agent(line: String) -> Result<String> {
     devpilot_app::guide::find_agent(&line)
 }
 
+/// Settings → Sources: each tracker source with its health here and its row in the database,
+/// and where this machine's Linear key comes from (never the key).
+#[tauri::command]
+pub async fn get_sources(state: State<'_, AppState>) -> Result<SourcesView> {
+    state.engine.sources_view().await
+}
+
+/// "Test connection": the form's source with the form's key (else the stored one); the
+/// "Connected as …" line, or what is wrong. Nothing is saved.
+#[tauri::command]
+pub async fn test_source(state: State<'_, AppState>, source: SourceForm) -> Result<String> {
+    state.engine.test_source(source).await
+}
+
+/// "Save source": its key (if typed) to the keychain, the source to the settings, applied at once.
+#[tauri::command]
+pub async fn save_source(state: State<'_, AppState>, source: SourceForm) -> Result<SourcesView> {
+    state.engine.save_source(source).await
+}
+
+#[tauri::command]
+pub async fn remove_source(state: State<'_, AppState>, name: String) -> Result<SourcesView> {
+    state.engine.remove_source(&name).await
+}
+
+/// Opens an http(s) link (a job's tracker issue) in the user's browser; any other scheme is
+/// refused. The window itself never navigates away.
+#[tauri::command]
+pub fn open_link(url: String) -> Result<()> {
+    crate::window::open_url(&url)
+}
+
 /// Whether a tray host shows the icon (without one the window says so, and closing asks).
 #[tauri::command]
 pub fn tray_host(state: State<'_, AppState>) -> bool {
@@ -523,6 +560,38 @@ mod tests {
         call(&w, "save_settings", json!({"input": {"settings": settings, "db": view["db"]}})).unwrap();
         let st = wait_status(&w, "idle");
         assert_eq!(st["orchestrator_id"], "renamed");
+    }
+
+    /// Settings → Sources through the commands: a bad form is refused by name, a source is
+    /// saved and listed, a test against an address nobody answers says so without the key,
+    /// and a link that is not http(s) is never opened.
+    #[test]
+    fn sources_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides::default());
+        wait_status(&w, "idle");
+        assert_eq!(call(&w, "get_sources", json!({})).unwrap()["sources"], json!([]));
+        let form = json!({"teams": "ENG", "label": "agent", "states": ["unstarted", "started"], "interval": "10s"});
+        let e = call(&w, "save_source", json!({"source": form})).unwrap_err();
+        assert_eq!(e["kind"], "invalid");
+        assert!(e["message"].as_str().unwrap().contains("minimum of 15s"), "{e}");
+        let form = json!({"teams": "ENG", "label": "agent", "states": ["unstarted"], "interval": "60s",
+                          "api_url": "http://127.0.0.1:1/graphql", "key": "lin_api_never_shown"});
+        let e = call(&w, "test_source", json!({"source": form})).unwrap_err();
+        assert!(e["message"].as_str().unwrap().contains("cannot reach Linear at http://127.0.0.1:1/graphql"), "{e}");
+        assert!(!e.to_string().contains("lin_api_never_shown"));
+        let mut keyless = form.clone();
+        keyless["key"] = json!(null);
+        let view = call(&w, "save_source", json!({"source": keyless})).unwrap();
+        assert_eq!(view["sources"][0]["name"], "eng");
+        assert_eq!(view["sources"][0]["form"]["api_url"], "http://127.0.0.1:1/graphql");
+        assert!(view["sources"][0]["form"].get("key").is_none());
+        let view = call(&w, "remove_source", json!({"name": "eng"})).unwrap();
+        assert_eq!(view["sources"], json!([]));
+        for url in ["javascript:alert(1)", "file:///etc/passwd"] {
+            let e = call(&w, "open_link", json!({"url": url})).unwrap_err();
+            assert!(e["message"].as_str().unwrap().contains("only http(s) links are opened"), "{e}");
+        }
     }
 
     /// The quit modes keep the names the window sends; another name is kept, to be refused.

@@ -8,7 +8,10 @@
 //! - notify-rust's blocking `show()` runs on a blocking thread, never on an async worker
 //!   (it panics there on Linux). A missing notification daemon is logged, never fatal.
 //! - A finished job's notification carries an "Open" action where the server supports
-//!   actions: it opens the job's result URL, or else the job in the window.
+//!   actions: it opens the tracker issue the job came from, else the job's result URL, else
+//!   the job in the window.
+//! - A tracker source that cannot work here for want of a usable API key (none, or refused)
+//!   is told once as it goes wrong, under the failure toggles; its "Open" opens Settings.
 //! - A settings file that could not be parsed and was kept aside at a start is told exactly
 //!   once per kept file, whatever the toggles; its "Open" opens Settings.
 
@@ -20,6 +23,7 @@ use std::time::Duration;
 use devpilot_app::orchestrator::{Event, LossReason};
 use devpilot_app::settings::NotifySettings;
 use devpilot_app::Engine;
+use devpilot_app::HealthState;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -48,6 +52,8 @@ pub enum Kind {
     /// The config file could not be parsed: it was kept aside and the defaults are in force.
     /// Always shown, once per file set aside.
     ConfigSetAside,
+    /// A tracker source has no usable API key here: no issue becomes a job until one is set.
+    SourceTrouble,
 }
 
 /// One event worth telling, before coalescing.
@@ -91,7 +97,9 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
         Event::Completed { job, summary, url } if on.completed => {
             let said = summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
             let link = url.as_deref().map(|u| format!(" ({u})")).unwrap_or_default();
-            let open = Some(url.clone().map(Open::Url).unwrap_or(Open::Job(job.id)));
+            // The issue the work was asked in is where its result is read and discussed.
+            let target = job.issue_url.clone().or_else(|| url.clone());
+            let open = Some(target.map(Open::Url).unwrap_or(Open::Job(job.id)));
             Some(Notice { kind: Kind::Completed, text: format!("Finished {}{said}{link}", job.label()), open })
         }
         Event::Cancelled { job } if on.completed => {
@@ -134,6 +142,18 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             },
         ),
         Event::AgentUnavailable { error } => n(Kind::AgentMissing, format!("Not claiming jobs: {error}")),
+        // Said once by the machine as the source goes wrong. Only a key the user must set is
+        // worth a notification (offline and rate limits mend themselves); both failure
+        // toggles off silence it. Linear is the only kind of source there is.
+        Event::SourceTrouble { source, state: HealthState::NoKey | HealthState::WrongKey, message }
+            if on.failed || on.dead =>
+        {
+            Some(Notice {
+                kind: Kind::SourceTrouble,
+                text: format!("Linear source {source}: {message}"),
+                open: Some(Open::Settings),
+            })
+        }
         _ => None,
     }
 }
@@ -153,6 +173,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             Kind::Offline => "DevPilot: database offline",
             Kind::Online => "DevPilot: database back online",
             Kind::ConfigSetAside => "DevPilot: settings file could not be read",
+            Kind::SourceTrouble => "DevPilot: a source needs its API key",
         };
         return (summary.into(), one.text.clone());
     }
@@ -178,6 +199,9 @@ pub fn render(batch: &[Notice]) -> (String, String) {
     }
     if count(Kind::ConfigSetAside) > 0 {
         parts.push("settings file could not be read".into());
+    }
+    if count(Kind::SourceTrouble) > 0 {
+        parts.push("a source needs its API key".into());
     }
     for k in [Kind::Offline, Kind::Online] {
         if count(k) > 0 {
@@ -432,7 +456,7 @@ mod tests {
     use devpilot_app::orchestrator::JobRef;
 
     fn job(id: i64) -> JobRef {
-        JobRef { id, title: Some(format!("T{id}")), attempt: 1, token: 1 }
+        JobRef { id, title: Some(format!("T{id}")), attempt: 1, token: 1, issue_url: None }
     }
 
     /// Toggles decide; routine events are off by default, failures and losses on.
@@ -509,6 +533,44 @@ mod tests {
         assert_eq!(n.open, Some(Open::Url("https://x.test/pr/9".into())), "Open opens the link");
         let plain = notice_for(&Event::Completed { job: job(4), summary: None, url: None }, &NotifySettings::default());
         assert_eq!(plain.unwrap().open, Some(Open::Job(4)), "with no link, Open opens the job");
+    }
+
+    /// A job from a tracker issue: its completion's Open opens the issue, even with a result
+    /// link (the link is still in the text).
+    #[test]
+    fn completion_of_an_issue_opens_the_issue() {
+        let issue = JobRef { issue_url: Some("https://linear.app/acme/issue/ENG-7".into()), ..job(5) };
+        let ev = Event::Completed { job: issue, summary: None, url: Some("https://x.test/pr/9".into()) };
+        let n = notice_for(&ev, &NotifySettings::default()).unwrap();
+        assert_eq!(n.open, Some(Open::Url("https://linear.app/acme/issue/ENG-7".into())));
+        assert!(n.text.contains("https://x.test/pr/9"), "{}", n.text);
+    }
+
+    /// A source with no key, or a refused one, is told (once: the machine says it once), names
+    /// the source and opens Settings; the troubles that mend themselves are not told, and both
+    /// failure toggles off silence it.
+    #[test]
+    fn a_source_without_a_usable_key_is_told() {
+        let trouble = |state| Event::SourceTrouble {
+            source: "eng".into(),
+            state,
+            message: "Linear refused the API key (401)".into(),
+        };
+        let d = NotifySettings::default();
+        let n = notice_for(&trouble(HealthState::WrongKey), &d).unwrap();
+        assert_eq!(
+            (n.kind, n.text.as_str(), n.open.clone()),
+            (Kind::SourceTrouble, "Linear source eng: Linear refused the API key (401)", Some(Open::Settings))
+        );
+        assert_eq!(render(&[n]).0, "DevPilot: a source needs its API key");
+        assert!(notice_for(&trouble(HealthState::NoKey), &d).is_some());
+        for passing in [HealthState::Offline, HealthState::RateLimited, HealthState::Error] {
+            assert!(notice_for(&trouble(passing), &d).is_none(), "{passing:?}");
+        }
+        assert!(notice_for(&trouble(HealthState::NoKey), &NotifySettings { dead: false, ..d.clone() }).is_some());
+        let quiet = NotifySettings { failed: false, dead: false, ..d };
+        assert!(notice_for(&trouble(HealthState::NoKey), &quiet).is_none());
+        assert!(notice_for(&Event::SourceOk { source: "eng".into() }, &NotifySettings::default()).is_none());
     }
 
     /// A summary that is markup is shown as text: the body is escaped before it is sent.

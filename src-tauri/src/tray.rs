@@ -14,7 +14,7 @@ use tauri::tray::{TrayIcon, TrayIconBuilder};
 use tauri::{AppHandle, Manager, Runtime};
 
 use crate::state::AppState;
-use crate::tray_text::{hover_text, job_lines, state_line};
+use crate::tray_text::{hover_text, job_lines, source_lines, state_line};
 
 pub const TRAY_ID: &str = "devpilot";
 
@@ -154,7 +154,7 @@ fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     // Everything the texts show except running times (the minute tick forces those): the
     // pause's end to the minute, as the menu says "until 14:30".
     let key = format!(
-        "{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}",
+        "{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}",
         st.state,
         st.dispatch_enabled,
         st.paused,
@@ -162,6 +162,7 @@ fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
         st.running.iter().map(|r| r.job.id).collect::<Vec<_>>(),
         st.orchestrator_id,
         st.message,
+        source_lines(st),
     );
     let changed = cache.key.lock().map(|mut k| {
         let changed = k.as_deref() != Some(key.as_str());
@@ -284,10 +285,15 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
 
 fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status) -> tauri::Result<()> {
     tm.status.set_text(state_line(st))?;
-    // One fixed item for the running jobs, one line per job: inserting and removing items
-    // in a live appindicator menu left it unable to open on xfce4-panel.
-    let lines = job_lines(st);
-    tm.jobs_item.set_text(if lines.is_empty() { "No jobs running here".to_string() } else { lines.join("\n") })?;
+    // One fixed item for the running jobs, one line per job, then a line per source that does
+    // not work here: inserting and removing items in a live appindicator menu left it unable
+    // to open on xfce4-panel.
+    let mut lines = job_lines(st);
+    if lines.is_empty() {
+        lines.push("No jobs running here".to_string());
+    }
+    lines.extend(source_lines(st));
+    tm.jobs_item.set_text(lines.join("\n"))?;
     let can_dispatch = !matches!(st.state, S::NeedsAgent | S::Error | S::Starting | S::Stopped);
     tm.dispatch.set_checked(st.dispatch_enabled)?;
     tm.pause.set_enabled(can_dispatch && !st.paused)?;

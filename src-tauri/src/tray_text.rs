@@ -1,11 +1,11 @@
-//! What the tray says, as text: the menu's state line and job lines, and the hover text
-//! (tooltip). Pure functions of the engine's [`Status`] and the clock, so they are tested
+//! What the tray says, as text: the menu's state line, job lines and troubled sources' lines,
+//! and the hover text (tooltip). Pure functions of the engine's [`Status`] and the clock, so they are tested
 //! without a display.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, TimeZone};
-use devpilot_app::{MachineState as S, Status};
+use devpilot_app::{HealthState, MachineState as S, Status};
 
 /// The hover text's running-jobs part stops after this many characters ("…" follows): tray
 /// hosts show one or two lines, and a long list would push the state out of view.
@@ -83,7 +83,31 @@ pub fn hover_text(st: &Status) -> String {
             .collect();
         text.push_str(&format!(" · {} running: {}", jobs.len(), shorten(&jobs.join(", "), HOVER_JOBS_MAX)));
     }
+    for line in source_lines(st) {
+        text.push_str(&format!(" · {line}"));
+    }
     text
+}
+
+/// A line for each tracker source that does not work here: "Linear eng: wrong key". A source
+/// that works, or has not polled yet, says nothing: the tray only speaks of what needs a look.
+pub fn source_lines(st: &Status) -> Vec<String> {
+    st.sources
+        .iter()
+        .filter_map(|h| {
+            let what = match h.state {
+                HealthState::Ok | HealthState::Starting => return None,
+                HealthState::NoKey => "no API key",
+                HealthState::WrongKey => "wrong key",
+                HealthState::Offline => "offline",
+                HealthState::RateLimited => "rate limited",
+                HealthState::Error => "error",
+            };
+            // Linear is the only kind of source there is; another kind names itself.
+            let kind = if h.kind.is_empty() || h.kind == "linear" { "Linear".to_string() } else { h.kind.clone() };
+            Some(format!("{kind} {}: {what}", shorten(&h.name, 32)))
+        })
+        .collect()
 }
 
 fn hover_state(st: &Status) -> String {
@@ -159,7 +183,10 @@ mod tests {
     use devpilot_app::orchestrator::{JobRef, RunningJob};
 
     fn running(id: i64, title: &str) -> RunningJob {
-        RunningJob { job: JobRef { id, title: Some(title.into()), attempt: 1, token: 1 }, started_unix_ms: now_ms() }
+        RunningJob {
+            job: JobRef { id, title: Some(title.into()), attempt: 1, token: 1, issue_url: None },
+            started_unix_ms: now_ms(),
+        }
     }
 
     /// The hover text names the state and what runs, and cuts a long list short.
@@ -182,6 +209,26 @@ mod tests {
         assert_eq!(hover_text(&st), "DevPilot — offline: cannot reach the database at h:5432/d: connection refused");
         let st = Status { state: S::Paused, paused: true, dispatch_enabled: true, ..Status::default() };
         assert_eq!(hover_text(&st), "DevPilot — paused until resumed");
+    }
+
+    /// A source that does not work here gets a line, in the menu and the hover text; one that
+    /// works (or has not polled yet) does not.
+    #[test]
+    fn troubled_sources_get_a_line() {
+        use devpilot_app::SourceHealth;
+        let source =
+            |name: &str, state| SourceHealth { name: name.into(), kind: "linear".into(), state, ..Default::default() };
+        let mut st = Status { state: S::Idle, dispatch_enabled: true, ..Status::default() };
+        st.sources = vec![source("eng", HealthState::Ok), source("ops", HealthState::Starting)];
+        assert!(source_lines(&st).is_empty());
+        assert_eq!(hover_text(&st), "DevPilot — dispatching · nothing running");
+        st.sources.push(source("eng2", HealthState::WrongKey));
+        st.sources.push(source("web", HealthState::NoKey));
+        assert_eq!(source_lines(&st), ["Linear eng2: wrong key", "Linear web: no API key"]);
+        assert_eq!(
+            hover_text(&st),
+            "DevPilot — dispatching · nothing running · Linear eng2: wrong key · Linear web: no API key"
+        );
     }
 
     /// A timed pause says until when, on the local clock, in the menu and the hover text.

@@ -15,6 +15,7 @@ import time
 import urllib.parse
 
 import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
+import sources_step  # tests/desktop/sources_step.py
 
 ENV = os.environ
 WORK = ENV["E2E_WORK"]
@@ -701,6 +702,9 @@ def main():
     other.terminate()
     other.wait(20)
     wd_invoke("resume")
+
+    # 8d. A Linear source, through Settings → Sources, against the stand-in (sources_step.py).
+    sources_step.run(sys.modules[__name__])
 
     # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
     try:

@@ -3,7 +3,8 @@
 # Xvfb + a private D-Bus session + gnome-keyring (unlocked) + dunst + xfce4-panel (systray)
 # + a throwaway PostgreSQL (for the keychain round trip), then tests/desktop/e2e.py drives
 # the app through its tray menu (xdotool), its window (WebDriver via tauri-driver) and the
-# `devpilot` CLI, and asserts on what it observes.
+# `devpilot` CLI, and asserts on what it observes; a Linear source is set up in the window
+# against the Linear stand-in (tests/src/bin/linear-standin.rs), which this builds too.
 #
 # Usage:  bash tests/desktop/e2e.sh            (from the repository root)
 # Env:    CARGO_TARGET_DIR   (default /root/.cache/devpilot-target)
@@ -30,6 +31,10 @@ if [[ "${1:-}" != "--inner" ]]; then
   flags=()
   [[ "$PROFILE" == release ]] && flags=(--release)
   (cd "$ROOT" && cargo build "${flags[@]}" -p devpilot-tray -p devpilot-cli --bins)
+  # The Linear stand-in the Sources step (sources_step.py) talks to: a test tool, always debug.
+  echo "== building the Linear stand-in"
+  (cd "$ROOT" && cargo build -p devpilot-tests --bin linear-standin)
+  export E2E_STANDIN_BIN="$CARGO_TARGET_DIR/debug/linear-standin"
   if ! command -v tauri-driver >/dev/null; then
     echo "== installing tauri-driver"
     cargo install tauri-driver --locked

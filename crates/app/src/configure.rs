@@ -81,7 +81,7 @@ impl Engine {
             self.start().await;
             return Ok(());
         };
-        handle.reconfigure(run_config(&new, agent.clone(), &self.paths)?);
+        handle.reconfigure(run_config(&new, agent.clone(), &self.paths, &self.service)?);
         self.status_tx.send_modify(|s| {
             s.agent = match agent {
                 AgentSpec::Command(_) => AgentKind::Command,

@@ -160,7 +160,10 @@ impl Engine {
     }
 }
 
-/// The orchestrator's run configuration for these settings and this agent.
-pub(crate) fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths) -> Result<RunConfig> {
-    RunConfig::from_settings(s, agent, &paths.data_dir)
+/// The orchestrator's run configuration for these settings and this agent. Its trackers' keys
+/// come from this app's keychain service (`service`), where Settings → Sources stores them.
+pub(crate) fn run_config(s: &Settings, agent: AgentSpec, paths: &Paths, service: &str) -> Result<RunConfig> {
+    let mut cfg = RunConfig::from_settings(s, agent, &paths.data_dir)?;
+    cfg.keys = devpilot_engine::sources::KeyStore::Keychain { service: service.into() };
+    Ok(cfg)
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use devpilot_store::error::{Error, Result};
 
 /// How long a keychain call may take.
-const KEYCHAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const KEYCHAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs a blocking keychain call off the async workers, with a time limit: a keychain that
 /// waits for an unlock prompt nobody answers must not hang the app.

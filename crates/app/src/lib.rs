@@ -20,6 +20,8 @@
 //! - `jobs`: the user's commands (dispatch, pause, hand off, enqueue, job lists, cancel, repos).
 //! - `configure`: applying settings from the window, the stored password, checking a login.
 //! - `sleep`: what the engine does before the machine sleeps and after it wakes.
+//! - `sources`: Settings → Sources: the tracker sources listed with their health, tested,
+//!   saved (the API key to the keychain) and removed; [`SourceForm`], [`SourcesView`].
 //! - [`guide`]: what the window's first-run guide asks the engine.
 //! - `db_form`: [`DbForm`], the database part of the settings form, to and from a URL; [`DbMode`].
 //! - `overrides`: [`Overrides`], the `DEVPILOT_*` variables that override the settings file.
@@ -36,6 +38,7 @@ mod keychain;
 mod lifecycle;
 mod overrides;
 mod sleep;
+mod sources;
 mod views;
 
 #[cfg(test)]
@@ -52,6 +55,10 @@ pub use devpilot_store::{job, queue};
 pub use devpilot_engine::orchestrator::{AgentKind, Backend, MachineState, Status};
 
 pub use db_form::{DbForm, DbMode};
+/// How a tracker source is doing on this machine, as the status, the tray and the
+/// notifications say it.
+pub use devpilot_engine::sources::{HealthState, SourceHealth};
 pub use engine::{Engine, DEMO_DURATION};
 pub use overrides::Overrides;
+pub use sources::{health_line, SourceForm, SourceView, SourcesView};
 pub use views::{Fleet, JobDetail, NewJob};

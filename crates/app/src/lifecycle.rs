@@ -193,7 +193,7 @@ impl Engine {
     /// The task [`Engine::connect_in_background`] spawns: the agent's run config and the pool,
     /// then the queue, then (with an agent) the orchestrator.
     async fn connect_and_run(self: Arc<Self>, gen: u64, url: DbUrl, settings: Settings, agent: Option<AgentSpec>) {
-        let cfg = match agent.map(|a| run_config(&settings, a, &self.paths)).transpose() {
+        let cfg = match agent.map(|a| run_config(&settings, a, &self.paths, &self.service)).transpose() {
             Ok(c) => c,
             Err(e) => {
                 self.set_problem(MachineState::Error, e.to_string());

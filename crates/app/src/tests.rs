@@ -1,5 +1,6 @@
 //! The engine's tests: the demo on the SQLite default, dispatch, overrides, settings applied
-//! live or refused, a corrupt config file, and the database form.
+//! live or refused, a corrupt config file, the database form, and Settings → Sources (the
+//! source form, its checks, the health line, saving and removing a source).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -388,4 +389,198 @@ fn db_form_root_certificate() {
     assert!(err(DbForm { sslrootcert: "ca.crt".into(), ..f.clone() }).contains("full path"));
     assert!(err(DbForm { sslrootcert: dir.path().display().to_string(), ..f.clone() }).contains("not a file"));
     assert!(err(DbForm { sslmode: "require".into(), ..f }).contains("verify-ca or verify-full"));
+}
+
+/// A source form as the window fills it (the key is set by the tests that need one).
+fn source_form() -> SourceForm {
+    SourceForm {
+        name: String::new(),
+        teams: "eng, ops ENG".into(),
+        label: " agent ".into(),
+        states: vec!["unstarted".into(), "Started".into()],
+        assigned_to_me: true,
+        interval: "90s".into(),
+        api_url: " http://127.0.0.1:8080/graphql ".into(),
+        maps_to: "webapp".into(),
+        key: None,
+    }
+}
+
+/// The form becomes the source the settings file holds: teams split and upper-cased once
+/// each, the name from the first team, the repo for every team, and back again; what the
+/// form does not show is kept from the source it replaces.
+#[test]
+fn source_form_maps_to_settings() {
+    use devpilot_engine::sources::SourceSettings;
+    let (name, s) = source_form().to_settings(&Default::default()).unwrap();
+    assert_eq!(name, "eng");
+    assert_eq!(s.teams, ["ENG", "OPS"]);
+    assert_eq!((s.label.as_str(), s.assigned_to_me), ("agent", true));
+    assert_eq!(s.states, ["unstarted", "started"]);
+    assert_eq!(s.interval.get(), Duration::from_secs(90));
+    assert_eq!(s.api_url.as_deref(), Some("http://127.0.0.1:8080/graphql"));
+    let webapp = |t: &str| (t.to_string(), "webapp".to_string());
+    assert_eq!(s.repo_by_team, [webapp("ENG"), webapp("OPS")].into());
+    let back = SourceForm::of(&name, &s);
+    let want = SourceForm {
+        name: "eng".into(),
+        teams: "ENG, OPS".into(),
+        label: "agent".into(),
+        states: vec!["unstarted".into(), "started".into()],
+        interval: "90s".into(),
+        assigned_to_me: true,
+        api_url: "http://127.0.0.1:8080/graphql".into(),
+        maps_to: "webapp".into(),
+        key: None,
+    };
+    assert_eq!(back, want);
+    // Empty fields: the defaults (Linear's address, no repo).
+    let mut plain = source_form();
+    (plain.name, plain.interval, plain.api_url, plain.maps_to) = ("mine".into(), "".into(), "".into(), "".into());
+    let (name, s) = plain.to_settings(&Default::default()).unwrap();
+    assert_eq!((name.as_str(), s.interval.get(), s.api_url.clone()), ("mine", Duration::from_secs(60), None));
+    assert!(s.repo_by_team.is_empty());
+    // Replacing a source keeps what only the file says, and an empty interval keeps its own.
+    let mut kept = SourceSettings { requires_prefix: "gpu:".into(), interval: "5m".parse().unwrap(), ..s };
+    kept.report.completed_state = "In Review".into();
+    let (_, s) = plain.to_settings(&[("mine".to_string(), kept)].into()).unwrap();
+    assert_eq!((s.requires_prefix.as_str(), s.report.completed_state.as_str()), ("gpu:", "In Review"));
+    assert_eq!(s.interval.to_string(), "5m");
+}
+
+/// Each mistake in the form is refused with what is wrong and what to do.
+#[test]
+fn source_form_says_what_is_wrong() {
+    let err = |f: SourceForm| f.to_settings(&Default::default()).unwrap_err().to_string();
+    let mut f = source_form();
+    f.states = vec!["unstarted".into(), "doing".into()];
+    let e = err(f);
+    assert!(e.contains("'doing' is not a state type") && e.contains("unstarted, started"), "{e}");
+    let mut f = source_form();
+    (f.name, f.teams) = ("eng".into(), " , ".into());
+    assert_eq!(err(f), "source 'eng': name at least one team key (teams = [\"ENG\"])");
+    let mut f = source_form();
+    f.teams = String::new();
+    assert!(err(f).contains("give the source a name"));
+    let mut f = source_form();
+    f.interval = "10s".into();
+    assert_eq!(err(f), "source 'eng': the interval 10s is shorter than the minimum of 15s");
+    let mut f = source_form();
+    f.interval = "soon".into();
+    assert!(err(f).contains("'soon' is not a duration"));
+    let mut f = source_form();
+    f.states = vec![];
+    assert!(err(f).contains("choose at least one state type"));
+    let mut f = source_form();
+    f.api_url = "http://linear.example/graphql".into();
+    assert!(err(f).contains("must be https"));
+    let mut f = source_form();
+    f.teams = "ENG-1".into();
+    assert!(err(f).contains("'ENG-1' is not a team key"));
+}
+
+/// The key never shows when the form is printed, and never travels back to the window.
+#[test]
+fn source_form_hides_its_key() {
+    let mut f = source_form();
+    f.key = Some("lin_api_secret_for_test".into());
+    assert!(!format!("{f:?}").contains("lin_api_secret"), "{f:?}");
+    assert!(format!("{f:?}").contains("key: Some(\"***\")"));
+    assert!(serde_json::to_value(&f).unwrap().get("key").is_none());
+    let sent: SourceForm = serde_json::from_value(serde_json::json!({"teams": "ENG", "key": "k1"})).unwrap();
+    assert_eq!((sent.key.as_deref(), sent.label.as_str()), (Some("k1"), ""));
+}
+
+/// The health line: how the source is doing here, and the fleet's last poll.
+#[test]
+fn source_health_line() {
+    use devpilot_engine::sources::{HealthState, PollReport, SourceHealth, SourceSettings};
+    use devpilot_store::queue::SourceRow;
+    let s = SourceSettings { teams: vec!["ENG".into()], ..Default::default() };
+    let added = (1..=3).map(|i| (format!("linear:ENG-{i}"), i)).collect();
+    let ok = SourceHealth {
+        name: "eng".into(),
+        state: HealthState::Ok,
+        last_poll: Some(PollReport { added, ..Default::default() }),
+        ..Default::default()
+    };
+    let row = SourceRow {
+        id: 1,
+        name: "eng".into(),
+        kind: "linear".into(),
+        filter: String::new(),
+        interval_ms: 60_000,
+        cursor: None,
+        turn: 4,
+        polled_at: Some(1_000_000),
+        polled_by: Some("desktop".into()),
+        hold_until: None,
+        last_ok_at: None,
+        last_error: None,
+        last_error_at: None,
+        rate_remaining: None,
+        rate_reset_at: None,
+        backlog: 0,
+        now: 1_020_000,
+    };
+    let line =
+        |h: Option<&SourceHealth>, r: Option<&SourceRow>, s: &SourceSettings| health_line("eng", s, h, r, "desktop");
+    assert_eq!(
+        line(Some(&ok), Some(&row), &s),
+        ("eng (linear): OK — last poll 20s ago by desktop, 3 jobs added".into(), true)
+    );
+    let elsewhere = SourceRow { polled_by: Some("laptop".into()), backlog: 2, ..row.clone() };
+    assert_eq!(
+        line(Some(&ok), Some(&elsewhere), &s).0,
+        "eng (linear): OK — last poll 20s ago by laptop · 2 updates waiting to reach the issues"
+    );
+    let wrong = SourceHealth { state: HealthState::WrongKey, message: Some("Linear refused the API key".into()), ..ok };
+    let failed = SourceRow { last_error: Some("desktop: Linear refused the API key".into()), ..row.clone() };
+    assert_eq!(
+        line(Some(&wrong), Some(&failed), &s),
+        (
+            "eng (linear): wrong key: Linear refused the API key — last poll 20s ago by desktop, 3 jobs added".into(),
+            false
+        )
+    );
+    assert_eq!(line(None, Some(&failed), &s).0, "eng (linear): not running here — last poll 20s ago by desktop · last error: desktop: Linear refused the API key");
+    let fresh = SourceRow { polled_at: None, polled_by: None, ..row };
+    assert_eq!(line(None, Some(&fresh), &s).0, "eng (linear): not running here — not polled yet");
+    let off = SourceSettings { enabled: false, ..s.clone() };
+    assert_eq!(line(None, None, &off), ("eng (linear): off on this machine".into(), false));
+    assert_eq!(line(None, None, &s).0, "eng (linear): not running here — not registered yet");
+}
+
+/// A source saved from the window lands in the settings file (never a key), is listed with
+/// its form and the machine's health, reaches the running machine, and goes when removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_are_saved_listed_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_millis(100));
+    e.start().await;
+    wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+    let mut f = source_form();
+    // A short interval: the machine's sources service takes new settings at its next tick,
+    // a quarter of the shortest interval (at least 5s).
+    (f.maps_to, f.interval) = (String::new(), "20s".into());
+    let before = std::fs::read_to_string(p.config_file()).unwrap();
+    let mut bad = source_form();
+    bad.interval = "1s".into();
+    assert!(e.save_source(bad).await.unwrap_err().to_string().contains("minimum of 15s"));
+    assert_eq!(std::fs::read_to_string(p.config_file()).unwrap(), before, "nothing saved");
+    let view = e.save_source(f).await.unwrap();
+    assert_eq!(p.load().unwrap().sources["eng"].teams, ["ENG", "OPS"]);
+    assert_eq!(view.sources.len(), 1, "{view:?}");
+    assert_eq!((view.sources[0].name.as_str(), view.sources[0].form.teams.as_str()), ("eng", "ENG, OPS"));
+    assert!(view.db_error.is_none(), "{view:?}");
+    // The machine took the source live: its status shows it.
+    wait_for(&e, "the source in the status", |s| s.sources.iter().any(|h| h.name == "eng")).await;
+    let err = e.remove_source("nope").await.unwrap_err().to_string();
+    assert_eq!(err, "there is no source named 'nope' in the settings");
+    let view = e.remove_source("eng").await.unwrap();
+    assert!(view.sources.is_empty());
+    assert!(!std::fs::read_to_string(p.config_file()).unwrap().contains("[sources.eng]"));
+    e.stop(StopMode::HandOff).await;
 }

@@ -92,6 +92,8 @@ impl Sources {
             *e = tick_of(&cfg);
         }
         let _ = self.cfgs.send(cfg);
+        // A source just added or changed is registered and polled now, not a tick later.
+        let _ = self.asks.try_send(Ask::Tick);
     }
 }
 

@@ -1,0 +1,420 @@
+//! Settings → Sources: the tracker sources (Linear) this machine has configured, as the window
+//! lists, tests and edits them. Each source shows the machine's health for it and the fleet's
+//! row (last poll, by whom, backlog), so a user sees at a glance why issues do not arrive.
+//!
+//! The API key goes to the OS keychain (the service this app's machine reads, see
+//! `engine::run_config`), never to the settings file, a log line or an error; the form that
+//! carries it redacts it when printed and wipes it when dropped. Saving or removing a source
+//! goes through the same save-and-apply path as every other settings change, so the running
+//! machine takes it at once, without a restart.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use devpilot_engine::sources::connection::{self, ConnectionError};
+use devpilot_engine::sources::linear::TrackerError;
+use devpilot_engine::sources::settings::STATE_TYPES;
+use devpilot_engine::sources::{keys, HealthState, KeyStore, LinearKey, SourceHealth, SourceSettings};
+use devpilot_engine::span::Span;
+use devpilot_store::error::{Error, Result};
+use devpilot_store::queue::SourceRow;
+
+use crate::engine::Engine;
+use crate::keychain::{keychain, KEYCHAIN_TIMEOUT};
+
+/// What to do when there is no key, said wherever one is missing.
+const NO_KEY: &str = "no Linear API key on this machine: type one in the API key field (it is kept in the OS \
+                      keychain), run `devpilot login --linear`, or set LINEAR_API_KEY";
+
+/// A source as the window's form has it: text fields as typed, checked only by
+/// [`SourceForm::to_settings`]. The key is a new API key for the keychain (empty or absent:
+/// keep the stored one); it is never sent back, never printed, and wiped when the form goes.
+// Each field has its own default: a container default would move fields out of a value
+// that has a `Drop`.
+#[derive(Default, Serialize, Deserialize, PartialEq)]
+pub struct SourceForm {
+    /// The source's name in the settings (`[sources.NAME]`); empty: the first team, lowercased.
+    #[serde(default)]
+    pub name: String,
+    /// Team keys, separated by commas (or spaces): "ENG, OPS".
+    #[serde(default)]
+    pub teams: String,
+    /// The label an issue must carry; empty: any.
+    #[serde(default)]
+    pub label: String,
+    /// The workflow state types an issue must be in (Linear's: unstarted, started, …).
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// Only issues assigned to the key's owner.
+    #[serde(default)]
+    pub assigned_to_me: bool,
+    /// How often the fleet polls it ("60s"); empty: the default (or the source's current one).
+    #[serde(default)]
+    pub interval: String,
+    /// The API address; empty: Linear's (or `DEVPILOT_LINEAR_API_URL`).
+    #[serde(default)]
+    pub api_url: String,
+    /// A configured repo every team's issues run in; empty: none.
+    #[serde(default)]
+    pub maps_to: String,
+    /// A new API key for the keychain; empty or absent: keep the stored one.
+    #[serde(default, skip_serializing)]
+    pub key: Option<String>,
+}
+
+/// Never the key, whoever prints the form.
+impl std::fmt::Debug for SourceForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceForm")
+            .field("name", &self.name)
+            .field("teams", &self.teams)
+            .field("label", &self.label)
+            .field("states", &self.states)
+            .field("assigned_to_me", &self.assigned_to_me)
+            .field("interval", &self.interval)
+            .field("api_url", &self.api_url)
+            .field("maps_to", &self.maps_to)
+            .field("key", &self.key.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl Drop for SourceForm {
+    fn drop(&mut self) {
+        wipe(self.key.take());
+    }
+}
+
+/// Best effort: do not leave a key lying around in freed memory longer than needed.
+pub(crate) fn wipe(secret: Option<String>) {
+    if let Some(s) = secret {
+        let mut bytes = s.into_bytes();
+        bytes.iter_mut().for_each(|b| *b = 0);
+        std::hint::black_box(&bytes);
+    }
+}
+
+impl SourceForm {
+    /// The form of a configured source. The key is never in it.
+    pub fn of(name: &str, s: &SourceSettings) -> Self {
+        let mut repos = s.teams.iter().map(|t| s.repo_by_team.get(t));
+        let first = repos.next().flatten();
+        // One repo for every team is what the form can show; anything else shows as none.
+        let maps_to = match first {
+            Some(r) if repos.all(|x| x == Some(r)) => r.clone(),
+            _ => String::new(),
+        };
+        Self {
+            name: name.to_string(),
+            teams: s.teams.join(", "),
+            label: s.label.clone(),
+            states: s.states.clone(),
+            assigned_to_me: s.assigned_to_me,
+            interval: s.interval.to_string(),
+            api_url: s.api_url.clone().unwrap_or_default(),
+            maps_to,
+            key: None,
+        }
+    }
+
+    /// The source's name: as typed, else the first team's key in lower case ("eng").
+    pub fn source_name(&self) -> String {
+        let typed = self.name.trim();
+        if !typed.is_empty() {
+            return typed.to_string();
+        }
+        team_keys(&self.teams).first().map(|t| t.to_lowercase()).unwrap_or_default()
+    }
+
+    /// The source this form describes, checked, with its name. What the form does not show
+    /// (the report, the requires prefix, repos by label or project, on or off) is kept from
+    /// the source of that name in `configured`, if there is one.
+    pub fn to_settings(&self, configured: &BTreeMap<String, SourceSettings>) -> Result<(String, SourceSettings)> {
+        let name = self.source_name();
+        if name.is_empty() {
+            return Err(Error::Invalid("give the source a name (e.g. eng), or at least one team key".into()));
+        }
+        let mut s = configured.get(&name).cloned().unwrap_or_default();
+        s.teams = team_keys(&self.teams);
+        s.label = self.label.trim().to_string();
+        s.states = dedup(self.states.iter().map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()));
+        s.assigned_to_me = self.assigned_to_me;
+        if !self.interval.trim().is_empty() {
+            s.interval = Span::parse(&self.interval)?;
+        }
+        s.api_url = Some(self.api_url.trim().to_string()).filter(|u| !u.is_empty());
+        let repo = self.maps_to.trim();
+        s.repo_by_team = if repo.is_empty() {
+            BTreeMap::new()
+        } else {
+            s.teams.iter().map(|t| (t.clone(), repo.to_string())).collect()
+        };
+        s.validate(&name)?;
+        if s.states.is_empty() {
+            return Err(Error::Invalid(format!(
+                "source '{name}': choose at least one state type ({})",
+                STATE_TYPES.join(", ")
+            )));
+        }
+        Ok((name, s))
+    }
+}
+
+/// "eng, ops platform" → ["ENG", "OPS", "PLATFORM"]: split on commas and spaces, upper case,
+/// each once.
+fn team_keys(text: &str) -> Vec<String> {
+    dedup(text.split(|c: char| c == ',' || c.is_whitespace()).filter(|t| !t.is_empty()).map(str::to_uppercase))
+}
+
+fn dedup(items: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// One configured source, as Settings → Sources lists it.
+#[derive(Debug, Serialize)]
+pub struct SourceView {
+    pub name: String,
+    pub kind: String,
+    /// Off: this machine neither polls it nor reports to it (`enabled = false` in the file).
+    pub enabled: bool,
+    /// Its settings as the form shows them (never a key).
+    pub form: SourceForm,
+    /// How it is doing on this machine, while the machine runs.
+    pub health: Option<SourceHealth>,
+    /// The fleet's row for it (last poll, by whom, backlog), once a machine registered it.
+    pub row: Option<SourceRow>,
+    /// "eng (linear): OK — last poll 20s ago by desktop, 3 jobs added".
+    pub line: String,
+    /// Whether the line is good news (for the window's colour).
+    pub ok: bool,
+}
+
+/// Everything Settings → Sources shows.
+#[derive(Debug, Serialize)]
+pub struct SourcesView {
+    pub sources: Vec<SourceView>,
+    /// Where this machine's Linear key comes from: `keychain` or `LINEAR_API_KEY`; `None`: no key.
+    pub key_from: Option<String>,
+    /// Why the keychain could not be asked, if it could not.
+    pub key_error: Option<String>,
+    /// Why the fleet's rows could not be read (the sources are listed anyway).
+    pub db_error: Option<String>,
+    /// The repos configured here, for the form's "repo" choice.
+    pub repos: Vec<String>,
+}
+
+impl Engine {
+    /// Every configured source with its health here and its row in the database, and where
+    /// this machine's key comes from. A database or keychain that cannot be read is shown
+    /// in the view, not an error: the list is what the user needs to fix it.
+    pub async fn sources_view(&self) -> Result<SourcesView> {
+        let file = self.file_settings()?;
+        let status = self.status();
+        let (rows, db_error) = match self.queue() {
+            Ok(q) => match q.sources(&self.settings().orchestrator_id).await {
+                Ok(rows) => (rows, None),
+                Err(e) => (vec![], Some(e.to_string())),
+            },
+            Err(e) => (vec![], Some(e.to_string())),
+        };
+        let (key_from, key_error) = match self.linear_key().await {
+            Ok(k) => (k.map(|k| k.from().to_string()), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let sources = file
+            .sources
+            .iter()
+            .map(|(name, s)| {
+                let health = status.sources.iter().find(|h| &h.name == name).cloned();
+                let row = rows.iter().find(|r| &r.name == name).cloned();
+                let (line, ok) = health_line(name, s, health.as_ref(), row.as_ref(), &status.machine);
+                SourceView {
+                    name: name.clone(),
+                    kind: s.kind.as_str().into(),
+                    enabled: s.enabled,
+                    form: SourceForm::of(name, s),
+                    health,
+                    row,
+                    line,
+                    ok,
+                }
+            })
+            .collect();
+        Ok(SourcesView { sources, key_from, key_error, db_error, repos: file.repos.keys().cloned().collect() })
+    }
+
+    /// Settings → Sources' "Test connection": the form as a source, with the form's key or
+    /// the stored one; "Connected as Ada: team ENG (Engineering), label agent", or what is
+    /// wrong. Nothing is saved.
+    pub async fn test_source(&self, mut form: SourceForm) -> Result<String> {
+        let typed = typed_key(&mut form);
+        let (_, s) = form.to_settings(&self.file_settings()?.sources)?;
+        let key = match typed {
+            Some(k) => k,
+            None => match self.linear_key().await? {
+                Some(k) => k.secret().to_string(),
+                None => return Err(Error::Invalid(NO_KEY.into())),
+            },
+        };
+        let found = connection::test(&s, &key).await;
+        wipe(Some(key));
+        found.map(|f| f.line()).map_err(|e| connection_error(&s.api_url(), e))
+    }
+
+    /// Adds or replaces a source from the form: checked, its key (if the form has one) into
+    /// the keychain, then saved and applied as any settings change (the machine takes it at
+    /// once). Nothing is saved if a step fails.
+    pub async fn save_source(self: &Arc<Self>, mut form: SourceForm) -> Result<SourcesView> {
+        let key = typed_key(&mut form);
+        let old = self.file_settings()?;
+        let (name, s) = form.to_settings(&old.sources)?;
+        let mut new = old.clone();
+        new.sources.insert(name, s);
+        new.validate()?;
+        if let Some(key) = key {
+            let service = self.service.clone();
+            keychain(move || {
+                let stored = keys::store_linear_key(&service, &key);
+                wipe(Some(key));
+                stored
+            })
+            .await?;
+        }
+        self.paths.save(&new)?;
+        self.apply(&old, new, false).await?;
+        self.sources_view().await
+    }
+
+    /// Removes a source from this machine's settings (its row and its undelivered reports stay
+    /// for the other machines that have it), and applies that at once. The key stays: every
+    /// Linear source of this machine uses it.
+    pub async fn remove_source(self: &Arc<Self>, name: &str) -> Result<SourcesView> {
+        let old = self.file_settings()?;
+        let mut new = old.clone();
+        if new.sources.remove(name.trim()).is_none() {
+            return Err(Error::Invalid(format!("there is no source named '{}' in the settings", name.trim())));
+        }
+        self.paths.save(&new)?;
+        self.apply(&old, new, false).await?;
+        self.sources_view().await
+    }
+
+    /// This machine's Linear key as its machine finds it (`LINEAR_API_KEY`, else the keychain
+    /// of this app's service), bounded in time: a locked keychain must not hang the window.
+    async fn linear_key(&self) -> Result<Option<LinearKey>> {
+        let store = KeyStore::Keychain { service: self.service.clone() };
+        tokio::time::timeout(KEYCHAIN_TIMEOUT, store.linear()).await.map_err(|_| {
+            Error::Keychain(format!(
+                "the keychain did not answer within {}s; it may be locked and waiting for a password prompt: unlock it, then try again",
+                KEYCHAIN_TIMEOUT.as_secs()
+            ))
+        })
+    }
+}
+
+/// The form's key, taken out of it, trimmed; `None` when it is empty (keep the stored one).
+fn typed_key(form: &mut SourceForm) -> Option<String> {
+    let raw = form.key.take()?;
+    let key = Some(raw.trim().to_string()).filter(|k| !k.is_empty());
+    wipe(Some(raw));
+    key
+}
+
+/// A failed connection test, as the window says it: what is wrong, and what to do.
+fn connection_error(api_url: &str, e: ConnectionError) -> Error {
+    match e {
+        ConnectionError::Tracker(TrackerError::Auth(why)) => Error::Invalid(format!(
+            "Linear refused the API key ({why}); type the right key in the API key field (Linear → Settings → API)"
+        )),
+        ConnectionError::Tracker(TrackerError::Unreachable(why)) => {
+            Error::Invalid(format!("cannot reach Linear at {api_url}: {why}; check the API address and the network"))
+        }
+        other => Error::Invalid(other.to_string()),
+    }
+}
+
+/// One line for a source: its name and kind, how it is doing here, and the fleet's last poll.
+/// `machine` is this machine's name (the jobs of "its" last turn are counted only when the
+/// fleet's last poll was its own). The flag says whether all is well.
+pub fn health_line(
+    name: &str,
+    s: &SourceSettings,
+    health: Option<&SourceHealth>,
+    row: Option<&SourceRow>,
+    machine: &str,
+) -> (String, bool) {
+    let state = match health {
+        _ if !s.enabled => "off on this machine".to_string(),
+        None => "not running here".to_string(),
+        Some(h) => {
+            let word = match h.state {
+                HealthState::Starting => "starting",
+                HealthState::Ok => "OK",
+                HealthState::NoKey => "no key",
+                HealthState::WrongKey => "wrong key",
+                HealthState::Offline => "offline",
+                HealthState::RateLimited => "rate limited",
+                HealthState::Error => "error",
+            };
+            match h.message.as_deref().filter(|m| !m.is_empty() && h.state != HealthState::Ok) {
+                Some(m) => format!("{word}: {m}"),
+                None => word.to_string(),
+            }
+        }
+    };
+    let ok = s.enabled && health.is_some_and(|h| matches!(h.state, HealthState::Ok | HealthState::Starting));
+    let mut line = format!("{name} ({}): {state}", s.kind.as_str());
+    match row {
+        Some(r) => match (r.polled_at, r.polled_by.as_deref()) {
+            (Some(at), by) => {
+                line.push_str(&format!(" — last poll {} ago by {}", ago(r.now - at), by.unwrap_or("?")));
+                let mine = by == Some(machine);
+                if let Some(report) = health.and_then(|h| h.last_poll.as_ref()).filter(|_| mine) {
+                    let n = report.added.len();
+                    line.push_str(&format!(", {n} job{} added", if n == 1 { "" } else { "s" }));
+                }
+            }
+            (None, _) => line.push_str(" — not polled yet"),
+        },
+        None if s.enabled => line.push_str(" — not registered yet"),
+        None => {}
+    }
+    if let Some(r) = row {
+        if r.backlog > 0 {
+            line.push_str(&format!(" · {} update{} waiting to reach the issues", r.backlog, plural(r.backlog)));
+        }
+        // A trouble here already says what is wrong; otherwise the fleet's last error may.
+        if let Some(e) = r.last_error.as_deref().filter(|_| ok || health.is_none()) {
+            line.push_str(&format!(" · last error: {e}"));
+        }
+    }
+    (line, ok)
+}
+
+fn plural(n: i64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// "20s", "3m", "1h 5m", "2d", as the window says how long ago.
+fn ago(ms: i64) -> String {
+    let s = Duration::from_millis(ms.max(0) as u64).as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d", s / 86400),
+    }
+}
