@@ -66,7 +66,10 @@ async fn fleet(env: &Env, plan: &Plan, n: usize) -> Value {
         "SELECT coalesce(sum(calls), 0)::bigint AS n FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid \
           WHERE d.datname = '{dbname}'"
     );
-    let source_calls_sql = format!("{calls_sql} AND (s.query LIKE '%sources%' OR s.query LIKE '%outbox%')");
+    // The statements on the sources' own tables (every machine's claim also carries an
+    // outbox CTE, which must not count here): a turn's try and end, a delivery's take.
+    let source_calls_sql =
+        format!("{calls_sql} AND s.query ~* '^\\s*(with taken as \\(\\s*)?(update|insert into|select .* from) (sources|outbox)'");
     exec(&env.admin, "SELECT pg_stat_clear_snapshot()").await;
     let (all0, src0, req0) =
         (scalar(&env.admin, &calls_sql).await, scalar(&env.admin, &source_calls_sql).await, standin.requests().len());
