@@ -203,10 +203,14 @@ async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
     let got = lb.recv().await.unwrap();
     assert_eq!((got.channel(), got.payload()), (devpilot_store::listen::channel_of(&b).as_str(), b.as_str()));
 
-    // Back to the schema before per-orchestrator channels (past the HOT-renewal, caps and
-    // presence-order migrations): the shared channel still wakes.
-    Migrator::down(db.admin(), Some(4)).await.unwrap();
-    db.queue.enqueue(&a, &json!({"n": 3})).await.unwrap();
+    // Back to the schema before per-orchestrator channels (past the HOT-renewal, caps,
+    // presence-order and sources migrations): the shared channel still wakes. On that
+    // schema jobs come from a producer's plain INSERT (this engine's insert names columns
+    // added since; a machine migrates before it enqueues).
+    Migrator::down(db.admin(), Some(5)).await.unwrap();
+    let plain_insert =
+        |n: i32| format!("INSERT INTO dispatch_queue (orchestrator_id, payload) VALUES ('{a}', '{{\"n\": {n}}}')");
+    db.exec(&plain_insert(3)).await;
     let got = la.recv().await.unwrap();
     assert_eq!((got.channel(), got.payload()), (devpilot_store::listen::CHANNEL, a.as_str()));
 
@@ -215,7 +219,7 @@ async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
     let mut hints = devpilot_store::listen::spawn(&db.url, &a, &db.queue).unwrap();
     assert_eq!(next(&mut hints).await, Hint::Direct, "the probe came back");
     assert_eq!(next(&mut hints).await, Hint::Resync, "LISTEN is in place");
-    db.queue.enqueue(&a, &json!({"n": 4})).await.unwrap();
+    db.exec(&plain_insert(4)).await;
     assert_eq!(next(&mut hints).await, Hint::Work, "woken on the old schema");
     Migrator::up(db.admin(), None).await.unwrap();
     db.queue.enqueue(&a, &json!({"n": 5})).await.unwrap();

@@ -32,7 +32,7 @@ fn an_issue_becomes_a_payload() {
     let i = issue(&["agent", "needs:gpu", "needs:bad label"]);
     let p = linear::payload_of(&i, "eng", &s);
     assert_eq!(p["title"], json!("ENG-7 Fix login redirect"));
-    assert_eq!(p["branch"], json!("ada/eng-7-fix-login-redirect"));
+    assert_eq!(p["branch"], json!("eng-7-fix-login-redirect"), "the last part of Linear's branch name");
     assert_eq!(p["repo"], json!("ios"), "the project's mapping beats the team's");
     assert_eq!(p["requires"], json!(["gpu"]), "a label that is no valid name is dropped");
     assert_eq!(p["source"]["identifier"], json!("ENG-7"));
@@ -66,7 +66,7 @@ fn the_filter_of_a_turn() {
     assert_eq!(first["and"][1]["labels"]["some"]["name"]["eqIgnoreCase"], json!("agent"));
     assert_eq!(first["and"][2]["state"]["type"]["in"], json!(["unstarted", "started"]));
     let later = linear::filter(&s, Some("2026-12-02T10:00:00.000Z"));
-    assert_eq!(later["and"][1]["updatedAt"]["gte"], json!("2026-12-02T10:00:00.000Z"));
+    assert_eq!(later["and"][1]["updatedAt"]["gte"], json!("2026-12-02T09:59:50.000Z"), "10 s of overlap");
     assert!(issue(&["Agent"]).matches(&s));
     assert!(!issue(&["other"]).matches(&s));
     let mine = SourceSettings { assigned_to_me: true, ..source() };
