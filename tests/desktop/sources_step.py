@@ -52,8 +52,8 @@ def standin_admin(graphql_url, method, path, body=None):
 
 
 def age_source_turn(name):
-    """Makes the source's next intake turn due now (as if its interval had passed), so the
-    app's machine takes it at its next tick rather than a whole interval later."""
+    """Makes the source's next intake turn due now (as if its interval had passed): a
+    machine that tries then takes it rather than finding it taken a moment ago."""
     import sqlite3
     with sqlite3.connect(t.DB, timeout=10) as c:
         c.execute("UPDATE sources SET polled_at = polled_at - interval_ms WHERE orchestrator_id = ? AND name = ?", (t.ORCH, name))
@@ -87,6 +87,9 @@ def run(e2e):
     t.check("the form's defaults: unstarted and started, every 60s",
           t.wd_exec("return [...document.querySelectorAll('#source-states input:checked')].map(c => c.id).join(' ')")
           == "source-state-unstarted source-state-started" and t.wd_exec("return document.querySelector('#source-interval').value") == "60s")
+    # The shortest interval a source may have: each machine tries the next turn when it is
+    # due, so this bounds how long the steps below wait for a poll.
+    t.wd_set("#source-interval", "15s")
     t.wd_set("#source-key", "lin_api_not_the_right_one")
     t.wd_click("#source-test")
     msg = t.wait("a wrong key is refused by the test", lambda: t.wd_exec("return document.querySelector('#source-msg').className") == "err" and t.wd_text("#source-msg"), timeout=30)
