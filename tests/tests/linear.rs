@@ -85,6 +85,19 @@ async fn age_source(db: &TestDb, orch: &str) {
     db.exec(&format!("UPDATE sources SET polled_at = polled_at - 15000 WHERE orchestrator_id = '{orch}'")).await;
 }
 
+/// Ages the source and waits until a machine has taken the next turn and ended it, so what
+/// the turn read and wrote is all in by the time the caller looks.
+async fn next_turn(db: &TestDb, orch: &str) {
+    let before = turns(db, orch).await;
+    age_source(db, orch).await;
+    let ended = format!(
+        "SELECT COUNT(*) FROM sources WHERE orchestrator_id = '{orch}' AND turn > {before}
+            AND (last_ok_at >= polled_at OR last_error_at >= polled_at)"
+    );
+    let done = || async { db.scalar(&ended).await.unwrap_or(0) > 0 };
+    assert!(devpilot_tests::wait_for(WAIT, done).await, "a machine took turn {} and ended it", before + 1);
+}
+
 async fn turns(db: &TestDb, orch: &str) -> i64 {
     db.scalar(&format!("SELECT COALESCE(MAX(turn), 0) FROM sources WHERE orchestrator_id = '{orch}'"))
         .await
@@ -125,9 +138,7 @@ async fn two_machines_add_each_issue_once_and_call_linear_once_per_turn(backend:
     let _b = machine(&homes[1], &db, &orch, "desktop", &agent.script, Some(KEY));
     assert!(devpilot_tests::wait_for(WAIT, || async { jobs(&db, &orch).await.len() >= 3 }).await);
     for _ in 0..3 {
-        let before = turns(&db, &orch).await;
-        age_source(&db, &orch).await;
-        assert!(devpilot_tests::wait_for(WAIT, || async { turns(&db, &orch).await > before }).await);
+        next_turn(&db, &orch).await;
     }
     let all = jobs(&db, &orch).await;
     let mut keys: Vec<&str> = all.iter().filter_map(|j| j.unique_key.as_deref()).collect();
@@ -261,9 +272,7 @@ async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(bac
         queued && agent.records().iter().any(|r| r.kind == "start") && linear.issue("ENG-2").state_type == "started"
     };
     assert!(devpilot_tests::wait_for(WAIT, placed).await, "ENG-1 waits for a gpu, ENG-2 runs, moved to started");
-    let before = turns(&db, &orch).await;
-    age_source(&db, &orch).await;
-    assert!(devpilot_tests::wait_for(WAIT, || async { turns(&db, &orch).await > before }).await);
+    next_turn(&db, &orch).await;
     let running = job_of(&db, &orch, "ENG-2").await.unwrap();
     assert_eq!(running.state, JobState::Running, "our own move to a started state cancels nothing");
     linear.set_labels("ENG-1", &["needs:gpu"]);
