@@ -35,8 +35,11 @@ fn home_with_source(root: &Path, name: &str, orch: &str, api_url: &str, report: 
     home_with(root, name, orch, api_url, "", report)
 }
 
-/// [`home_with_source`] with `extra` TOML lines in `[sources.eng]` itself.
+/// [`home_with_source`] with `extra` TOML lines in `[sources.eng]` itself. Calls time out
+/// after 10 s unless `extra` sets `timeout`: long enough that a loaded machine's slow answer
+/// is not taken for a lost one.
 fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, report: &str) -> PathBuf {
+    let timeout = if extra.contains("timeout") { "" } else { "timeout = \"10s\"\n" };
     let home = root.join(name);
     std::fs::create_dir_all(&home).unwrap();
     write_config(
@@ -44,7 +47,7 @@ fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, re
         &format!(
             "orchestrator_id = \"{orch}\"\n\
              [sources.eng]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             timeout = \"2s\"\napi_url = \"{api_url}\"\n{extra}\n\
+             {timeout}api_url = \"{api_url}\"\n{extra}\n\
              [sources.eng.report]\n{report}\n"
         ),
     );
@@ -203,8 +206,8 @@ async fn a_comment_applied_before_its_answer_was_lost_is_posted_once(backend: Ba
     let orch = db.orch("lost");
     let linear = LinearStandIn::start(KEY);
     linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
-    linear.inject(Fault::Timeout(Duration::from_secs(5)), 1, Some("DevpilotPostComment"));
-    let home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "claimed = false");
+    linear.inject(Fault::Timeout(Duration::from_secs(15)), 1, Some("DevpilotPostComment"));
+    let home = home_with(db.dir.path(), "desktop", &orch, &linear.url(), "timeout = \"5s\"", "claimed = false");
     let agent = summarising_agent(db.dir.path());
     let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
     let delivered = || async {
@@ -233,14 +236,25 @@ async fn a_machine_killed_after_completing_leaves_its_report_to_another(backend:
     let agent = summarising_agent(db.dir.path());
     let laptop_home = home_with_source(db.dir.path(), "laptop", &orch, &linear.url(), "claimed = false");
     let mut laptop = machine(&laptop_home, &db, &orch, "laptop", &agent.script, Some(KEY));
+    // Tried and recorded: the 502 is on the outbox row, so the laptop holds no lease on it.
     let tried = || async {
-        let done = job_of(&db, &orch, "ENG-1").await.is_some_and(|j| j.state == JobState::Completed);
-        done && linear.requests().iter().any(|r| r.operation.as_deref() == Some("DevpilotPostComment"))
+        let Some(job) = job_of(&db, &orch, "ENG-1").await.filter(|j| j.state == JobState::Completed) else {
+            return false;
+        };
+        let rows = db.queue.outbox_of(job.id).await.unwrap();
+        rows.iter().any(|r| r.event == "completed" && r.done_at.is_none() && r.last_error.is_some())
     };
     assert!(devpilot_tests::wait_for(WAIT, tried).await, "the laptop completed the job and tried to report it");
     laptop.child.kill().unwrap();
     laptop.child.wait().unwrap();
     linear.clear_faults();
+    // Ages the row past its backoff, and past the lease of a retry the laptop may have begun
+    // in the moments before the kill.
+    db.exec(&format!(
+        "UPDATE outbox SET next_at = 0, claimed_at = claimed_at - 600000 WHERE job_id = {}",
+        job_of(&db, &orch, "ENG-1").await.unwrap().id
+    ))
+    .await;
     assert!(linear.comments("ENG-1").is_empty(), "nothing reached the issue from the laptop");
     let desktop_home = home_with_source(db.dir.path(), "desktop", &orch, &linear.url(), "claimed = false");
     let _desktop = machine(&desktop_home, &db, &orch, "desktop", &agent.script, Some(KEY));
@@ -283,7 +297,8 @@ async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(bac
         a && job_of(&db, &orch, "ENG-2").await.unwrap().state == JobState::Cancelled
     };
     assert!(devpilot_tests::wait_for(WAIT, cancelled).await, "both cancelled");
-    assert!(agent.records().iter().any(|r| r.kind == "term" && r.job == running.id), "the agent was stopped");
+    let stopped = || async { agent.records().iter().any(|r| r.kind == "term" && r.job == running.id) };
+    assert!(devpilot_tests::wait_for(WAIT, stopped).await, "the agent was stopped");
     let history = db.queue.history(running.id).await.unwrap();
     assert!(history.iter().any(|e| e.kind == "cancel_requested" && e.machine.as_deref() == Some("intake:eng")));
 }
@@ -384,12 +399,16 @@ async fn a_rate_limit_holds_the_source_until_its_reset(backend: Backend) {
     assert!(out.contains("49 requests left") && out.contains("next turn in"), "{out}");
     linear.add_issue(IssueSeed::new("Add dark mode", &["agent"]));
     linear.set_rate_limit(0, Duration::from_secs(3600));
+    // The machine may already have planned its next try from the hold, an hour out, and
+    // moving the row's timestamps does not reach that plan: so the CLI takes these turns.
     db.exec(&format!("UPDATE sources SET hold_until = 0, polled_at = 0 WHERE orchestrator_id = '{orch}'")).await;
+    cli(&home, &db, KEY, &["sources", "poll"]);
     assert!(devpilot_tests::wait_for(WAIT, held(true)).await, "RATELIMITED holds the source until the reset");
     let s = db.queue.sources(&orch).await.unwrap().remove(0);
     assert!(s.last_error.unwrap().contains("rate limit"));
     assert!(job_of(&db, &orch, "ENG-2").await.is_none());
     linear.set_rate_limit(1400, Duration::from_secs(3600));
     db.exec(&format!("UPDATE sources SET hold_until = 0, polled_at = 0 WHERE orchestrator_id = '{orch}'")).await;
+    cli(&home, &db, KEY, &["sources", "poll"]);
     assert!(devpilot_tests::wait_for(WAIT, || async { job_of(&db, &orch, "ENG-2").await.is_some() }).await);
 }
