@@ -24,6 +24,7 @@ devpilot_tests::on_both_backends!(
     sources_poll_adds_updates_and_cancels_by_key,
     a_wrong_key_is_said_and_the_machine_works_on,
     a_rate_limit_holds_the_source_until_its_reset,
+    a_source_never_cancels_another_sources_job,
 );
 
 const KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
@@ -288,7 +289,10 @@ async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(bac
     assert!(devpilot_tests::wait_for(WAIT, placed).await, "ENG-1 waits for a gpu, ENG-2 runs, moved to started");
     next_turn(&db, &orch).await;
     let running = job_of(&db, &orch, "ENG-2").await.unwrap();
-    assert_eq!(running.state, JobState::Running, "our own move to a started state cancels nothing");
+    // A cancel of a running job is first only asked for: the state stays Running until the
+    // agent has stopped, so the history is what says whether the turn asked.
+    let asked = db.queue.history(running.id).await.unwrap().into_iter().any(|e| e.kind == "cancel_requested");
+    assert!(running.state == JobState::Running && !asked, "our own move to a started state cancels nothing");
     linear.set_labels("ENG-1", &["needs:gpu"]);
     linear.set_labels("ENG-2", &[]);
     age_source(&db, &orch).await;
@@ -411,4 +415,37 @@ async fn a_rate_limit_holds_the_source_until_its_reset(backend: Backend) {
     db.exec(&format!("UPDATE sources SET hold_until = 0, polled_at = 0 WHERE orchestrator_id = '{orch}'")).await;
     cli(&home, &db, KEY, &["sources", "poll"]);
     assert!(devpilot_tests::wait_for(WAIT, || async { job_of(&db, &orch, "ENG-2").await.is_some() }).await);
+}
+
+/// Two sources read the same team with different labels. When the issue of `eng`'s job
+/// changes, `ops` reads it too (a turn with a cursor reads every change of its teams) and
+/// finds it outside its own filter: that is not `ops`'s job to cancel. `eng` updates it.
+async fn a_source_never_cancels_another_sources_job(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("two");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed { description: Some("first".into()), ..IssueSeed::new("Fix login", &["agent"]) });
+    // Gives `ops` an issue of its own, so its first turn leaves it a cursor.
+    linear.add_issue(IssueSeed::new("Rotate certificates", &["ops"]));
+    let home = db.dir.path().join("cli");
+    let source = |name: &str, label: &str| {
+        format!(
+            "[sources.{name}]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"{label}\"\n\
+             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{}\"\n",
+            linear.url()
+        )
+    };
+    write_config(&home, &format!("orchestrator_id = \"{orch}\"\n{}{}", source("eng", "agent"), source("ops", "ops")));
+    let (code, _, err) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert_eq!(code, 0, "{err}");
+    let job = job_of(&db, &orch, "ENG-1").await.expect("eng added the issue");
+    linear.set_description("ENG-1", Some("second"));
+    let (code, out, err) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("cancelled"), "{out}");
+    let (row, payload) = db.queue.job(job.id).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Queued, "ops did not cancel eng's job");
+    assert_eq!(payload["prompt"], json!("second"), "eng brought it up to date");
+    let history = db.queue.history(job.id).await.unwrap();
+    assert!(history.iter().all(|e| e.machine.as_deref() != Some("intake:ops")), "ops wrote nothing: {history:?}");
 }
