@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{Backoff, DeliveryEnd, JobOptions, Queue, RetryAfter, SourceSpec, Turn, TurnEnd};
+use devpilot_store::queue::{
+    Backoff, DeliveryEnd, JobOptions, Queue, Retention, RetryAfter, SourceSpec, Turn, TurnEnd,
+};
 use devpilot_tests::{Backend, TestDb};
 use serde_json::json;
 
@@ -23,6 +25,7 @@ devpilot_tests::on_every_backend!(
     one_machine_delivers_each_row_in_order_fenced,
     a_waiting_job_takes_its_issues_new_text_and_a_claimed_one_does_not,
     every_reportable_change_writes_its_outbox_row,
+    retention_keeps_a_trackers_finished_job,
 );
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -276,4 +279,30 @@ async fn every_reportable_change_writes_its_outbox_row(backend: Backend) {
     assert_eq!(events(running).await, expect(&[("claimed", 1)]), "an ask is not an outcome");
     assert!(db.queue.finish_cancel(&c.fence, "laptop").await.unwrap());
     assert_eq!(events(running).await, expect(&[("claimed", 1), ("cancelled", 1)]));
+}
+
+/// Retention deletes an old completed plain job but keeps a tracker's: its row is the
+/// intake's memory that the issue was taken, and without it the next turn would add the
+/// issue again.
+async fn retention_keeps_a_trackers_finished_job(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("keep");
+    let sid = source(&db, &orch, "{}").await;
+    let opts = JobOptions { key: Some("linear:ENG-1".into()), source: Some(sid), ..Default::default() };
+    let tracked = db.queue.enqueue_keyed(&orch, &json!({"title": "ENG-1 x"}), &opts).await.unwrap().id;
+    let plain = db.queue.enqueue(&orch, &json!({"title": "plain"})).await.unwrap();
+    for c in db.queue.claim_next(&orch, "desktop", 2).await.unwrap() {
+        assert!(db.queue.complete(&c.fence, "desktop").await.unwrap());
+    }
+    let month = Duration::from_secs(31 * 86_400);
+    for id in [tracked, plain] {
+        db.age_finished(id, month).await;
+    }
+    db.queue.prune(Some(&orch), &Retention::default(), 100).await.unwrap();
+    assert!(db.queue.job(plain).await.unwrap().is_none(), "the plain job is pruned");
+    let (kept, _) = db.queue.job(tracked).await.unwrap().expect("the tracker's job is kept");
+    assert_eq!(kept.state, JobState::Completed);
+    let by_key = db.queue.jobs_by_key(&orch, &["linear:ENG-1".to_string()]).await.unwrap();
+    assert_eq!(by_key.len(), 1, "the intake still finds the issue's job by its key");
+    assert_eq!(by_key[0].state, JobState::Completed);
 }
