@@ -60,5 +60,5 @@ pub use db_form::{DbForm, DbMode};
 pub use devpilot_engine::sources::{HealthState, SourceHealth};
 pub use engine::{Engine, DEMO_DURATION};
 pub use overrides::Overrides;
-pub use sources::{health_line, SourceForm, SourceView, SourcesView};
+pub use sources::{SourceForm, SourceView, SourcesView};
 pub use views::{Fleet, JobDetail, NewJob};

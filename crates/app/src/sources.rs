@@ -23,7 +23,7 @@ use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::SourceRow;
 
 use crate::engine::Engine;
-use crate::keychain::{keychain, KEYCHAIN_TIMEOUT};
+use crate::keychain::{bounded, keychain};
 
 /// What to do when there is no key, said wherever one is missing.
 const NO_KEY: &str = "no Linear API key on this machine: type one in the API key field (it is kept in the OS \
@@ -121,7 +121,7 @@ impl SourceForm {
     }
 
     /// The source's name: as typed, else the first team's key in lower case ("eng").
-    pub fn source_name(&self) -> String {
+    pub(crate) fn source_name(&self) -> String {
         let typed = self.name.trim();
         if !typed.is_empty() {
             return typed.to_string();
@@ -312,12 +312,7 @@ impl Engine {
     /// of this app's service), bounded in time: a locked keychain must not hang the window.
     async fn linear_key(&self) -> Result<Option<LinearKey>> {
         let store = KeyStore::Keychain { service: self.service.clone() };
-        tokio::time::timeout(KEYCHAIN_TIMEOUT, store.linear()).await.map_err(|_| {
-            Error::Keychain(format!(
-                "the keychain did not answer within {}s; it may be locked and waiting for a password prompt: unlock it, then try again",
-                KEYCHAIN_TIMEOUT.as_secs()
-            ))
-        })
+        bounded(store.linear()).await
     }
 }
 
@@ -345,7 +340,7 @@ fn connection_error(api_url: &str, e: ConnectionError) -> Error {
 /// One line for a source: its name and kind, how it is doing here, and the fleet's last poll.
 /// `machine` is this machine's name (the jobs of "its" last turn are counted only when the
 /// fleet's last poll was its own). The flag says whether all is well.
-pub fn health_line(
+pub(crate) fn health_line(
     name: &str,
     s: &SourceSettings,
     health: Option<&SourceHealth>,
@@ -380,7 +375,7 @@ pub fn health_line(
                 let mine = by == Some(machine);
                 if let Some(report) = health.and_then(|h| h.last_poll.as_ref()).filter(|_| mine) {
                     let n = report.added.len();
-                    line.push_str(&format!(", {n} job{} added", if n == 1 { "" } else { "s" }));
+                    line.push_str(&format!(", {n} job{} added", plural(n as i64)));
                 }
             }
             (None, _) => line.push_str(" — not polled yet"),

@@ -14,6 +14,7 @@ use devpilot_engine::settings::{Settings, SleepAction};
 use devpilot_store::job::JobState;
 
 use super::*;
+use crate::sources::health_line;
 
 fn paths(dir: &std::path::Path) -> Paths {
     Paths { config_dir: dir.join("config"), data_dir: dir.join("data"), log_dir: dir.join("data").join("logs") }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use devpilot_engine::config::Paths;
 use devpilot_engine::secrets;
-use devpilot_engine::sources::{self, connection, KeyStore, SourceSettings};
+use devpilot_engine::sources::{self, connection, KeyStore, LinearKey, SourceSettings};
 use devpilot_engine::span::Span;
 use devpilot_store::db::PoolSettings;
 use devpilot_store::error::{Error, Result};
@@ -16,22 +16,19 @@ use crate::cli::AddLinear;
 use crate::open::open_queue;
 use crate::output::{human, shown};
 
-/// The orchestrator a command names, else the settings'.
-fn orchestrator_of(flag: Option<String>, paths: &Paths) -> Result<String> {
-    Ok(match flag {
-        Some(o) => o,
-        None => paths.load()?.orchestrator_id,
-    })
+/// This machine's Linear key, as its machine finds it: `LINEAR_API_KEY`, else the keychain.
+async fn machine_key() -> Option<LinearKey> {
+    KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await
 }
 
 /// `devpilot sources`: every source of the orchestrator, as its row says.
 pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
     let settings = paths.load()?;
-    let orchestrator = orchestrator_of(orchestrator, &paths)?;
+    let orchestrator = orchestrator.unwrap_or_else(|| settings.orchestrator_id.clone());
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let rows = queue.sources(&orchestrator).await?;
-    let key = KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await;
+    let key = machine_key().await;
     if json {
         let v = serde_json::json!({
             "orchestrator": orchestrator,
@@ -91,7 +88,7 @@ fn ms(v: i64) -> Duration {
 pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
     let settings = paths.load()?;
-    let orchestrator = orchestrator_of(orchestrator, &paths)?;
+    let orchestrator = orchestrator.unwrap_or_else(|| settings.orchestrator_id.clone());
     let chosen: Vec<(&String, &SourceSettings)> =
         settings.sources.iter().filter(|(n, _)| name.as_deref().is_none_or(|want| want == n.as_str())).collect();
     if chosen.is_empty() {
@@ -100,7 +97,7 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
             None => "no sources in the settings: add one with `devpilot sources add linear --team ENG`".into(),
         }));
     }
-    let Some(key) = KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await else {
+    let Some(key) = machine_key().await else {
         return Err(Error::Invalid(
             "no Linear API key on this machine: `devpilot login --linear`, or set LINEAR_API_KEY".into(),
         ));
@@ -162,7 +159,7 @@ pub async fn add_linear(a: AddLinear) -> Result<()> {
     let name = a.name.unwrap_or_else(|| s.teams.first().map(|t| t.to_lowercase()).unwrap_or_default());
     s.validate(&name)?;
     if !a.no_test {
-        let Some(key) = KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await else {
+        let Some(key) = machine_key().await else {
             return Err(Error::Invalid(
                 "no Linear API key to test with: `devpilot login --linear` first (or --no-test)".into(),
             ));

@@ -22,16 +22,12 @@ fn entry(service: &str, url: &DbUrl) -> Result<keyring::Entry> {
 
 /// Stores the password for `url`'s user and database.
 pub fn store_password(service: &str, url: &DbUrl, password: &str) -> Result<()> {
-    entry(service, url)?.set_password(password).map_err(explain)
+    store_secret(service, &account(url), password)
 }
 
 /// The stored password, or `None` if there is none.
 pub fn load_password(service: &str, url: &DbUrl) -> Result<Option<String>> {
-    match entry(service, url)?.get_password() {
-        Ok(p) => Ok(Some(p)),
-        Err(keyring::Error::NoEntry) => Ok(None),
-        Err(e) => Err(explain(e)),
-    }
+    load_secret(service, &account(url))
 }
 
 /// Whether a password is stored for `url`, found by its attributes alone: the secret itself
@@ -46,10 +42,7 @@ pub fn has_password(service: &str, url: &DbUrl) -> Result<bool> {
 
 /// Forgets the stored password (no error if there was none).
 pub fn delete_password(service: &str, url: &DbUrl) -> Result<()> {
-    match entry(service, url)?.delete_credential() {
-        Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
-        Err(e) => Err(explain(e)),
-    }
+    delete_secret(service, &account(url))
 }
 
 /// Stores `secret` under `account` (an API key: see [`crate::sources`]).

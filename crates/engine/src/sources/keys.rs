@@ -14,8 +14,6 @@ pub const LINEAR_ACCOUNT: &str = "linear-api-key";
 pub enum KeyStore {
     /// `LINEAR_API_KEY`, else the keychain under this service name.
     Keychain { service: String },
-    /// `LINEAR_API_KEY` only (machines with no keychain).
-    EnvOnly,
     /// This key, handed in by whoever embeds the engine (the benchmark).
     Given(LinearKey),
 }
@@ -24,7 +22,6 @@ impl std::fmt::Debug for KeyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KeyStore::Keychain { service } => write!(f, "Keychain({service})"),
-            KeyStore::EnvOnly => f.write_str("EnvOnly"),
             KeyStore::Given(_) => f.write_str("Given(redacted)"),
         }
     }

@@ -29,8 +29,6 @@ use devpilot_store::error::{Error, Result};
 
 /// Linear's GraphQL endpoint.
 pub const LINEAR_API_URL: &str = "https://api.linear.app/graphql";
-/// The fleet's default poll interval per source.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 /// The shortest interval a source may have: Linear's budget is 1,500 requests an hour.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(15);
 /// The longest prompt a tracker's description becomes, in bytes (the rest is cut, and the

@@ -47,11 +47,6 @@ impl TrackerError {
         tracing::warn!(%detail, "Linear's answer could not be read");
         self
     }
-
-    /// Whether the same call may work later.
-    pub fn transient(&self) -> bool {
-        !matches!(self, TrackerError::Refused(_))
-    }
 }
 
 /// What an answer's headers said of the budget.
@@ -153,11 +148,6 @@ impl LinearClient {
     /// A client for source `s`'s API address and timeout, with `key`.
     pub fn for_source(s: &SourceSettings, key: &str) -> Result<Self, TrackerError> {
         Self::new(&s.api_url(), key, s.timeout.get())
-    }
-
-    /// The address it calls.
-    pub fn url(&self) -> &str {
-        &self.url
     }
 
     /// Sends `document` (one of [`super::documents`]) with `variables`; the answer's `data`

@@ -70,11 +70,8 @@ impl Issue {
     /// Whether the issue is one the source takes: its team, label, state type and (if asked)
     /// assignee. An issue that stops matching is one whose job is cancelled.
     pub fn matches(&self, s: &SourceSettings) -> bool {
-        let team = s.teams.iter().any(|t| t.eq_ignore_ascii_case(&self.team.key));
-        let label = s.label.is_empty() || self.label_names().any(|l| l.eq_ignore_ascii_case(&s.label));
         let state = s.states.is_empty() || s.states.contains(&self.state.kind);
-        let mine = !s.assigned_to_me || self.assignee.as_ref().is_some_and(|a| a.is_me);
-        team && label && state && mine
+        self.in_team(s) && self.has_label(s) && state && self.is_mine(s)
     }
 
     /// Whether the issue has left the source in a way that cancels its job: its label was
@@ -83,10 +80,20 @@ impl Issue {
     /// filter does not: the first claim itself moves the issue to a `started` state.
     pub fn left(&self, s: &SourceSettings) -> bool {
         let done = matches!(self.state.kind.as_str(), "completed" | "canceled");
-        let team = s.teams.iter().any(|t| t.eq_ignore_ascii_case(&self.team.key));
-        let label = s.label.is_empty() || self.label_names().any(|l| l.eq_ignore_ascii_case(&s.label));
-        let mine = !s.assigned_to_me || self.assignee.as_ref().is_some_and(|a| a.is_me);
-        done || !team || !label || !mine
+        done || !self.in_team(s) || !self.has_label(s) || !self.is_mine(s)
+    }
+
+    fn in_team(&self, s: &SourceSettings) -> bool {
+        s.teams.iter().any(|t| t.eq_ignore_ascii_case(&self.team.key))
+    }
+
+    fn has_label(&self, s: &SourceSettings) -> bool {
+        s.label.is_empty() || self.label_names().any(|l| l.eq_ignore_ascii_case(&s.label))
+    }
+
+    /// Assigned to the key's user, when the source asks for that.
+    fn is_mine(&self, s: &SourceSettings) -> bool {
+        !s.assigned_to_me || self.assignee.as_ref().is_some_and(|a| a.is_me)
     }
 }
 
@@ -163,8 +170,9 @@ pub async fn read_changed(
 ) -> Result<Read, TrackerError> {
     let mut read = Read::default();
     let mut after: Option<String> = None;
+    let filter = filter(s, cursor);
     for _ in 0..MAX_PAGES {
-        let vars = json!({ "filter": filter(s, cursor), "after": after });
+        let vars = json!({ "filter": filter, "after": after });
         let (data, rate): (IssuesData, RateLimit) = client.call(documents::ISSUES, vars).await?;
         read.rate = rate;
         read.issues.extend(data.issues.nodes);
