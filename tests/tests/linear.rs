@@ -25,6 +25,7 @@ devpilot_tests::on_both_backends!(
     a_wrong_key_is_said_and_the_machine_works_on,
     a_rate_limit_holds_the_source_until_its_reset,
     a_source_never_cancels_another_sources_job,
+    sources_add_tests_the_source_and_never_replaces_one,
 );
 
 const KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
@@ -448,4 +449,34 @@ async fn a_source_never_cancels_another_sources_job(backend: Backend) {
     assert_eq!(payload["prompt"], json!("second"), "eng brought it up to date");
     let history = db.queue.history(job.id).await.unwrap();
     assert!(history.iter().all(|e| e.machine.as_deref() != Some("intake:ops")), "ops wrote nothing: {history:?}");
+}
+
+/// `devpilot sources add linear` checks the key and the team against Linear, says what it
+/// found and saves the source; a second add of the same name is refused with a way out and
+/// leaves the file as it was (what it says beyond the flags is not lost); `sources remove`
+/// takes it out.
+async fn sources_add_tests_the_source_and_never_replaces_one(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("add");
+    let linear = LinearStandIn::start(KEY);
+    let home = db.dir.path().join("cli");
+    write_config(&home, &format!("orchestrator_id = \"{orch}\"\n"));
+    let add = ["sources", "add", "linear", "--team", "eng", "--label", "agent", "--api-url", &linear.url()];
+    let (code, out, err) = cli(&home, &db, KEY, &add);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("source 'eng' saved"), "{out}");
+    assert!(linear.calls("DevpilotViewer") + linear.calls("DevpilotTeams") >= 1, "it asked Linear first");
+    let file = home.join("config/devpilot/config.toml");
+    let saved = std::fs::read_to_string(&file).unwrap();
+    let mine = saved.replace("claimed = true\nmove_to_started", "claimed = false\nmove_to_started");
+    assert_ne!(mine, saved, "the report's claimed line is where the test expects it");
+    std::fs::write(&file, &mine).unwrap();
+    let (code, _, err) = cli(&home, &db, KEY, &add);
+    assert_ne!(code, 0, "a second 'eng' is refused");
+    assert!(err.contains("already in the settings") && err.contains("sources remove eng"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), mine, "the file is as it was");
+    let (code, out, err) = cli(&home, &db, KEY, &["sources", "remove", "eng"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("source 'eng' removed"), "{out}");
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("[sources.eng]"));
 }

@@ -134,7 +134,7 @@ fn tracker(e: sources::linear::TrackerError) -> Error {
 }
 
 /// `devpilot sources add linear`: tests the source (the key, the teams, the label), then
-/// saves it in the settings. A running machine takes it at its next start or settings change.
+/// saves it in the settings, refusing a name the settings already have. A running machine takes it at its next start or settings change.
 pub async fn add_linear(a: AddLinear) -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
     let mut settings = paths.load()?;
@@ -157,6 +157,15 @@ pub async fn add_linear(a: AddLinear) -> Result<()> {
         }
     }
     let name = a.name.unwrap_or_else(|| s.teams.first().map(|t| t.to_lowercase()).unwrap_or_default());
+    // Replacing it would start from defaults and silently drop what the file says beyond
+    // these flags (its report, mappings, `enabled`).
+    if settings.sources.contains_key(&name) {
+        return Err(Error::Invalid(format!(
+            "a source named '{name}' is already in the settings: change [sources.{name}] in {}, \
+             or `devpilot sources remove {name}` first (or add this one with --name)",
+            paths.config_file().display()
+        )));
+    }
     s.validate(&name)?;
     if !a.no_test {
         let Some(key) = machine_key().await else {
