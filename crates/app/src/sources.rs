@@ -272,7 +272,8 @@ impl Engine {
 
     /// Adds or replaces a source from the form: checked, its key (if the form has one) into
     /// the keychain, then saved and applied as any settings change (the machine takes it at
-    /// once). Nothing is saved if a step fails.
+    /// once). Nothing is saved if the check or the keychain fails. A key stored before a failed
+    /// file write stays stored: it is this machine's key for every Linear source.
     pub async fn save_source(self: &Arc<Self>, mut form: SourceForm) -> Result<SourcesView> {
         let key = typed_key(&mut form);
         let old = self.file_settings()?;
