@@ -26,6 +26,8 @@
 //!   late one never overwrites a later one (a stopped machine stays stopped).
 //! - `m20261206_000001_sources`: tracker sources (the intake turn and cursor), each job's
 //!   `source_id`, and the `outbox` of what each reportable state change owes the tracker.
+//! - `m20261207_000001_github`: each source's `etag` (GitHub's conditional reads), and the
+//!   remote a completed job's branch was pushed to (`pushed_remote`), for its pull request.
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
@@ -45,6 +47,7 @@ mod m20261204_000002_hot_renewals;
 mod m20261205_000001_caps;
 mod m20261205_000002_presence_order;
 mod m20261206_000001_sources;
+mod m20261207_000001_github;
 mod run;
 
 /// Applies the dispatch schema.
@@ -64,6 +67,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000001_caps::Migration),
             Box::new(m20261205_000002_presence_order::Migration),
             Box::new(m20261206_000001_sources::Migration),
+            Box::new(m20261207_000001_github::Migration),
         ]
     }
 }

@@ -117,6 +117,9 @@ pub mod event {
     pub const UPDATED: &str = "updated";
     /// The events a job from a tracker source reports back to it (through the outbox).
     pub const REPORTABLE: [&str; 8] = [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT];
+    /// Not a history kind: the outbox row a completion of a tracker's job writes after its
+    /// `completed` row, whose delivery opens (or finds) the job's pull request.
+    pub const PULL_REQUEST: &str = "pull_request";
 }
 
 #[cfg(test)]

@@ -25,15 +25,36 @@ pub(super) const HISTORY_RETURNING: &str = "RETURNING job_id, orchestrator_id, k
 /// [`HISTORY_RETURNING`]): the reportable events of jobs from a tracker source. The
 /// statement's snapshot shows `dispatch_queue` as it was before the change, which is
 /// enough: `source_id` never changes.
+/// A completion writes a second row, [`crate::job::event::PULL_REQUEST`], after its own: the
+/// pull request is opened after the completion's comment, so that a PR that cannot be opened
+/// (its base was deleted, no machine has a GitHub token) never holds the comment back.
 pub(super) fn outbox_cte() -> String {
     format!(
         "outbox AS (
             INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at, next_at)
-            SELECT h.orchestrator_id, h.job_id, q.source_id, h.kind, h.machine, h.claim_token, h.detail, h.at, h.at
-              FROM history h JOIN dispatch_queue q ON q.id = h.job_id
-             WHERE q.source_id IS NOT NULL AND h.kind IN ({reportable}))",
+            SELECT h.orchestrator_id, h.job_id, q.source_id, {event}, h.machine, h.claim_token, h.detail, h.at, h.at
+              FROM history h JOIN dispatch_queue q ON q.id = h.job_id {rows}
+             WHERE q.source_id IS NOT NULL AND h.kind IN ({reportable})
+             ORDER BY h.job_id, x.n)",
+        event = event_of("h.kind"),
+        rows = rows_of("h.kind"),
         reportable = reportable()
     )
+}
+
+/// The outbox rows one history event writes, as a join (`x.n`): the event's own (0) and,
+/// after a completion, its pull request's (1). `kind` below is the event's SQL expression.
+const ROWS_OF_EVENT: &str = "JOIN (SELECT 0 AS n UNION ALL SELECT 1 AS n) x ON x.n = 0 OR {kind} = 'completed'";
+
+/// The event of outbox row `x.n` of an event of kind `kind` (see [`ROWS_OF_EVENT`]).
+fn event_of(kind: &str) -> String {
+    format!("CASE WHEN x.n = 0 THEN {kind} ELSE '{pr}' END", pr = crate::job::event::PULL_REQUEST)
+}
+
+/// [`ROWS_OF_EVENT`] for events of kind `kind`.
+fn rows_of(kind: &str) -> String {
+    debug_assert_eq!(crate::job::event::COMPLETED, "completed");
+    ROWS_OF_EVENT.replace("{kind}", kind)
 }
 
 /// The reportable event kinds, as an SQL list.
@@ -204,10 +225,13 @@ impl Queue {
             Target::Outbox => format!(
                 "INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail,
                                      created_at, next_at)
-                 SELECT orchestrator_id, id, source_id, {kind}, COALESCE({machine}, claimed_by), claim_token,
+                 SELECT orchestrator_id, id, source_id, {event}, COALESCE({machine}, claimed_by), claim_token,
                         {detail}, {now}, {now}
-                   FROM dispatch_queue WHERE id IN ({list}) AND source_id IS NOT NULL
-                    AND ({kind}) IN ({reportable})",
+                   FROM dispatch_queue {rows} WHERE id IN ({list}) AND source_id IS NOT NULL
+                    AND ({kind}) IN ({reportable})
+                  ORDER BY id, x.n",
+                event = event_of(&format!("({kind})")),
+                rows = rows_of(&format!("({kind})")),
                 reportable = reportable()
             ),
         };

@@ -297,6 +297,20 @@ impl Queue {
         Ok(self.exec(self.sql(&WORKTREE), values).await? > 0)
     }
 
+    /// Where claim `fence` pushed the job's branch (`remote`, a URL without credentials),
+    /// before its completion: the pull request's outbox row opens the PR there.
+    pub async fn record_pushed(&self, fence: &Fence, remote: &str) -> Result<bool> {
+        /// The pushed remote $3 of claim ($1, $2).
+        static PUSHED: Sql = Sql::new(|d| {
+            format!(
+                "UPDATE dispatch_queue SET pushed_remote = $3 WHERE id = $1 AND claim_token = $2 AND {running}",
+                running = d.running
+            )
+        });
+        let values = vec![fence.job.into(), fence.token.into(), truncate(remote, 1000).into()];
+        Ok(self.exec(self.sql(&PUSHED), values).await? > 0)
+    }
+
     /// A branch pushed after its hand-off could not push: the job resumes from it, if it is
     /// still waiting for a machine and names no newer branch. History says so either way.
     pub async fn resume_later(&self, id: i64, branch: &str, machine: &str) -> Result<bool> {

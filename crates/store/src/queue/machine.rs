@@ -85,6 +85,10 @@ impl MachineStore {
         self.queue.record_worktree(fence, worktree).await
     }
 
+    pub async fn record_pushed(&self, fence: &Fence, remote: &str) -> Result<bool> {
+        self.queue.record_pushed(fence, remote).await
+    }
+
     pub async fn store_log_tail(&self, fence: &Fence, tail: &str) -> Result<bool> {
         self.queue.store_log_tail(fence, &self.machine, tail).await
     }

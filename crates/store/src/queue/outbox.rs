@@ -147,6 +147,15 @@ impl Queue {
         Ok(self.exec(self.sql(&FINISH), values).await? > 0)
     }
 
+    /// The pull request a finished job's outbox row opened becomes its result link.
+    pub async fn set_result_url(&self, job: i64, url: &str) -> Result<bool> {
+        /// Finished job $1's result link is $2.
+        static RESULT_URL: Sql = Sql::new(|d| {
+            format!("UPDATE dispatch_queue SET result_url = $2 WHERE id = $1 AND {finished}", finished = d.finished)
+        });
+        Ok(self.exec(self.sql(&RESULT_URL), vec![job.into(), truncate(url, 2000).into()]).await? > 0)
+    }
+
     /// A job's outbox rows, oldest first.
     pub async fn outbox_of(&self, job: i64) -> Result<Vec<OutboxRow>> {
         decode(&self.query(self.sql(&OF_JOB), vec![job.into()]).await?)

@@ -113,6 +113,8 @@ pub struct JobRow {
     /// Where a kept worktree is (`machine:path (why)`).
     pub worktree: Option<String>,
     pub release_requested_by: Option<String>,
+    /// Where a completion pushed the job's branch (the remote's URL, without credentials).
+    pub pushed_remote: Option<String>,
     /// The tracker issue it came from: its identifier (`ENG-7`) and URL.
     pub issue: Option<String>,
     pub issue_url: Option<String>,
@@ -238,7 +240,7 @@ pub struct Pruned {
 pub(super) const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
      created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
      summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
-     release_requested_by";
+     release_requested_by, pushed_remote";
 
 /// Every row of `rows` as a `T`.
 pub(super) fn decode<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Vec<T>> {

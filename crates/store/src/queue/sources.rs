@@ -25,7 +25,7 @@ use crate::job::JobState;
 pub struct SourceSpec<'a> {
     /// The name in the settings (`[sources.NAME]`): unique per orchestrator.
     pub name: &'a str,
-    /// `linear` (GitHub comes next).
+    /// `linear` or `github`.
     pub kind: &'a str,
     /// The filter as text: registering a different one resets the cursor.
     pub filter: &'a str,
@@ -43,6 +43,8 @@ pub struct SourceRow {
     pub interval_ms: i64,
     /// The `updatedAt` watermark of the last turn that ended well.
     pub cursor: Option<String>,
+    /// The `ETag` of that turn's read, if it was one page (GitHub).
+    pub etag: Option<String>,
     pub turn: i64,
     pub polled_at: Option<i64>,
     pub polled_by: Option<String>,
@@ -75,6 +77,8 @@ pub struct Turn {
     pub source: i64,
     pub turn: i64,
     pub cursor: Option<String>,
+    /// The `ETag` of the read that set the cursor (GitHub), for `If-None-Match`.
+    pub etag: Option<String>,
 }
 
 /// What a try at the turn found: the turn, or when the next one is due.
@@ -98,6 +102,7 @@ struct TryRow {
     taken: Option<i64>,
     turn: Option<i64>,
     cursor: Option<String>,
+    etag: Option<String>,
     interval_ms: i64,
     next_in_ms: i64,
 }
@@ -108,11 +113,12 @@ struct Interval {
     interval_ms: i64,
 }
 
-/// How a turn ended well: the new cursor (`None` keeps it), and what the tracker said of its
-/// rate limit.
+/// How a turn ended well: the new cursor (`None` keeps it), the `ETag` of its read (`None`:
+/// none to send next time), and what the tracker said of its rate limit.
 #[derive(Clone, Debug, Default)]
 pub struct TurnEnd {
     pub cursor: Option<String>,
+    pub etag: Option<String>,
     /// No turn before this (ms): set when the tracker's budget runs low.
     pub hold_until: Option<i64>,
     pub rate_remaining: Option<i64>,
@@ -158,6 +164,8 @@ static REGISTER: Sql = Sql::new(|d| {
              kind = excluded.kind, interval_ms = excluded.interval_ms, filter = excluded.filter,
              cursor = CASE WHEN sources.filter = excluded.filter AND sources.kind = excluded.kind
                            THEN sources.cursor ELSE NULL END,
+             etag = CASE WHEN sources.filter = excluded.filter AND sources.kind = excluded.kind
+                         THEN sources.etag ELSE NULL END,
              turn = CASE WHEN sources.filter = excluded.filter AND sources.kind = excluded.kind
                          THEN sources.turn ELSE sources.turn + 1 END
          RETURNING id",
@@ -173,7 +181,7 @@ static TAKE_TURN: Sql = Sql::new(|d| {
           WHERE id = $1
             AND ($3 OR ((polled_at IS NULL OR polled_at <= {now} - interval_ms)
                         AND (hold_until IS NULL OR hold_until <= {now})))
-         RETURNING id, turn, cursor, interval_ms",
+         RETURNING id, turn, cursor, etag, interval_ms",
         now = d.now
     )
 });
@@ -182,7 +190,7 @@ static TAKE_TURN: Sql = Sql::new(|d| {
 static TRY_TURN: Sql = Sql::new(|d| {
     format!(
         "WITH taken AS ({take})
-         SELECT t.id AS taken, t.turn, t.cursor, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
+         SELECT t.id AS taken, t.turn, t.cursor, t.etag, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
            FROM sources s LEFT JOIN taken t ON t.id = s.id WHERE s.id = $1",
         take = TAKE_TURN.of(d),
         now = d.now
@@ -192,16 +200,17 @@ static TRY_TURN: Sql = Sql::new(|d| {
 /// When the next turn of source $1 is due (SQLite's second half of a lost try).
 static NEXT_TURN: Sql = Sql::new(|d| {
     format!(
-        "SELECT NULL AS taken, NULL AS turn, NULL AS cursor, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
+        "SELECT NULL AS taken, NULL AS turn, NULL AS cursor, NULL AS etag, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
            FROM sources s WHERE s.id = $1",
         now = d.now
     )
 });
 
-/// Turn ($1, $2) ended well: cursor $3 (NULL keeps it), hold until $4, rate left $5 until $6.
+/// Turn ($1, $2) ended well: cursor $3 (NULL keeps it), hold until $4, rate left $5 until $6,
+/// ETag $7.
 static END_TURN: Sql = Sql::new(|d| {
     format!(
-        "UPDATE sources SET cursor = COALESCE($3, cursor), last_ok_at = {now}, last_error = NULL,
+        "UPDATE sources SET cursor = COALESCE($3, cursor), etag = $7, last_ok_at = {now}, last_error = NULL,
                             hold_until = $4, rate_remaining = $5, rate_reset_at = $6
           WHERE id = $1 AND turn = $2",
         now = d.now
@@ -224,7 +233,7 @@ static SOURCE_ERROR: Sql =
 /// The sources of orchestrator $1, with each one's outbox backlog.
 static SOURCES: Sql = Sql::new(|d| {
     format!(
-        "SELECT s.id, s.name, s.kind, s.filter, s.interval_ms, s.cursor, s.turn, s.polled_at, s.polled_by,
+        "SELECT s.id, s.name, s.kind, s.filter, s.interval_ms, s.cursor, s.etag, s.turn, s.polled_at, s.polled_by,
                 s.hold_until, s.last_ok_at, s.last_error, s.last_error_at, s.rate_remaining, s.rate_reset_at,
                 (SELECT COUNT(*) FROM outbox o WHERE o.source_id = s.id AND o.done_at IS NULL) AS backlog,
                 {now} AS now
@@ -282,7 +291,7 @@ impl Queue {
             return Err(crate::error::Error::Invalid(format!("source {source} is not registered")));
         };
         let turn = match (row.taken, row.turn) {
-            (Some(source), Some(turn)) => Some(Turn { source, turn, cursor: row.cursor }),
+            (Some(source), Some(turn)) => Some(Turn { source, turn, cursor: row.cursor, etag: row.etag }),
             _ => None,
         };
         let next_in_ms = if turn.is_some() { row.interval_ms } else { row.next_in_ms };
@@ -298,6 +307,7 @@ impl Queue {
             end.hold_until.into(),
             end.rate_remaining.into(),
             end.rate_reset_at.into(),
+            end.etag.clone().into(),
         ];
         Ok(self.exec(self.sql(&END_TURN), values).await? > 0)
     }
