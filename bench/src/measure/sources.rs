@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
-use devpilot_engine::sources::{KeyStore, LinearKey, SourceSettings};
+use devpilot_engine::sources::{KeyStore, ApiKey, SourceSettings};
 use devpilot_engine::span::Span;
 use devpilot_store::Queue;
 use devpilot_tests::LinearStandIn;
@@ -45,7 +45,7 @@ fn machine_cfg(i: usize, api_url: &str, dir: &std::path::Path) -> RunConfig {
         ..SourceSettings::default()
     };
     cfg.sources = [("eng".to_string(), source)].into_iter().collect();
-    cfg.keys = KeyStore::Given(LinearKey::given(KEY));
+    cfg.keys = KeyStore::Given(ApiKey::given(KEY));
     cfg
 }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use devpilot_engine::sources::connection::{self, ConnectionError};
 use devpilot_engine::sources::linear::TrackerError;
 use devpilot_engine::sources::settings::STATE_TYPES;
-use devpilot_engine::sources::{keys, HealthState, KeyStore, LinearKey, SourceHealth, SourceSettings};
+use devpilot_engine::sources::{keys, ApiKey, HealthState, KeyStore, SourceHealth, SourceSettings};
 use devpilot_engine::span::Span;
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::SourceRow;
@@ -311,7 +311,7 @@ impl Engine {
 
     /// This machine's Linear key as its machine finds it (`LINEAR_API_KEY`, else the keychain
     /// of this app's service), bounded in time: a locked keychain must not hang the window.
-    async fn linear_key(&self) -> Result<Option<LinearKey>> {
+    async fn linear_key(&self) -> Result<Option<ApiKey>> {
         let store = KeyStore::Keychain { service: self.service.clone() };
         bounded(store.linear()).await
     }
@@ -328,10 +328,10 @@ fn typed_key(form: &mut SourceForm) -> Option<String> {
 /// A failed connection test, as the window says it: what is wrong, and what to do.
 fn connection_error(api_url: &str, e: ConnectionError) -> Error {
     match e {
-        ConnectionError::Tracker(TrackerError::Auth(why)) => Error::Invalid(format!(
+        ConnectionError::Tracker(TrackerError::Auth(_, why)) => Error::Invalid(format!(
             "Linear refused the API key ({why}); type the right key in the API key field (Linear → Settings → API)"
         )),
-        ConnectionError::Tracker(TrackerError::Unreachable(why)) => {
+        ConnectionError::Tracker(TrackerError::Unreachable(_, why)) => {
             Error::Invalid(format!("cannot reach Linear at {api_url}: {why}; check the API address and the network"))
         }
         other => Error::Invalid(other.to_string()),

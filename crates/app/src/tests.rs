@@ -512,6 +512,7 @@ fn source_health_line() {
         filter: String::new(),
         interval_ms: 60_000,
         cursor: None,
+        etag: None,
         turn: 4,
         polled_at: Some(1_000_000),
         polled_by: Some("desktop".into()),

@@ -90,14 +90,21 @@ pub enum Cmd {
         prune: bool,
     },
     /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config;
-    /// or, with --linear, a Linear API key in the keychain.
+    /// or, with --linear, a Linear API key, or with --github a GitHub token, in the keychain.
     Login {
         /// postgres://USER@HOST:PORT/DB, with no password.
-        #[arg(long, required_unless_present = "linear", conflicts_with = "linear")]
+        #[arg(long, required_unless_present_any = ["linear", "github"], conflicts_with_all = ["linear", "github"])]
         database_url: Option<String>,
         /// Store a Linear API key (asked for, or one line on stdin; never an argument).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "github")]
         linear: bool,
+        /// Store a GitHub token (asked for, or one line on stdin; never an argument). If the
+        /// GitHub CLI is logged in, its token is offered as an import.
+        #[arg(long)]
+        github: bool,
+        /// With --github: import the GitHub CLI's token (`gh auth token`) without asking.
+        #[arg(long, requires = "github")]
+        from_gh: bool,
     },
     /// Tracker sources whose issues become jobs: each one's last poll, next turn, cursor,
     /// outbox backlog, rate limit and last error.
@@ -163,6 +170,36 @@ pub enum SourcesCmd {
 pub enum AddKind {
     /// A Linear source: e.g. `devpilot sources add linear --team ENG --label agent`.
     Linear(AddLinear),
+    /// A GitHub source: e.g. `devpilot sources add github --repo acme/webapp --label agent`.
+    Github(AddGithub),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AddGithub {
+    /// The repository whose issues become jobs: OWNER/REPO.
+    #[arg(long)]
+    pub repo: String,
+    /// The label an issue must carry (default `agent`; "" for any open issue).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Only issues assigned to the token's owner.
+    #[arg(long)]
+    pub assigned_to_me: bool,
+    /// How often the fleet polls it (default 60s, at least 15s).
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Another API address: GitHub Enterprise (`https://ghe.example.com/api/v3`), tests.
+    #[arg(long)]
+    pub api_url: Option<String>,
+    /// The DevPilot repo its issues run in.
+    #[arg(long)]
+    pub maps_to: Option<String>,
+    /// The source's name (default: the repository's name, lower-case).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Save without testing the connection.
+    #[arg(long)]
+    pub no_test: bool,
 }
 
 #[derive(clap::Args, Debug)]

@@ -37,7 +37,7 @@ pub async fn login_linear() -> Result<()> {
         .await
     {
         Ok((v, _)) => v.pointer("/viewer/name").and_then(|n| n.as_str()).map(str::to_string),
-        Err(e @ TrackerError::Auth(_)) => return Err(Error::Invalid(format!("{e}; nothing was stored"))),
+        Err(e @ TrackerError::Auth(..)) => return Err(Error::Invalid(format!("{e}; nothing was stored"))),
         Err(e) => {
             eprintln!("warning: the key could not be checked ({e}); storing it anyway");
             None
@@ -51,6 +51,62 @@ pub async fn login_linear() -> Result<()> {
         None => println!("Linear key stored in the keychain"),
     }
     Ok(())
+}
+
+/// `devpilot login --github`: the token typed (or one line of stdin), or, if the GitHub CLI
+/// is logged in and the user says so (or `--from-gh`), `gh auth token`'s. Tested (whose is
+/// it?), then kept in the keychain; a token GitHub refuses is not stored.
+pub async fn login_github(from_gh: bool) -> Result<()> {
+    use devpilot_engine::sources::{keys, SourceKind, TrackerError};
+    let gh = if from_gh || std::io::stdin().is_terminal() { keys::gh_token().await } else { None };
+    let (token, imported) = match gh {
+        Some(t) if from_gh || ask_yes("The GitHub CLI is logged in: import its token (gh auth token)? [Y/n] ")? => {
+            (t, true)
+        }
+        _ if from_gh => {
+            return Err(Error::Invalid("`gh auth token` gave no token: is gh installed and logged in?".into()))
+        }
+        _ => (read_secret("GitHub token: ")?.trim().to_string(), false),
+    };
+    if token.is_empty() {
+        return Err(Error::Invalid("no token given".into()));
+    }
+    let settings = Paths::for_app("devpilot")?.load()?;
+    let probe = settings
+        .sources
+        .values()
+        .find(|s| s.kind == SourceKind::Github)
+        .cloned()
+        .unwrap_or(devpilot_engine::sources::SourceSettings { kind: SourceKind::Github, ..Default::default() });
+    let client = devpilot_engine::sources::github::GithubClient::for_source(&probe, &token)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let who = match client.login().await {
+        Ok(login) => Some(login),
+        Err(e @ TrackerError::Auth(..)) => return Err(Error::Invalid(format!("{e}; nothing was stored"))),
+        Err(e) => {
+            eprintln!("warning: the token could not be checked ({e}); storing it anyway");
+            None
+        }
+    };
+    tokio::task::spawn_blocking(move || keys::store_key(secrets::SERVICE, SourceKind::Github, &token, imported))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))??;
+    let from = if imported { " (imported from gh)" } else { "" };
+    match who {
+        Some(name) => println!("GitHub token of {name}{from} stored in the keychain"),
+        None => println!("GitHub token{from} stored in the keychain"),
+    }
+    Ok(())
+}
+
+/// A yes/no question on the terminal; Enter is yes.
+fn ask_yes(question: &str) -> Result<bool> {
+    use std::io::Write;
+    print!("{question}");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(!line.trim().to_lowercase().starts_with('n'))
 }
 
 pub async fn login(raw: &str) -> Result<()> {

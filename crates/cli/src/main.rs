@@ -87,10 +87,14 @@ async fn dispatch(cli: Cli) -> Result<()> {
             jobs::prune(older_than.as_deref(), dead_older_than.as_deref(), orchestrator.as_deref()).await
         }
         Cmd::Login { linear: true, .. } => login::login_linear().await,
+        Cmd::Login { github: true, from_gh, .. } => login::login_github(from_gh).await,
         Cmd::Login { database_url, .. } => login::login(database_url.as_deref().unwrap_or_default()).await,
         Cmd::Sources { command: None, orchestrator, json } => sources::list(orchestrator, json).await,
         Cmd::Sources { command: Some(SourcesCmd::Poll { name }), orchestrator, .. } => {
             sources::poll(name, orchestrator).await
+        }
+        Cmd::Sources { command: Some(SourcesCmd::Add { kind: AddKind::Github(a) }), .. } => {
+            sources::add_github(a).await
         }
         Cmd::Sources { command: Some(SourcesCmd::Add { kind: AddKind::Linear(a) }), .. } => {
             sources::add_linear(a).await

@@ -1,24 +1,37 @@
 //! `devpilot sources`: the tracker sources (each one's last poll, by whom, its next turn,
 //! cursor, outbox backlog, rate limit and last error); `sources poll` polls now, ignoring
-//! the interval; `sources add linear` adds one to the settings after testing it.
+//! the interval; `sources add linear` and `sources add github` add one to the settings after
+//! testing it.
 
 use std::time::Duration;
 
 use devpilot_engine::config::Paths;
 use devpilot_engine::secrets;
-use devpilot_engine::sources::{self, connection, KeyStore, LinearKey, SourceSettings};
+use devpilot_engine::sources::{self, connection, ApiKey, KeyStore, SourceKind, SourceSettings, TrackerClient};
 use devpilot_engine::span::Span;
 use devpilot_store::db::PoolSettings;
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Queue, SourceRow, SourceSpec};
 
-use crate::cli::AddLinear;
+use crate::cli::{AddGithub, AddLinear};
 use crate::open::open_queue;
 use crate::output::{human, shown};
 
-/// This machine's Linear key, as its machine finds it: `LINEAR_API_KEY`, else the keychain.
-async fn machine_key() -> Option<LinearKey> {
-    KeyStore::Keychain { service: secrets::SERVICE.into() }.linear().await
+/// This machine's key for `kind`, as its machine finds it: the tracker's variable
+/// (`LINEAR_API_KEY`, `GITHUB_TOKEN`), else the keychain.
+async fn machine_key(kind: SourceKind) -> Option<ApiKey> {
+    KeyStore::Keychain { service: secrets::SERVICE.into() }.key(kind).await
+}
+
+/// "no GitHub token on this machine: `devpilot login --github`, or set GITHUB_TOKEN".
+fn no_key(kind: SourceKind) -> Error {
+    Error::Invalid(format!(
+        "no {} {} on this machine: `devpilot login --{}`, or set {}",
+        kind.tracker(),
+        kind.credential(),
+        kind.as_str(),
+        kind.env_var()
+    ))
 }
 
 /// `devpilot sources`: every source of the orchestrator, as its row says.
@@ -28,19 +41,34 @@ pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     let orchestrator = orchestrator.unwrap_or_else(|| settings.orchestrator_id.clone());
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let rows = queue.sources(&orchestrator).await?;
-    let key = machine_key().await;
+    let mut kinds: Vec<SourceKind> = settings.sources.values().map(|s| s.kind).collect();
+    kinds.sort_by_key(|k| k.as_str());
+    kinds.dedup();
+    if kinds.is_empty() {
+        kinds.push(SourceKind::Linear);
+    }
+    let mut keys = vec![];
+    for kind in kinds {
+        keys.push((kind, machine_key(kind).await));
+    }
     if json {
+        let from =
+            |k: SourceKind| keys.iter().find(|(x, _)| *x == k).and_then(|(_, key)| key.as_ref().map(|k| k.from()));
         let v = serde_json::json!({
             "orchestrator": orchestrator,
             "sources": rows,
             "configured_here": settings.sources.keys().collect::<Vec<_>>(),
-            "key_from": key.as_ref().map(|k| k.from()),
+            "key_from": from(SourceKind::Linear),
+            "github_token_from": from(SourceKind::Github),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     if rows.is_empty() && settings.sources.is_empty() {
-        println!("no sources: add one with `devpilot sources add linear --team ENG --label agent`");
+        println!(
+            "no sources: add one with `devpilot sources add github --repo OWNER/REPO --label agent` \
+             or `devpilot sources add linear --team ENG --label agent`"
+        );
         return Ok(());
     }
     for r in &rows {
@@ -49,9 +77,12 @@ pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     for name in settings.sources.keys().filter(|n| !rows.iter().any(|r| &r.name == *n)) {
         println!("{name}: configured here; registered when a machine starts with it");
     }
-    match key {
-        Some(k) => println!("Linear key on this machine: from {}", k.from()),
-        None => println!("Linear key on this machine: none (`devpilot login --linear` or LINEAR_API_KEY)"),
+    for (kind, key) in &keys {
+        let what = format!("{} {} on this machine", kind.tracker(), kind.credential());
+        match key {
+            Some(k) => println!("{what}: from {}", k.from()),
+            None => println!("{what}: none (`devpilot login --{}` or {})", kind.as_str(), kind.env_var()),
+        }
     }
     Ok(())
 }
@@ -97,16 +128,12 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
             None => "no sources in the settings: add one with `devpilot sources add linear --team ENG`".into(),
         }));
     }
-    let Some(key) = machine_key().await else {
-        return Err(Error::Invalid(
-            "no Linear API key on this machine: `devpilot login --linear`, or set LINEAR_API_KEY".into(),
-        ));
-    };
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let machine = settings.machine_name();
     for (n, s) in chosen {
+        let key = machine_key(s.kind).await.ok_or_else(|| no_key(s.kind))?;
         let bound = bind(&queue, &orchestrator, n, s).await?;
-        let client = sources::linear::LinearClient::for_source(s, key.secret()).map_err(tracker)?;
+        let client = TrackerClient::for_source(s, key.secret()).map_err(tracker)?;
         match sources::poll(&queue, &orchestrator, &machine, &bound, &client, settings.max_attempts, true).await {
             Ok(sources::Tried { report: Some(report), .. }) => {
                 for line in report.lines() {
@@ -129,15 +156,13 @@ async fn bind(queue: &Queue, orchestrator: &str, name: &str, s: &SourceSettings)
     Ok(sources::Bound { name: name.to_string(), id, settings: s.clone() })
 }
 
-fn tracker(e: sources::linear::TrackerError) -> Error {
+fn tracker(e: sources::TrackerError) -> Error {
     Error::Invalid(e.to_string())
 }
 
 /// `devpilot sources add linear`: tests the source (the key, the teams, the label), then
 /// saves it in the settings, refusing a name the settings already have. A running machine takes it at its next start or settings change.
 pub async fn add_linear(a: AddLinear) -> Result<()> {
-    let paths = Paths::for_app("devpilot")?;
-    let mut settings = paths.load()?;
     let mut s =
         SourceSettings { teams: a.team.iter().map(|t| t.trim().to_uppercase()).collect(), ..Default::default() };
     if let Some(l) = a.label {
@@ -157,6 +182,30 @@ pub async fn add_linear(a: AddLinear) -> Result<()> {
         }
     }
     let name = a.name.unwrap_or_else(|| s.teams.first().map(|t| t.to_lowercase()).unwrap_or_default());
+    save_tested(name, s, a.no_test).await
+}
+
+/// `devpilot sources add github`: tests the source (the token, the repository, the label),
+/// then saves it in the settings, refusing a name the settings already have.
+pub async fn add_github(a: AddGithub) -> Result<()> {
+    let mut s = SourceSettings { kind: SourceKind::Github, repo: a.repo.trim().to_string(), ..Default::default() };
+    if let Some(l) = a.label {
+        s.label = l.trim().to_string();
+    }
+    s.assigned_to_me = a.assigned_to_me;
+    if let Some(i) = a.interval {
+        s.interval = Span::parse(&i)?;
+    }
+    s.api_url = a.api_url;
+    s.maps_to = a.maps_to.unwrap_or_default();
+    let default_name = s.repo.rsplit('/').next().unwrap_or_default().to_lowercase().replace('.', "-");
+    save_tested(a.name.unwrap_or(default_name), s, a.no_test).await
+}
+
+/// Saves source `s` as `name` after its connection test (unless `no_test`).
+async fn save_tested(name: String, s: SourceSettings, no_test: bool) -> Result<()> {
+    let paths = Paths::for_app("devpilot")?;
+    let mut settings = paths.load()?;
     // Replacing it would start from defaults and silently drop what the file says beyond
     // these flags (its report, mappings, `enabled`).
     if settings.sources.contains_key(&name) {
@@ -167,11 +216,14 @@ pub async fn add_linear(a: AddLinear) -> Result<()> {
         )));
     }
     s.validate(&name)?;
-    if !a.no_test {
-        let Some(key) = machine_key().await else {
-            return Err(Error::Invalid(
-                "no Linear API key to test with: `devpilot login --linear` first (or --no-test)".into(),
-            ));
+    if !no_test {
+        let Some(key) = machine_key(s.kind).await else {
+            return Err(Error::Invalid(format!(
+                "no {} {} to test with: `devpilot login --{}` first (or --no-test)",
+                s.kind.tracker(),
+                s.kind.credential(),
+                s.kind.as_str()
+            )));
         };
         let found = connection::test(&s, key.secret()).await.map_err(|e| Error::Invalid(e.to_string()))?;
         println!("{}", found.line());

@@ -4,7 +4,8 @@
 //! `/proc/<pid>/environ` (where `DEVPILOT_DATABASE_URL`, with its password, would be) and,
 //! while the process is dumpable, its memory through `/proc/<pid>/mem` or ptrace. So at
 //! start, before any thread exists, [`seal`]:
-//! - takes the secret variables (`DEVPILOT_DATABASE_URL`, `PGPASSWORD`, `LINEAR_API_KEY`) out of the process's
+//! - takes the secret variables (`DEVPILOT_DATABASE_URL`, `PGPASSWORD`, `LINEAR_API_KEY`,
+//!   `GITHUB_TOKEN`) out of the process's
 //!   environment: their values are kept in memory for this process, their bytes in the
 //!   original environment block (what `/proc/<pid>/environ` shows) are overwritten, and the
 //!   variables are removed, so no child inherits them either;
@@ -17,10 +18,10 @@
 use std::sync::OnceLock;
 
 /// The variables taken out of the environment.
-const SECRET_VARS: [&str; 3] = ["DEVPILOT_DATABASE_URL", "PGPASSWORD", "LINEAR_API_KEY"];
+const SECRET_VARS: [&str; 4] = ["DEVPILOT_DATABASE_URL", "PGPASSWORD", "LINEAR_API_KEY", "GITHUB_TOKEN"];
 
 /// What [`seal`] took, by variable (in the order of [`SECRET_VARS`]).
-static TAKEN: OnceLock<[Option<String>; 3]> = OnceLock::new();
+static TAKEN: OnceLock<[Option<String>; 4]> = OnceLock::new();
 
 /// Takes the secrets out of this process's environment and makes it non-dumpable. Call it
 /// first thing in `main`, before any thread is started (the environment is not thread-safe).
@@ -87,6 +88,11 @@ pub fn env_pgpassword() -> Option<String> {
 /// `LINEAR_API_KEY` as the process started with it (see [`env_database_url`]).
 pub fn env_linear_api_key() -> Option<String> {
     taken_or_env(2).map(|k| k.trim().to_string()).filter(|k| !k.is_empty())
+}
+
+/// `GITHUB_TOKEN` as the process started with it (see [`env_database_url`]).
+pub fn env_github_token() -> Option<String> {
+    taken_or_env(3).map(|k| k.trim().to_string()).filter(|k| !k.is_empty())
 }
 
 fn taken_or_env(i: usize) -> Option<String> {

@@ -157,6 +157,7 @@ impl RunConfig {
             sources: self.sources.clone(),
             max_attempts: self.max_attempts,
             keys: self.keys.clone(),
+            pull_requests: self.repos.iter().map(|(n, r)| (n.clone(), r.pull_request)).collect(),
         }
     }
 

@@ -408,11 +408,19 @@ async fn report_with_worktree(
             ev
         }
         Outcome::Exited(AgentExit::Success, result) => {
-            if let Some(kept) = ws.finish(wt, true).await {
-                let fence = job.fence();
-                let write = || ctx.store.record_worktree(&fence, &kept);
+            let finished = ws.finish(wt, true).await;
+            let fence = job.fence();
+            if let Some(kept) = &finished.kept {
+                let write = || ctx.store.record_worktree(&fence, kept);
                 if let Err(e) = retry::transient("recording the worktree", Budget::NOTE, write).await {
                     tracing::warn!(job = job.id, error = %e, "could not record where the worktree is kept");
+                }
+            }
+            // Before the completion: its pull request row reads where the branch went.
+            if let Some(remote) = &finished.pushed {
+                let write = || ctx.store.record_pushed(&fence, remote);
+                if let Err(e) = retry::transient("recording the push", Budget::NOTE, write).await {
+                    tracing::warn!(job = job.id, error = %e, "could not record where the branch was pushed");
                 }
             }
             report(ctx, job, Outcome::Exited(AgentExit::Success, result), None).await

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use super::status::{Event, Status};
 use crate::sources::deliver::deliver_pending;
 use crate::sources::intake::{self, Bound, Tried};
-use crate::sources::linear::{LinearClient, TrackerError};
-use crate::sources::{HealthState, LinearKey, SourceHealth, SourceSettings, SourcesCfg};
+use crate::sources::{ApiKey, HealthState, SourceHealth, SourceKind, SourceSettings, SourcesCfg};
+use crate::sources::{TrackerClient, TrackerError};
 use devpilot_store::queue::{Queue, SourceSpec};
 
 /// What the service is asked.
@@ -64,6 +64,7 @@ impl Sources {
             cfg,
             bound: BTreeMap::new(),
             clients: BTreeMap::new(),
+            github_key: None,
             refused: BTreeMap::new(),
             next_try: BTreeMap::new(),
             events,
@@ -111,9 +112,12 @@ struct Service {
     /// Sources registered on the database, by name.
     bound: BTreeMap<String, Bound>,
     /// A client per source this machine has a usable key for.
-    clients: BTreeMap<String, (LinearClient, LinearKey)>,
+    clients: BTreeMap<String, (TrackerClient, ApiKey)>,
+    /// The GitHub token pull requests are opened with, once read (`Some(None)`: none here);
+    /// read again when the settings change.
+    github_key: Option<Option<ApiKey>>,
     /// The key each source's tracker refused: not tried again until it changes.
-    refused: BTreeMap<String, LinearKey>,
+    refused: BTreeMap<String, ApiKey>,
     /// When this machine next tries each source's turn (when it is due, plus a spread).
     next_try: BTreeMap<String, Instant>,
     events: broadcast::Sender<Event>,
@@ -151,6 +155,7 @@ impl Service {
                 self.cfg = c;
                 self.bound.clear();
                 self.clients.clear();
+                self.github_key = None;
                 self.refused.clear();
                 self.next_try.clear();
                 self.health = initial_health(&self.cfg);
@@ -220,18 +225,32 @@ impl Service {
         if missing.is_empty() {
             return;
         }
-        let key = self.cfg.keys.linear().await;
+        let mut keys: BTreeMap<&str, Option<ApiKey>> = BTreeMap::new();
         for (name, s) in missing {
-            let Some(k) = key.clone() else {
-                let msg = "no Linear API key on this machine: `devpilot login --linear`, Settings → Sources, \
-                           or LINEAR_API_KEY";
-                self.trouble(&name, HealthState::NoKey, msg.into());
+            let kind = s.kind;
+            let key = match keys.get(kind.as_str()) {
+                Some(k) => k.clone(),
+                None => {
+                    let k = self.cfg.keys.key(kind).await;
+                    keys.insert(kind.as_str(), k.clone());
+                    k
+                }
+            };
+            let Some(k) = key else {
+                let msg = format!(
+                    "no {} {} on this machine: `devpilot login --{}`, Settings → Sources, or {}",
+                    kind.tracker(),
+                    kind.credential(),
+                    kind.as_str(),
+                    kind.env_var()
+                );
+                self.trouble(&name, HealthState::NoKey, msg);
                 continue;
             };
             if self.refused.get(&name) == Some(&k) {
                 continue;
             }
-            match LinearClient::for_source(&s, k.secret()) {
+            match TrackerClient::for_source(&s, k.secret()) {
                 Ok(c) => {
                     self.set_health(&name, |h| {
                         h.key_from = Some(k.from().into());
@@ -291,7 +310,7 @@ impl Service {
 
     /// Delivers what the outbox holds for the sources this machine has keys for.
     async fn deliveries(&mut self) {
-        let ready: Vec<(Bound, LinearClient)> = self
+        let ready: Vec<(Bound, TrackerClient)> = self
             .bound
             .values()
             .filter_map(|b| self.clients.get(&b.name).map(|(c, _)| (b.clone(), c.clone())))
@@ -299,7 +318,20 @@ impl Service {
         if ready.is_empty() {
             return;
         }
-        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready).await {
+        // The token pull requests are opened with: a GitHub source's, else the keychain's
+        // (read only when a Linear source's job may need it).
+        let github = match self.clients.values().find(|(c, _)| matches!(c, TrackerClient::Github(_))) {
+            Some((_, k)) => Some(k.clone()),
+            None => match &self.github_key {
+                Some(k) => k.clone(),
+                None => {
+                    let k = self.cfg.keys.key(SourceKind::Github).await;
+                    self.github_key = Some(k.clone());
+                    k
+                }
+            },
+        };
+        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready, github.as_ref()).await {
             if let Some(b) = self.bound.get(&source).cloned() {
                 self.tracker_failed(&b, &e).await;
             }
@@ -310,7 +342,7 @@ impl Service {
     async fn tracker_failed(&mut self, source: &Bound, e: &TrackerError) {
         tracing::warn!(source = %source.name, error = %e, "the tracker failed");
         let state = match e {
-            TrackerError::Auth(_) => {
+            TrackerError::Auth(..) => {
                 // This key stays refused here until it changes (a new login, a new variable).
                 if let Some((_, k)) = self.clients.remove(&source.name) {
                     self.refused.insert(source.name.clone(), k);
@@ -322,8 +354,8 @@ impl Service {
                 HealthState::WrongKey
             }
             TrackerError::RateLimited { .. } => HealthState::RateLimited,
-            TrackerError::Unreachable(_) | TrackerError::Server(_) => HealthState::Offline,
-            TrackerError::Refused(_) => HealthState::Error,
+            TrackerError::Unreachable(..) | TrackerError::Server(..) => HealthState::Offline,
+            TrackerError::Refused(..) => HealthState::Error,
         };
         self.trouble(&source.name, state, e.to_string());
     }

@@ -4,10 +4,15 @@
 
 use std::time::Duration;
 
+use super::error::TrackerError;
+use super::github;
 use super::health::SourcesCfg;
 use super::intake::Bound;
-use super::linear::{self, IssueRef, LinearClient, TrackerError};
+use super::keys::ApiKey;
+use super::linear;
 use super::render;
+use super::tracker::TrackerClient;
+use devpilot_store::job::event;
 use devpilot_store::queue::{Delivery, DeliveryEnd, Queue};
 use devpilot_store::spec::JobSpec;
 
@@ -22,13 +27,15 @@ fn lease_for(timeout: Duration) -> Duration {
 /// The most rows one pass delivers: the rest go on the next.
 const PER_PASS: usize = 50;
 
-/// Delivers the due rows of the `ready` sources (those this machine has a client for). A
-/// failure of the tracker itself (a refused key, no answer, a rate limit) ends the pass,
-/// with the source it happened on.
+/// Delivers the due rows of the `ready` sources (those this machine has a client for);
+/// `github`: this machine's GitHub token, for the pull requests. A failure of the tracker
+/// itself (a refused key, no answer, a rate limit) ends the pass, with the source it
+/// happened on.
 pub async fn deliver_pending(
     queue: &Queue,
     cfg: &SourcesCfg,
-    ready: &[(Bound, LinearClient)],
+    ready: &[(Bound, TrackerClient)],
+    github: Option<&ApiKey>,
 ) -> Result<(), (String, TrackerError)> {
     let ids: Vec<i64> = ready.iter().map(|(b, _)| b.id).collect();
     let slowest = ready.iter().map(|(b, _)| b.settings.timeout.get()).max().unwrap_or_default();
@@ -42,7 +49,7 @@ pub async fn deliver_pending(
             }
         };
         let Some((source, client)) = ready.iter().find(|(b, _)| b.id == d.source_id) else { continue };
-        let (end, stop) = deliver_one(queue, &cfg.orchestrator_id, source, client, &d).await;
+        let (end, stop) = deliver_one(queue, cfg, source, client, &d, github).await;
         match queue.finish_delivery(&d, &end).await {
             Ok(true) => tracing::info!(job = d.job_id, event = %d.event, outcome = ?outcome(&end), "outbox row"),
             Ok(false) => tracing::info!(job = d.job_id, "another machine took this outbox row meanwhile"),
@@ -58,10 +65,11 @@ pub async fn deliver_pending(
 /// One row: what to do with it next, and the tracker's error if it should end the pass.
 async fn deliver_one(
     queue: &Queue,
-    orchestrator_id: &str,
+    cfg: &SourcesCfg,
     source: &Bound,
-    client: &LinearClient,
+    client: &TrackerClient,
     d: &Delivery,
+    github: Option<&ApiKey>,
 ) -> (DeliveryEnd, Option<TrackerError>) {
     let (job, payload) = match queue.job(d.job_id).await {
         Ok(Some(j)) => j,
@@ -70,21 +78,43 @@ async fn deliver_one(
         }
         Err(e) => return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None),
     };
-    let Some(issue) = IssueRef::of(&payload) else {
-        return (DeliveryEnd::GiveUp { error: "the job names no Linear issue".into() }, None);
-    };
+    if d.event == event::PULL_REQUEST {
+        return super::pull::deliver(queue, cfg, source, client, d, (&job, &payload), github).await;
+    }
     let branch = JobSpec::parse(&payload).map(|s| s.branch(job.id)).unwrap_or_default();
     let report = render::report(d, &job, &branch, &source.settings.report);
     if report == render::Report::default() {
         return (DeliveryEnd::Delivered, None);
     }
-    let id = linear::comment_id(orchestrator_id, d.job_id, &d.event, d.claim_token, d.id);
-    match linear::deliver(client, &issue, &report, &id, d.tries <= 1).await {
+    let first = d.tries <= 1;
+    let done = match client {
+        TrackerClient::Linear(c) => {
+            let Some(issue) = linear::IssueRef::of(&payload) else { return no_issue("Linear") };
+            let id = linear::comment_id(&cfg.orchestrator_id, d.job_id, &d.event, d.claim_token, d.id);
+            linear::deliver(c, &issue, &report, &id, first).await
+        }
+        TrackerClient::Github(c) => {
+            let Some(issue) = github::IssueRef::of(&payload) else { return no_issue("GitHub") };
+            let marker = github::marker(d.job_id, &d.event, d.claim_token);
+            github::deliver(c, &issue, &report, &marker, first, &source.settings.report.working_label).await
+        }
+    };
+    ending(done, d)
+}
+
+fn no_issue(tracker: &str) -> (DeliveryEnd, Option<TrackerError>) {
+    (DeliveryEnd::GiveUp { error: format!("the job names no {tracker} issue") }, None)
+}
+
+/// How a row's calls ended, as the row's end; a failure of the tracker itself also ends
+/// the pass.
+pub(super) fn ending(done: Result<(), TrackerError>, d: &Delivery) -> (DeliveryEnd, Option<TrackerError>) {
+    match done {
         Ok(()) => (DeliveryEnd::Delivered, None),
-        Err(e @ TrackerError::Refused(_)) => (DeliveryEnd::GiveUp { error: e.to_string() }, None),
+        Err(e @ TrackerError::Refused(..)) => (DeliveryEnd::GiveUp { error: e.to_string() }, None),
         Err(e) => {
             let after = match &e {
-                TrackerError::RateLimited { reset_at_ms: Some(at) } => until(*at),
+                TrackerError::RateLimited { reset_at_ms: Some(at), .. } => until(*at),
                 _ => backoff(d.tries),
             };
             (DeliveryEnd::Retry { after, error: e.to_string() }, Some(e))
@@ -93,7 +123,7 @@ async fn deliver_one(
 }
 
 /// 5 s, 10 s, 20 s … at most 15 minutes.
-fn backoff(tries: i32) -> Duration {
+pub(super) fn backoff(tries: i32) -> Duration {
     let n = tries.clamp(1, 9) as u32 - 1;
     (Duration::from_secs(5) * 2u32.pow(n)).min(Duration::from_secs(900))
 }

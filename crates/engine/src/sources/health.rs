@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::intake::PollReport;
 use super::keys::KeyStore;
 use super::settings::SourceSettings;
+use crate::worktree::PrMode;
 
 /// What the service runs with; sent again when the settings change.
 #[derive(Clone, Debug)]
@@ -18,6 +19,8 @@ pub struct SourcesCfg {
     /// The attempts a job added by the intake gets.
     pub max_attempts: i32,
     pub keys: KeyStore,
+    /// Each repo's pull request mode, by repo name (a repo not named: draft).
+    pub pull_requests: BTreeMap<String, PrMode>,
 }
 
 /// How a source is doing on this machine.
@@ -28,7 +31,7 @@ pub enum HealthState {
     #[default]
     Starting,
     Ok,
-    /// No API key here: neither the keychain nor `LINEAR_API_KEY` has one.
+    /// No API key here: neither the keychain nor the tracker's variable has one.
     NoKey,
     /// The key was refused: this machine stopped using the source until the key changes.
     WrongKey,
@@ -47,7 +50,8 @@ pub struct SourceHealth {
     pub kind: String,
     pub state: HealthState,
     pub message: Option<String>,
-    /// Where the key came from: `keychain` or `LINEAR_API_KEY`.
+    /// Where the key came from: `keychain`, `keychain (imported from gh)`, `LINEAR_API_KEY`
+    /// or `GITHUB_TOKEN`.
     pub key_from: Option<String>,
     /// What this machine's last turn did.
     pub last_poll: Option<PollReport>,

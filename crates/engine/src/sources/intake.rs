@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::linear::{self, Issue, LinearClient, TrackerError};
+use super::error::TrackerError;
+use super::linear;
 use super::settings::SourceSettings;
+use super::tracker::{self, Item, TrackerClient};
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Turn, TurnEnd};
 
-/// Below this many requests left in Linear's window, the source rests until the reset.
+/// Below this many requests left in the tracker's window, the source rests until the reset.
 pub const RATE_FLOOR: i64 = 100;
 
 /// A configured source, bound to its row.
@@ -78,14 +80,15 @@ pub async fn poll(
     orchestrator_id: &str,
     machine: &str,
     source: &Bound,
-    client: &LinearClient,
+    client: &TrackerClient,
     max_attempts: i32,
     force: bool,
 ) -> Result<Tried, IntakeError> {
     let tried = queue.try_turn(source.id, machine, force).await?;
     let next_in = Duration::from_millis(tried.next_in_ms.max(0) as u64);
     let Some(turn) = tried.turn else { return Ok(Tried { report: None, next_in }) };
-    let read = match linear::read_changed(client, &source.settings, turn.cursor.as_deref()).await {
+    let (cursor, etag) = (turn.cursor.as_deref(), turn.etag.as_deref());
+    let read = match tracker::read(client, &source.name, &source.settings, cursor, etag).await {
         Ok(read) => read,
         Err(e) => {
             fail_turn(queue, &turn, &e).await;
@@ -95,9 +98,10 @@ pub async fn poll(
     if read.truncated {
         tracing::warn!(source = %source.name, "more changed issues than one turn reads; the next turn goes on");
     }
-    let report = apply(queue, orchestrator_id, source, &read.issues, max_attempts).await?;
+    let report = apply(queue, orchestrator_id, source, &read.items, max_attempts).await?;
     let end = TurnEnd {
         cursor: read.newest.clone(),
+        etag: read.etag.clone(),
         hold_until: read.rate.hold_until(RATE_FLOOR),
         rate_remaining: read.rate.remaining,
         rate_reset_at: read.rate.reset_at_ms,
@@ -110,11 +114,7 @@ pub async fn poll(
 
 /// Keeps the error on the source's row; a rate limit holds the source until its reset.
 async fn fail_turn(queue: &Queue, turn: &Turn, e: &TrackerError) {
-    let hold = match e {
-        TrackerError::RateLimited { reset_at_ms } => *reset_at_ms,
-        _ => None,
-    };
-    if let Err(db) = queue.turn_failed(turn, &e.to_string(), hold).await {
+    if let Err(db) = queue.turn_failed(turn, &e.to_string(), e.reset_at_ms()).await {
         tracing::warn!(error = %db, "could not record the source's error");
     }
 }
@@ -124,28 +124,28 @@ async fn apply(
     queue: &Queue,
     orchestrator_id: &str,
     source: &Bound,
-    issues: &[Issue],
+    items: &[Item],
     max_attempts: i32,
 ) -> Result<PollReport, IntakeError> {
-    let mut report = PollReport { source: source.name.clone(), seen: issues.len(), ..Default::default() };
+    let mut report = PollReport { source: source.name.clone(), seen: items.len(), ..Default::default() };
     // The same issue may come twice across pages if it changed during the read: the
     // newest version wins.
-    let mut latest: HashMap<&str, &Issue> = HashMap::new();
-    for i in issues {
-        let newer = latest.get(i.identifier.as_str()).is_none_or(|seen| seen.updated_at <= i.updated_at);
+    let mut latest: HashMap<&str, &Item> = HashMap::new();
+    for i in items {
+        let newer = latest.get(i.key.as_str()).is_none_or(|seen| seen.version <= i.version);
         if newer {
-            latest.insert(&i.identifier, i);
+            latest.insert(&i.key, i);
         }
     }
-    let keys: Vec<String> = latest.keys().map(|id| linear::key_of(id)).collect();
+    let keys: Vec<String> = latest.keys().map(|k| k.to_string()).collect();
     let mut newest_job: HashMap<String, KeyedJob> = HashMap::new();
     for job in queue.jobs_by_key(orchestrator_id, &keys).await? {
         newest_job.entry(job.unique_key.clone()).or_insert(job);
     }
-    let mut ordered: Vec<&Issue> = latest.into_values().collect();
-    ordered.sort_by(|a, b| a.identifier.cmp(&b.identifier));
-    for issue in ordered {
-        let key = linear::key_of(&issue.identifier);
+    let mut ordered: Vec<&Item> = latest.into_values().collect();
+    ordered.sort_by(|a, b| a.key.cmp(&b.key));
+    for item in ordered {
+        let key = item.key.clone();
         let job = newest_job.get(&key);
         // Another source's job (or a job of the same key added by hand) is never this
         // source's to update or cancel; while it exists, this source adds none either.
@@ -154,12 +154,12 @@ async fn apply(
         }
         // A read older than what the job already reflects (a turn that stalled while a newer
         // one ran) changes nothing.
-        if job.is_some_and(|j| linear::version_of(&j.payload).is_some_and(|v| v > issue.updated_at.as_str())) {
+        if job.is_some_and(|j| linear::version_of(&j.payload).is_some_and(|v| v > item.version.as_str())) {
             continue;
         }
-        if issue.matches(&source.settings) {
-            take(queue, orchestrator_id, source, issue, &key, job, max_attempts, &mut report).await?;
-        } else if let Some(job) = job.filter(|j| j.live() && issue.left(&source.settings)) {
+        if item.matches {
+            take(queue, orchestrator_id, source, item, job, max_attempts, &mut report).await?;
+        } else if let Some(job) = job.filter(|j| j.live() && item.left) {
             if let Some(outcome) = queue.cancel(job.id, &source.actor()).await? {
                 tracing::info!(key, job = job.id, ?outcome, "the issue left the source's filter: cancelled");
                 report.cancelled.push((key, job.id));
@@ -173,22 +173,20 @@ async fn apply(
 /// when the issue left the filter), or its waiting job brought up to date. A job that
 /// completed, died or was cancelled by a person is never added again by the intake: the
 /// same issue is never dispatched twice (a person requeues it on purpose).
-#[allow(clippy::too_many_arguments)]
 async fn take(
     queue: &Queue,
     orchestrator_id: &str,
     source: &Bound,
-    issue: &Issue,
-    key: &str,
+    item: &Item,
     job: Option<&KeyedJob>,
     max_attempts: i32,
     report: &mut PollReport,
 ) -> Result<(), IntakeError> {
-    let payload = linear::payload_of(issue, &source.name, &source.settings);
+    let (key, payload) = (item.key.as_str(), &item.payload);
     let again = |j: &KeyedJob| j.state == JobState::Cancelled && j.cancelled_by.as_deref() == Some(&source.actor());
     match job {
-        Some(j) if j.waiting() && !linear::same_task(&j.payload, &payload) => {
-            if queue.update_waiting(j.id, &payload, &source.actor()).await? {
+        Some(j) if j.waiting() && !linear::same_task(&j.payload, payload) => {
+            if queue.update_waiting(j.id, payload, &source.actor()).await? {
                 report.updated.push((key.to_string(), j.id));
             }
         }
@@ -196,12 +194,12 @@ async fn take(
         _ => {
             let opts = JobOptions {
                 key: Some(key.to_string()),
-                priority: linear::priority_of(issue.priority),
+                priority: item.priority,
                 max_attempts,
                 source: Some(source.id),
                 ..Default::default()
             };
-            let added = queue.enqueue_keyed(orchestrator_id, &payload, &opts).await?;
+            let added = queue.enqueue_keyed(orchestrator_id, payload, &opts).await?;
             if added.existing.is_none() {
                 report.added.push((key.to_string(), added.id));
             }

@@ -25,17 +25,23 @@
 
 pub mod connection;
 pub mod deliver;
+mod error;
+pub mod github;
 mod health;
 pub mod intake;
 pub mod keys;
 pub mod linear;
+mod pull;
 mod render;
 pub mod settings;
 #[cfg(test)]
 mod tests;
+pub mod tracker;
 
 pub use deliver::DELIVERY_LEASE;
+pub use error::TrackerError;
 pub use health::{HealthState, SourceHealth, SourcesCfg};
 pub use intake::{poll, Bound, IntakeError, PollReport, Tried};
-pub use keys::{KeyStore, LinearKey};
+pub use keys::{ApiKey, KeyStore};
 pub use settings::{ReportSettings, SourceKind, SourceSettings};
+pub use tracker::TrackerClient;

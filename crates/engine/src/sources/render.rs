@@ -20,6 +20,8 @@ pub struct Report {
     pub move_to: Option<String>,
     /// Link this URL on the issue (a completion's result).
     pub link: Option<String>,
+    /// Put the "working" label on the issue (`Some(true)`, a claim) or take it off.
+    pub working: Option<bool>,
 }
 
 /// The report of `d` for `job` (its branch is `branch`), as `on` allows.
@@ -69,6 +71,9 @@ pub fn report(d: &Delivery, job: &JobRow, branch: &str, on: &ReportSettings) -> 
                 Some(format!("{machine} stopped answering; the job went back to the queue for another machine."));
         }
         _ => {}
+    }
+    if !on.working_label.is_empty() && event::REPORTABLE.contains(&d.event.as_str()) {
+        r.working = Some(d.event == event::CLAIMED);
     }
     r
 }

@@ -15,6 +15,16 @@
 //!
 //! [sources.eng.report]
 //! completed_state = "In Review"
+//!
+//! [sources.webapp-issues]
+//! kind = "github"
+//! repo = "acme/webapp"
+//! label = "agent"
+//! maps_to = "webapp"
+//! priority_labels = { urgent = 4, "priority: high" = 3 }
+//!
+//! [sources.webapp-issues.report]
+//! working_label = "devpilot: working"
 //! ```
 //!
 //! Every part of what reaches the issue (`[sources.NAME.report]`) is on by default.
@@ -29,6 +39,8 @@ use devpilot_store::error::{Error, Result};
 
 /// Linear's GraphQL endpoint.
 pub const LINEAR_API_URL: &str = "https://api.linear.app/graphql";
+/// GitHub's REST API.
+pub const GITHUB_API_URL: &str = "https://api.github.com";
 /// The shortest interval a source may have: Linear's budget is 1,500 requests an hour.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(15);
 /// The longest prompt a tracker's description becomes, in bytes (the rest is cut, and the
@@ -41,12 +53,38 @@ pub const DEFAULT_PROMPT_CAP: usize = 32 * 1024;
 pub enum SourceKind {
     #[default]
     Linear,
+    Github,
 }
 
 impl SourceKind {
     pub fn as_str(self) -> &'static str {
         match self {
             SourceKind::Linear => "linear",
+            SourceKind::Github => "github",
+        }
+    }
+
+    /// What its credential is called.
+    pub fn credential(self) -> &'static str {
+        match self {
+            SourceKind::Linear => "API key",
+            SourceKind::Github => "token",
+        }
+    }
+
+    /// The variable a headless machine gives its credential in.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            SourceKind::Linear => "LINEAR_API_KEY",
+            SourceKind::Github => "GITHUB_TOKEN",
+        }
+    }
+
+    /// The tracker's name, as messages say it.
+    pub fn tracker(self) -> &'static str {
+        match self {
+            SourceKind::Linear => "Linear",
+            SourceKind::Github => "GitHub",
         }
     }
 }
@@ -56,11 +94,14 @@ impl SourceKind {
 #[serde(default, deny_unknown_fields)]
 pub struct SourceSettings {
     pub kind: SourceKind,
-    /// The team keys whose issues it takes (e.g. `["ENG"]`).
+    /// Linear: the team keys whose issues it takes (e.g. `["ENG"]`).
     pub teams: Vec<String>,
+    /// GitHub: the repository whose issues it takes (`owner/repo`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub repo: String,
     /// The label an issue must carry; empty: any.
     pub label: String,
-    /// The workflow state types an issue must be in.
+    /// Linear: the workflow state types an issue must be in (a GitHub issue must be open).
     pub states: Vec<String>,
     /// Only issues assigned to the key's owner.
     pub assigned_to_me: bool,
@@ -68,18 +109,24 @@ pub struct SourceSettings {
     pub interval: Span,
     /// How long one call to the tracker may take.
     pub timeout: Span,
-    /// Empty: `DEVPILOT_LINEAR_API_URL`, else Linear's own.
+    /// Empty: `DEVPILOT_LINEAR_API_URL` (`DEVPILOT_GITHUB_API_URL`), else the tracker's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_url: Option<String>,
     /// Labels with this prefix become the job's `requires` (`needs:gpu` → `gpu`).
     pub requires_prefix: String,
-    /// The job's repo: by label first, then by project, then by team.
+    /// The job's repo: by label first, then by project, then by team, then `maps_to`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub repo_by_label: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub repo_by_project: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub repo_by_team: BTreeMap<String, String>,
+    /// The DevPilot repo its jobs run in when no mapping above names one.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub maps_to: String,
+    /// GitHub: labels that set the job's priority (higher runs first), e.g. `{ urgent = 4 }`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub priority_labels: BTreeMap<String, i32>,
     /// The longest prompt a description becomes, in bytes.
     pub prompt_cap: usize,
     /// What reaches the issue.
@@ -93,6 +140,7 @@ impl Default for SourceSettings {
         Self {
             kind: SourceKind::Linear,
             teams: vec![],
+            repo: String::new(),
             label: "agent".into(),
             states: vec!["unstarted".into(), "started".into()],
             assigned_to_me: false,
@@ -103,6 +151,8 @@ impl Default for SourceSettings {
             repo_by_label: BTreeMap::new(),
             repo_by_project: BTreeMap::new(),
             repo_by_team: BTreeMap::new(),
+            maps_to: String::new(),
+            priority_labels: BTreeMap::new(),
             prompt_cap: DEFAULT_PROMPT_CAP,
             report: ReportSettings::default(),
             enabled: true,
@@ -133,6 +183,9 @@ pub struct ReportSettings {
     pub parked: bool,
     /// A comment when the job is cancelled.
     pub cancelled: bool,
+    /// GitHub: a label the issue carries while a machine runs its job; empty: none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub working_label: String,
 }
 
 impl Default for ReportSettings {
@@ -147,6 +200,7 @@ impl Default for ReportSettings {
             failed: true,
             parked: true,
             cancelled: true,
+            working_label: String::new(),
         }
     }
 }
@@ -159,14 +213,9 @@ impl SourceSettings {
     pub fn validate(&self, name: &str) -> Result<()> {
         devpilot_store::spec::validate_name("source", name)?;
         let bad = |why: String| Err(Error::Invalid(format!("source '{name}': {why}")));
-        if self.teams.is_empty() {
-            return bad("name at least one team key (teams = [\"ENG\"])".into());
-        }
-        if let Some(t) = self.teams.iter().find(|t| !valid_team_key(t)) {
-            return bad(format!("'{t}' is not a team key (letters and digits, like ENG)"));
-        }
-        if let Some(s) = self.states.iter().find(|s| !STATE_TYPES.contains(&s.as_str())) {
-            return bad(format!("'{s}' is not a state type; Linear's are {}", STATE_TYPES.join(", ")));
+        match self.kind {
+            SourceKind::Linear => self.validate_linear().or_else(|why| bad(why))?,
+            SourceKind::Github => self.validate_github().or_else(|why| bad(why))?,
         }
         if self.interval.get() < MIN_INTERVAL {
             return bad(format!("the interval {} is shorter than the minimum of 15s", self.interval));
@@ -180,23 +229,66 @@ impl SourceSettings {
         if let Some(url) = &self.api_url {
             check_api_url(url).or_else(|e| bad(e.to_string()))?;
         }
-        for repo in self.repo_by_label.values().chain(self.repo_by_project.values()).chain(self.repo_by_team.values()) {
+        let mapped = self.repo_by_label.values().chain(self.repo_by_project.values()).chain(self.repo_by_team.values());
+        for repo in mapped.chain(Some(&self.maps_to).filter(|m| !m.is_empty())) {
             devpilot_store::spec::validate_name("repo", repo)?;
         }
         Ok(())
     }
 
-    /// The API address: this source's, else `DEVPILOT_LINEAR_API_URL`, else Linear's.
+    fn validate_linear(&self) -> std::result::Result<(), String> {
+        if self.teams.is_empty() {
+            return Err("name at least one team key (teams = [\"ENG\"])".into());
+        }
+        if let Some(t) = self.teams.iter().find(|t| !valid_team_key(t)) {
+            return Err(format!("'{t}' is not a team key (letters and digits, like ENG)"));
+        }
+        if let Some(s) = self.states.iter().find(|s| !STATE_TYPES.contains(&s.as_str())) {
+            return Err(format!("'{s}' is not a state type; Linear's are {}", STATE_TYPES.join(", ")));
+        }
+        Ok(())
+    }
+
+    fn validate_github(&self) -> std::result::Result<(), String> {
+        if !valid_github_repo(&self.repo) {
+            return Err(format!(
+                "'{}' is not a GitHub repository; name it as OWNER/REPO (repo = \"acme/webapp\")",
+                self.repo
+            ));
+        }
+        if !self.teams.is_empty() {
+            return Err("teams are Linear's; a GitHub source names its repo".into());
+        }
+        if self.label.chars().any(char::is_control) || self.label.len() > 100 {
+            return Err("the label must be at most 100 characters, with no control characters".into());
+        }
+        Ok(())
+    }
+
+    /// The API address: this source's, else `DEVPILOT_LINEAR_API_URL` (or
+    /// `DEVPILOT_GITHUB_API_URL`), else the tracker's own.
     pub fn api_url(&self) -> String {
+        let (var, default) = match self.kind {
+            SourceKind::Linear => ("DEVPILOT_LINEAR_API_URL", LINEAR_API_URL),
+            SourceKind::Github => ("DEVPILOT_GITHUB_API_URL", GITHUB_API_URL),
+        };
         self.api_url
             .clone()
             .filter(|u| !u.trim().is_empty())
-            .or_else(|| std::env::var("DEVPILOT_LINEAR_API_URL").ok().filter(|u| !u.trim().is_empty()))
-            .unwrap_or_else(|| LINEAR_API_URL.to_string())
+            .or_else(|| std::env::var(var).ok().filter(|u| !u.trim().is_empty()))
+            .unwrap_or_else(|| default.to_string())
+            .trim_end_matches('/')
+            .to_string()
     }
 
     /// The filter as stored with the source's row: a change resets the cursor.
     pub fn filter_text(&self) -> String {
+        if self.kind == SourceKind::Github {
+            let label = self.label.trim().to_lowercase();
+            let repo = self.repo.to_lowercase();
+            return serde_json::json!({ "repo": repo, "label": label, "assigned_to_me": self.assigned_to_me })
+                .to_string();
+        }
         let mut teams = self.teams.clone();
         teams.sort();
         let mut states = self.states.clone();
@@ -211,6 +303,18 @@ impl SourceSettings {
 /// A team key: 1–10 ASCII letters and digits (Linear's own rule is 1–7; a little slack).
 fn valid_team_key(k: &str) -> bool {
     !k.is_empty() && k.len() <= 10 && k.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// `owner/repo` as GitHub allows them: letters, digits, `-`, `_` and `.`, one slash.
+pub fn valid_github_repo(r: &str) -> bool {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 100
+            && p != "."
+            && p != ".."
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    matches!(r.split_once('/'), Some((o, n)) if ok(o) && ok(n))
 }
 
 /// An API address must be http(s), and plain http only on loopback (a stand-in or a local

@@ -9,6 +9,27 @@ use super::record::{HandOff, Record, Worktree};
 use super::workspaces::{in_use, Workspaces, CLEANUP_BOUND, GIT_BOUND};
 use crate::git::Git;
 
+/// What a finish did: where the worktree is kept (if it is), and the remote the completed
+/// job's branch was pushed to (if it was).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Finished {
+    pub kept: Option<String>,
+    pub pushed: Option<String>,
+}
+
+/// A remote's URL with any user name and password taken out (`https://tok@github.com/…`);
+/// an scp-like address (`git@github.com:acme/webapp.git`) names an SSH user, no secret.
+fn without_credentials(remote: &str) -> String {
+    match url::Url::parse(remote) {
+        Ok(mut u) if u.has_authority() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => remote.to_string(),
+    }
+}
+
 impl Workspaces {
     /// The cleanup after a hand-off's release: the worktree goes if nothing in it would be
     /// lost. Bounded, and after the release, so it never holds a job back.
@@ -20,12 +41,40 @@ impl Workspaces {
     }
 
     /// After the job's attempt ended: push the branch if the job completed and the repo says
-    /// so, then remove the worktree if nothing in it would be lost. `Some(where)` when it is
-    /// kept. A failed attempt keeps its worktree (until retention) for the next attempt here.
-    pub async fn finish(&self, wt: &Worktree, completed: bool) -> Option<String> {
+    /// so, then remove the worktree if nothing in it would be lost. A failed attempt keeps its
+    /// worktree (until retention) for the next attempt here.
+    pub async fn finish(&self, wt: &Worktree, completed: bool) -> Finished {
+        let pushed = if completed { self.push_completed(wt).await } else { None };
         let kept = self.finish_inner(wt, completed).await;
         in_use().remove(&wt.path);
-        kept
+        Finished { kept, pushed }
+    }
+
+    /// Commits what the agent left and pushes the branch, if the repo says so: the remote's
+    /// URL (without credentials) when the push went through.
+    async fn push_completed(&self, wt: &Worktree) -> Option<String> {
+        if !wt.repo.push {
+            return None;
+        }
+        let Ok(Ok(_lock)) = tokio::time::timeout(CLEANUP_BOUND, self.lock(&wt.repo.path)).await else { return None };
+        // An agent that leaves committing to us (aider with --no-auto-commits) still gets its
+        // work onto the pushed branch.
+        let message = format!("devpilot: job #{} completed on {}", wt.job, self.machine);
+        let git = wt.git().await;
+        let pushed = async {
+            commit_all(&git, wt, &message, GIT_BOUND).await?;
+            push(&git, wt, GIT_BOUND).await
+        };
+        if let Err(e) = pushed.await {
+            tracing::warn!(job = wt.job, error = %e, "could not push the job's branch");
+            return None;
+        }
+        let key = format!("remote.{}.url", wt.repo.remote);
+        match git.run(&["config", "--get", &key], GIT_BOUND).await {
+            Ok(url) => Some(without_credentials(url.trim())),
+            // A remote named by URL rather than by name.
+            Err(_) => Some(without_credentials(&wt.repo.remote)),
+        }
     }
 
     pub(super) async fn finish_inner(&self, wt: &Worktree, completed: bool) -> Option<String> {
@@ -34,21 +83,6 @@ impl Workspaces {
             r.kept = Some("its attempt did not complete".into());
             self.save(&r);
             return None;
-        }
-        if wt.repo.push {
-            if let Ok(Ok(_lock)) = tokio::time::timeout(CLEANUP_BOUND, self.lock(&wt.repo.path)).await {
-                // An agent that leaves committing to us (aider with --no-auto-commits) still
-                // gets its work onto the pushed branch.
-                let message = format!("devpilot: job #{} completed on {}", wt.job, self.machine);
-                let pushed = async {
-                    let git = wt.git().await;
-                    commit_all(&git, wt, &message, GIT_BOUND).await?;
-                    push(&git, wt, GIT_BOUND).await
-                };
-                if let Err(e) = pushed.await {
-                    tracing::warn!(job = wt.job, error = %e, "could not push the job's branch");
-                }
-            }
         }
         let removed = tokio::time::timeout(CLEANUP_BOUND + GIT_BOUND, self.remove_if_safe(wt)).await;
         match removed {
@@ -118,5 +152,18 @@ impl Workspaces {
             }
         }
         (removed, kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A token in a remote's URL never leaves the clone; an SSH address stays as it is.
+    #[test]
+    fn remotes_lose_their_credentials() {
+        assert_eq!(
+            super::without_credentials("https://x:ghp_secret@github.com/acme/w.git"),
+            "https://github.com/acme/w.git"
+        );
+        assert_eq!(super::without_credentials("git@github.com:acme/w.git"), "git@github.com:acme/w.git");
     }
 }

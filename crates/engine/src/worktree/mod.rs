@@ -35,8 +35,9 @@ mod record;
 mod repo;
 mod workspaces;
 
+pub use self::cleanup::Finished;
 pub use self::error::WorktreeError;
 pub use self::record::{records_in, HandOff, Record, StartedFrom, Unsaved, Worktree};
-pub use self::repo::{expand_home, overlay_repo_flag, Repo, RepoSettings};
+pub use self::repo::{expand_home, overlay_repo_flag, PrMode, Repo, RepoSettings};
 pub use self::workspaces::Workspaces;
 pub use crate::git::redact_credentials;

@@ -29,6 +29,26 @@ pub struct RepoSettings {
     /// default it runs only in a worktree created from the remote's base).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub setup_on_resume: bool,
+    /// The pull request a tracker's job opens when it completes with its branch pushed to a
+    /// GitHub remote: a draft (the default), ready for review, or none.
+    #[serde(skip_serializing_if = "PrMode::is_default")]
+    pub pull_request: PrMode,
+}
+
+/// Which pull request a finished job opens (`pull_request = "draft" | "ready" | "off"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrMode {
+    #[default]
+    Draft,
+    Ready,
+    Off,
+}
+
+impl PrMode {
+    fn is_default(&self) -> bool {
+        *self == PrMode::Draft
+    }
 }
 
 /// A repo this machine can work on.
@@ -41,6 +61,7 @@ pub struct Repo {
     pub setup: Vec<String>,
     pub push: bool,
     pub setup_on_resume: bool,
+    pub pull_request: PrMode,
 }
 
 impl Repo {
@@ -63,6 +84,7 @@ impl Repo {
             setup: s.setup.clone(),
             push: s.push,
             setup_on_resume: s.setup_on_resume,
+            pull_request: s.pull_request,
         })
     }
 }

@@ -115,6 +115,7 @@ impl Workspaces {
             setup: vec![],
             push: false,
             setup_on_resume: false,
+            pull_request: Default::default(),
         });
         // A record of an older version has no gitdir: the one git would make for this path.
         // A worktree whose gitdir is not there fails its git calls; it is kept, never lost.

@@ -9,7 +9,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::sources::settings::{check_api_url, SourceSettings};
+pub use crate::sources::error::TrackerError;
+use crate::sources::settings::{check_api_url, SourceKind, SourceSettings};
+
+const L: SourceKind = SourceKind::Linear;
 
 /// Makes ring the process's TLS crypto provider (reqwest is built without one), once.
 pub fn install_crypto_provider() {
@@ -18,35 +21,6 @@ pub fn install_crypto_provider() {
         // Another part of the process may have installed one already: that one stays.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-}
-
-/// What went wrong with a call, as the caller acts on it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TrackerError {
-    /// The key was refused: this machine stops using the source until its key changes.
-    #[error("Linear refused the API key ({0}); set a new one with `devpilot login --linear` or LINEAR_API_KEY")]
-    Auth(String),
-    /// Over the budget: nothing more until the reset.
-    #[error("Linear's rate limit was reached; waiting until it resets")]
-    RateLimited { reset_at_ms: Option<i64> },
-    /// No answer: Linear (or the network) is down; the source is offline and its outbox waits.
-    #[error("Linear could not be reached: {0}")]
-    Unreachable(String),
-    /// Linear answered with a server error: try again later.
-    #[error("Linear answered {0}; trying again later")]
-    Server(u16),
-    /// Linear refused the request itself (an unknown issue, a bad state): retrying the same
-    /// request would fail the same way.
-    #[error("Linear refused the request: {0}")]
-    Refused(String),
-}
-
-impl TrackerError {
-    /// Logs what could not be read (a server's garbled answer), keeping the error itself short.
-    fn with_detail(self, detail: &str) -> Self {
-        tracing::warn!(%detail, "Linear's answer could not be read");
-        self
-    }
 }
 
 /// What an answer's headers said of the budget.
@@ -126,10 +100,10 @@ impl LinearClient {
     pub fn new(url: &str, key: &str, timeout: Duration) -> Result<Self, TrackerError> {
         // Wherever the address came from (the settings, DEVPILOT_LINEAR_API_URL), the key
         // never travels in clear text off this machine.
-        check_api_url(url).map_err(|e| TrackerError::Refused(e.to_string()))?;
+        check_api_url(url).map_err(|e| TrackerError::Refused(L, e.to_string()))?;
         install_crypto_provider();
         let mut auth = HeaderValue::from_str(key.trim())
-            .map_err(|_| TrackerError::Auth("the key has characters no HTTP header can carry".into()))?;
+            .map_err(|_| TrackerError::Auth(L, "the key has characters no HTTP header can carry".into()))?;
         auth.set_sensitive(true);
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, auth);
@@ -141,7 +115,7 @@ impl LinearClient {
             .connect_timeout(timeout.min(Duration::from_secs(10)))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| TrackerError::Unreachable(e.to_string()))?;
+            .map_err(|e| TrackerError::Unreachable(L, e.to_string()))?;
         Ok(Self { http, url: url.to_string() })
     }
 
@@ -158,48 +132,38 @@ impl LinearClient {
         variables: Value,
     ) -> Result<(T, RateLimit), TrackerError> {
         let body = serde_json::json!({ "query": document, "variables": variables });
-        let answer = self.http.post(&self.url).json(&body).send().await.map_err(unreachable)?;
+        let answer =
+            self.http.post(&self.url).json(&body).send().await.map_err(|e| TrackerError::unreachable(L, &e))?;
         let status = answer.status();
         let rate = RateLimit::of(answer.headers());
         if status.is_server_error() {
-            return Err(TrackerError::Server(status.as_u16()));
+            return Err(TrackerError::Server(L, status.as_u16()));
         }
-        let text = answer.text().await.map_err(unreachable)?;
+        let text = answer.text().await.map_err(|e| TrackerError::unreachable(L, &e))?;
         let envelope: Envelope<T> = match serde_json::from_str(&text) {
             Ok(e) => e,
             // Not GraphQL: something in between (a proxy, a load balancer) answered. Sorted by
             // its status; anything unexpected is worth another try later, never a give-up.
             Err(e) => {
                 return Err(match status.as_u16() {
-                    200..=299 => TrackerError::Server(status.as_u16()).with_detail(&e.to_string()),
-                    401 | 403 => TrackerError::Auth(format!("HTTP {status}")),
-                    429 => TrackerError::RateLimited { reset_at_ms: rate.reset_at_ms },
-                    code => TrackerError::Server(code),
+                    200..=299 => TrackerError::Server(L, status.as_u16()).with_detail(&e.to_string()),
+                    401 | 403 => TrackerError::Auth(L, format!("HTTP {status}")),
+                    429 => TrackerError::RateLimited { tracker: L, reset_at_ms: rate.reset_at_ms },
+                    code => TrackerError::Server(L, code),
                 })
             }
         };
         if let Some(e) = envelope.errors.first() {
             return Err(match e.code() {
-                "AUTHENTICATION_ERROR" => TrackerError::Auth(e.message.clone()),
-                "RATELIMITED" => TrackerError::RateLimited { reset_at_ms: rate.reset_at_ms },
-                _ if status == reqwest::StatusCode::UNAUTHORIZED => TrackerError::Auth(e.message.clone()),
-                _ => TrackerError::Refused(e.message.clone()),
+                "AUTHENTICATION_ERROR" => TrackerError::Auth(L, e.message.clone()),
+                "RATELIMITED" => TrackerError::RateLimited { tracker: L, reset_at_ms: rate.reset_at_ms },
+                _ if status == reqwest::StatusCode::UNAUTHORIZED => TrackerError::Auth(L, e.message.clone()),
+                _ => TrackerError::Refused(L, e.message.clone()),
             });
         }
         match envelope.data {
             Some(data) => Ok((data, rate)),
-            None => Err(TrackerError::Refused(format!("HTTP {status} with no data"))),
+            None => Err(TrackerError::Refused(L, format!("HTTP {status} with no data"))),
         }
     }
-}
-
-fn unreachable(e: reqwest::Error) -> TrackerError {
-    let what = if e.is_timeout() {
-        "no answer in time"
-    } else if e.is_connect() {
-        "could not connect"
-    } else {
-        "the connection failed"
-    };
-    TrackerError::Unreachable(what.to_string())
 }

@@ -82,8 +82,7 @@ pub async fn deliver(
         post_once(client, issue, comment_id, body, first_try).await?;
     }
     if let Some(url) = &report.link {
-        let vars = json!({ "issueId": issue.id, "url": url, "title": "DevPilot result" });
-        client.call::<Value>(documents::LINK_URL, vars).await?;
+        attach(client, issue, url, "DevPilot result").await?;
     }
     if report.move_to_started {
         skip_refused(move_to(client, issue, |s| s.kind == "started").await, "the first started state")?;
@@ -96,10 +95,17 @@ pub async fn deliver(
     Ok(())
 }
 
+/// Links `url` on the issue as an attachment titled `title` (Linear keeps one per URL, so a
+/// second call changes nothing).
+pub async fn attach(client: &LinearClient, issue: &IssueRef, url: &str, title: &str) -> Result<(), TrackerError> {
+    let vars = json!({ "issueId": issue.id, "url": url, "title": title });
+    client.call::<Value>(documents::LINK_URL, vars).await.map(drop)
+}
+
 /// A refused state move is logged, not failed: the row's other parts are delivered.
 fn skip_refused(moved: Result<(), TrackerError>, what: &str) -> Result<(), TrackerError> {
     match moved {
-        Err(TrackerError::Refused(why)) => {
+        Err(TrackerError::Refused(_, why)) => {
             tracing::warn!(state = what, "the issue could not be moved: {why}");
             Ok(())
         }
@@ -119,13 +125,13 @@ async fn post_once(
     if !first_try {
         match client.call::<Found>(documents::FIND_COMMENT, json!({ "id": id })).await {
             Ok((found, _)) if found.comment.is_some() => return Ok(()),
-            Ok(_) | Err(TrackerError::Refused(_)) => {}
+            Ok(_) | Err(TrackerError::Refused(..)) => {}
             Err(e) => return Err(e),
         }
     }
     let input = json!({ "input": { "id": id, "issueId": issue.id, "body": body } });
     match client.call::<Value>(documents::POST_COMMENT, input).await {
-        Err(TrackerError::Refused(m)) if m.to_lowercase().contains("already exists") => Ok(()),
+        Err(TrackerError::Refused(_, m)) if m.to_lowercase().contains("already exists") => Ok(()),
         other => other.map(drop),
     }
 }
@@ -136,7 +142,10 @@ async fn move_to(client: &LinearClient, issue: &IssueRef, pick: impl Fn(&State) 
     let mut fit: Vec<State> = states.states.nodes.into_iter().filter(|s| pick(s)).collect();
     fit.sort_by(|a, b| a.position.total_cmp(&b.position));
     let Some(state) = fit.first() else {
-        return Err(TrackerError::Refused("the team has no such workflow state".into()));
+        return Err(TrackerError::Refused(
+            crate::sources::SourceKind::Linear,
+            "the team has no such workflow state".into(),
+        ));
     };
     client.call::<Value>(documents::MOVE_ISSUE, json!({ "id": issue.id, "stateId": state.id })).await.map(drop)
 }

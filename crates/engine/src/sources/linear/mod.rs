@@ -17,6 +17,6 @@ mod issues;
 mod map;
 
 pub use client::{install_crypto_provider, LinearClient, RateLimit, TrackerError};
-pub use deliver::{comment_id, deliver, IssueRef};
+pub use deliver::{attach, comment_id, deliver, IssueRef};
 pub use issues::{filter, read_changed, Issue, Read};
 pub use map::{branch_of, key_of, payload_of, priority_of, prompt_of, repo_of, requires_of, same_task, version_of};

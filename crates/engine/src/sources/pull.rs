@@ -1,0 +1,129 @@
+//! The pull request row a completion of a tracker's job leaves after its `completed` row:
+//! when the completing machine pushed the job's branch to a GitHub remote, open the pull
+//! request from it (or find the open one), make its URL the job's result link, and link it
+//! on the issue: a comment on GitHub, an attachment on Linear.
+//!
+//! A pull request GitHub refuses (its base branch was deleted, nothing to merge) ends the
+//! row with GitHub's error; the job stays completed. A machine with no GitHub token leaves
+//! the row for one that has one.
+
+use serde_json::Value;
+
+use super::deliver::{backoff, ending};
+use super::error::TrackerError;
+use super::github::pulls::{api_for, open_or_reuse, GithubRemote, PullAsk};
+use super::github::{self, GithubClient};
+use super::health::SourcesCfg;
+use super::intake::Bound;
+use super::keys::ApiKey;
+use super::linear;
+use super::settings::SourceKind;
+use super::tracker::TrackerClient;
+use crate::worktree::PrMode;
+use devpilot_store::queue::{Delivery, DeliveryEnd, JobRow, Queue};
+use devpilot_store::spec::JobSpec;
+
+/// Delivers pull request row `d` of `job` (from `source`, whose tracker `client` links it).
+pub(super) async fn deliver(
+    queue: &Queue,
+    cfg: &SourcesCfg,
+    source: &Bound,
+    client: &TrackerClient,
+    d: &Delivery,
+    (job, payload): (&JobRow, &Value),
+    token: Option<&ApiKey>,
+) -> (DeliveryEnd, Option<TrackerError>) {
+    let Some((remote, api)) = target(cfg, job) else { return (DeliveryEnd::Delivered, None) };
+    let Some(token) = token else {
+        let error = format!(
+            "no GitHub token on {} to open the pull request: `devpilot login --github` or GITHUB_TOKEN",
+            cfg.machine
+        );
+        return (DeliveryEnd::Retry { after: backoff(d.tries), error }, None);
+    };
+    let gh = match GithubClient::new(&api, token.secret(), source.settings.timeout.get()) {
+        Ok(c) => c,
+        Err(e) => return (DeliveryEnd::GiveUp { error: e.to_string() }, None),
+    };
+    let ask = ask_of(cfg, job, payload, remote);
+    let url = match open_or_reuse(&gh, &ask).await {
+        Ok(url) => url,
+        // GitHub's trouble ends the pass only for a GitHub source: a Linear source's other
+        // rows go on.
+        Err(e) => {
+            let (end, stop) = ending(Err(e), d);
+            return (end, stop.filter(|_| source.settings.kind == SourceKind::Github));
+        }
+    };
+    tracing::info!(job = job.id, %url, "the job's pull request");
+    if let Err(e) = queue.set_result_url(job.id, &url).await {
+        return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None);
+    }
+    ending(link(client, d, payload, &url).await, d)
+}
+
+/// Where the PR goes: the remote the branch was pushed to, if it is GitHub's and the repo
+/// wants pull requests, with the API that serves it.
+fn target(cfg: &SourcesCfg, job: &JobRow) -> Option<(GithubRemote, String)> {
+    let pushed = job.pushed_remote.as_deref()?;
+    let mode = job.repo.as_ref().and_then(|r| cfg.pull_requests.get(r)).copied().unwrap_or_default();
+    if mode == PrMode::Off {
+        return None;
+    }
+    let remote = GithubRemote::parse(pushed)?;
+    let mut apis: Vec<String> =
+        cfg.sources.values().filter(|s| s.kind == SourceKind::Github).map(|s| s.api_url()).collect();
+    if let Ok(env) = std::env::var("DEVPILOT_GITHUB_API_URL") {
+        apis.push(env);
+    }
+    let api = api_for(&remote, &apis);
+    if api.is_none() {
+        tracing::info!(job = job.id, host = %remote.host, "the job's remote is not on GitHub: no pull request");
+    }
+    Some((remote, api?))
+}
+
+/// The pull request: the job's branch onto its base, the issue's title, the summary, and
+/// what closes or names the issue.
+fn ask_of(cfg: &SourcesCfg, job: &JobRow, payload: &Value, remote: GithubRemote) -> PullAsk {
+    let spec = JobSpec::parse(payload).ok();
+    let branch = spec.as_ref().map(|s| s.branch(job.id)).unwrap_or_else(|| format!("devpilot/{}", job.id));
+    let base = spec.and_then(|s| s.base);
+    let mode = job.repo.as_ref().and_then(|r| cfg.pull_requests.get(r)).copied().unwrap_or_default();
+    let mut body = job.summary.clone().filter(|s| !s.trim().is_empty()).unwrap_or_default();
+    if let Some(issue) = github::IssueRef::of(payload) {
+        let same = issue.repo.eq_ignore_ascii_case(&remote.full_name());
+        let closes =
+            if same { format!("Closes #{}", issue.number) } else { format!("Closes {}#{}", issue.repo, issue.number) };
+        body = format!("{body}\n\n{closes}");
+    } else if let Some(url) = payload.pointer("/source/url").and_then(Value::as_str) {
+        body = format!("{body}\n\nLinear issue: {url}");
+    }
+    body.push_str(&format!("\n\nOpened by DevPilot for job #{} ({}).", job.id, cfg.machine));
+    PullAsk {
+        remote,
+        branch,
+        base,
+        title: job.title.clone().unwrap_or_else(|| format!("DevPilot job #{}", job.id)),
+        body: body.trim().to_string(),
+        draft: mode != PrMode::Ready,
+    }
+}
+
+/// Links the PR on the source's issue.
+async fn link(client: &TrackerClient, d: &Delivery, payload: &Value, url: &str) -> Result<(), TrackerError> {
+    match client {
+        TrackerClient::Linear(c) => match linear::IssueRef::of(payload) {
+            Some(issue) => linear::attach(c, &issue, url, "Pull request").await,
+            None => Ok(()),
+        },
+        TrackerClient::Github(c) => match github::IssueRef::of(payload) {
+            Some(issue) => {
+                let marker = github::marker(d.job_id, &d.event, d.claim_token);
+                let body = format!("Opened a pull request: {url}");
+                github::post_once(c, &issue, &body, &marker, d.tries <= 1).await
+            }
+            None => Ok(()),
+        },
+    }
+}
