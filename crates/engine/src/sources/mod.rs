@@ -25,6 +25,7 @@
 
 pub mod connection;
 pub mod deliver;
+mod ending;
 mod error;
 pub mod github;
 mod health;

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::deliver::{backoff, ending};
+use super::ending::{backoff, ending};
 use super::error::TrackerError;
 use super::github::pulls::{api_for, open_or_reuse, GithubRemote, PullAsk};
 use super::github::{self, GithubClient};

@@ -214,8 +214,8 @@ impl SourceSettings {
         devpilot_store::spec::validate_name("source", name)?;
         let bad = |why: String| Err(Error::Invalid(format!("source '{name}': {why}")));
         match self.kind {
-            SourceKind::Linear => self.validate_linear().or_else(|why| bad(why))?,
-            SourceKind::Github => self.validate_github().or_else(|why| bad(why))?,
+            SourceKind::Linear => self.validate_linear().or_else(bad)?,
+            SourceKind::Github => self.validate_github().or_else(bad)?,
         }
         if self.interval.get() < MIN_INTERVAL {
             return bad(format!("the interval {} is shorter than the minimum of 15s", self.interval));

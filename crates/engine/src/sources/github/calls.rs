@@ -2,8 +2,13 @@
 //! check each of them against GitHub's published description (`contracts/github`): method,
 //! path, query and body. The client only sends what these functions build.
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::Method;
 use serde_json::{json, Value};
+
+/// What a path segment keeps as it is (RFC 3986's unreserved characters); everything else,
+/// `/` and `%` included, is percent-encoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// Issues and pulls per page: GitHub's most.
 pub const PER_PAGE: u32 = 100;
@@ -42,11 +47,8 @@ impl Call {
 
     /// The path as sent: each segment percent-encoded.
     pub fn path(&self) -> String {
-        let mut url = url::Url::parse("http://x/").expect("a constant URL");
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.extend(&self.segments);
-        }
-        url.path().to_string()
+        let encoded: Vec<String> = self.segments.iter().map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
+        format!("/{}", encoded.join("/"))
     }
 }
 

@@ -120,8 +120,9 @@ pub async fn read_changed(
             read.etag = etag.map(str::to_string);
             return Ok(read);
         }
-        let items: Vec<GhIssue> = serde_json::from_value(answer.body)
-            .map_err(|e| TrackerError::Server(crate::sources::SourceKind::Github, 200).with_detail(&e.to_string()))?;
+        let items: Vec<GhIssue> = serde_json::from_value(answer.body).map_err(|e| {
+            TrackerError::Server(crate::sources::settings::SourceKind::Github, 200).with_detail(&e.to_string())
+        })?;
         let full = items.len() as u32 >= PER_PAGE;
         read.issues.extend(items.into_iter().filter(|i| i.pull_request.is_none()));
         if page == 1 && !answer.has_next {

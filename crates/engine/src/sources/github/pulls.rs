@@ -125,7 +125,8 @@ async fn find(client: &GithubClient, repo: &str, owner: &str, branch: &str) -> R
 
 fn html_url(pull: &Value) -> Result<String, TrackerError> {
     pull.get("html_url").and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
-        TrackerError::Server(crate::sources::SourceKind::Github, 200).with_detail("a pull request with no html_url")
+        TrackerError::Server(crate::sources::settings::SourceKind::Github, 200)
+            .with_detail("a pull request with no html_url")
     })
 }
 

@@ -143,7 +143,7 @@ async fn move_to(client: &LinearClient, issue: &IssueRef, pick: impl Fn(&State) 
     fit.sort_by(|a, b| a.position.total_cmp(&b.position));
     let Some(state) = fit.first() else {
         return Err(TrackerError::Refused(
-            crate::sources::SourceKind::Linear,
+            crate::sources::settings::SourceKind::Linear,
             "the team has no such workflow state".into(),
         ));
     };

@@ -23,12 +23,14 @@ pub fn priority_of(linear: f64) -> i32 {
     }
 }
 
-/// The repo: the first label with a mapping, else the project's, else the team's.
+/// The repo: the first label with a mapping, else the project's, else the team's, else the
+/// source's `maps_to`.
 pub fn repo_of(issue: &Issue, s: &SourceSettings) -> Option<String> {
     let by_label = issue.label_names().find_map(|l| s.repo_by_label.get(l));
     let by_project = issue.project.as_ref().and_then(|p| s.repo_by_project.get(&p.name));
     let by_team = s.repo_by_team.get(&issue.team.key);
-    by_label.or(by_project).or(by_team).cloned()
+    let mapped = by_label.or(by_project).or(by_team).cloned();
+    mapped.or_else(|| Some(s.maps_to.clone()).filter(|m| !m.is_empty()))
 }
 
 /// The labels with the source's prefix, without it, that are valid label names; sorted.
