@@ -3,7 +3,6 @@
 //! endpoints both offer. The key is kept only to compare against; nothing here prints it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -34,8 +33,6 @@ pub(crate) struct Shared {
     pub control: Mutex<Control>,
     /// Whether the `/_admin/` endpoints are served (the binary's, for the Python e2e).
     pub admin: bool,
-    /// Set when the server stops: held connections give up.
-    pub stop: AtomicBool,
 }
 
 /// A lock that survives a panicking holder (a test's failed assertion elsewhere must not turn
@@ -54,7 +51,6 @@ impl Shared {
             control: Mutex::new(Control { key: key.into(), faults: Vec::new(), limits, log: Vec::new() }),
             clock,
             admin,
-            stop: AtomicBool::new(false),
         }
     }
 

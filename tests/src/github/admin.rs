@@ -1,0 +1,140 @@
+//! The `/_admin/` endpoints the `github-standin` binary serves beside the API, so the Python
+//! desktop end-to-end test can do over HTTP what Rust tests do through [`GitHubStandIn`]: add
+//! repositories, open and close issues, read comments and pull requests, read the request log,
+//! arm faults and set the rate limit. JSON in and out; no token (loopback, test only).
+//!
+//! [`GitHubStandIn`]: super::GitHubStandIn
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::contract;
+use super::model::{Fault, FaultKind, IssueSeed};
+use super::shared::Shared;
+use crate::http_server::{WireAnswer, WireRequest};
+
+/// `POST /_admin/repos`: `{"repo": "acme/webapp", "git": "/path/to/bare.git"}`.
+#[derive(Deserialize)]
+struct RepoSpec {
+    repo: String,
+    #[serde(default)]
+    git: Option<String>,
+}
+
+/// `POST /_admin/issues`: `{"repo", "title", "body", "labels", "assignee"}`.
+#[derive(Deserialize)]
+struct IssueSpec {
+    repo: String,
+    #[serde(flatten)]
+    seed: IssueSeed,
+}
+
+/// `POST /_admin/close`: `{"repo", "number"}`.
+#[derive(Deserialize)]
+struct Target {
+    repo: String,
+    number: u64,
+}
+
+/// `POST /_admin/faults`: `{"op": "pulls/create", "fault": "timeout"|"server"|"secondary_limit"|
+/// "unauthorized", "seconds": 5, "status": 502, "times": 1}`.
+#[derive(Deserialize)]
+struct FaultSpec {
+    op: String,
+    fault: String,
+    #[serde(default)]
+    seconds: f64,
+    #[serde(default)]
+    status: Option<u16>,
+    #[serde(default = "one")]
+    times: usize,
+}
+
+/// The default of `times`.
+fn one() -> usize {
+    1
+}
+
+/// `POST /_admin/rate`: `{"remaining": 0, "reset": 1796000000}` (epoch seconds).
+#[derive(Deserialize)]
+struct RateSpec {
+    remaining: u64,
+    reset: i64,
+}
+
+/// Answers one admin request.
+pub(crate) fn handle(shared: &Shared, request: &WireRequest) -> WireAnswer {
+    let path = request.path.trim_start_matches("/_admin/");
+    let target = || -> Result<(String, u64), String> {
+        let repo = request.param("repo").ok_or("missing ?repo=owner/name")?;
+        let number = request.param("number").and_then(|n| n.parse().ok()).ok_or("missing ?number=N")?;
+        Ok((repo, number))
+    };
+    let result = match (request.method.as_str(), path) {
+        ("POST", "repos") => parse::<RepoSpec>(&request.body).and_then(|spec| {
+            shared.state().add_repo(&spec.repo, spec.git.map(Into::into)).map(|()| json!({ "repo": spec.repo }))
+        }),
+        ("POST", "issues") => parse::<IssueSpec>(&request.body).and_then(|spec| {
+            let mut state = shared.state();
+            let number = state.open_item(&spec.repo, &spec.seed, None)?;
+            let repo = state.repo(&spec.repo)?;
+            Ok(json!(repo.issue(repo.item(number).ok_or("vanished")?)))
+        }),
+        ("POST", "close") => parse::<Target>(&request.body)
+            .and_then(|t| shared.state().edit(&t.repo, t.number, |i| i.open = false).map(|i| json!(i))),
+        ("GET", "comments") => target().and_then(|(repo, number)| {
+            let state = shared.state();
+            let repo = state.repo(&repo)?;
+            let item = repo.item(number).ok_or_else(|| format!("no issue #{number}"))?;
+            Ok(json!(item.comments.iter().map(|c| repo.comment(item, c)).collect::<Vec<_>>()))
+        }),
+        ("GET", "pulls") => request.param("repo").ok_or_else(|| "missing ?repo=owner/name".to_string()).and_then(|r| {
+            let state = shared.state();
+            let repo = state.repo(&r)?;
+            Ok(json!(repo.items.iter().filter_map(|i| repo.pull(i)).collect::<Vec<_>>()))
+        }),
+        ("GET", "recorded") => Ok(json!(shared.control().log)),
+        ("GET", "rejected") => Ok(json!(shared.control().log.iter().filter(|r| r.rejected).collect::<Vec<_>>())),
+        ("POST", "faults") => parse(&request.body).and_then(|spec| inject(shared, spec)),
+        ("POST", "rate") => parse::<RateSpec>(&request.body).map(|spec| {
+            let mut control = shared.control();
+            control.rate.remaining = spec.remaining;
+            control.rate.reset = spec.reset;
+            json!({ "remaining": spec.remaining })
+        }),
+        _ => {
+            return WireAnswer::json(
+                404,
+                &json!({ "error": format!("no admin endpoint {} /_admin/{path}", request.method) }),
+            )
+        }
+    };
+    match result {
+        Ok(value) => WireAnswer::json(200, &value),
+        Err(error) => WireAnswer::json(400, &json!({ "error": error })),
+    }
+}
+
+/// A JSON body.
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("bad JSON body: {e}"))
+}
+
+/// Arms a fault from a [`FaultSpec`].
+fn inject(shared: &Shared, spec: FaultSpec) -> Result<Value, String> {
+    let op = contract::operation_ids()
+        .into_iter()
+        .find(|id| *id == spec.op)
+        .ok_or_else(|| format!("unknown operation {:?} (one of {:?})", spec.op, contract::operation_ids()))?;
+    let kind = match spec.fault.as_str() {
+        "timeout" => FaultKind::Timeout { hold: Duration::from_secs_f64(spec.seconds.max(0.0)) },
+        "server" => FaultKind::Server(spec.status.unwrap_or(502)),
+        "secondary_limit" => FaultKind::SecondaryLimit { retry_after_s: spec.seconds.max(0.0) as u64 },
+        "unauthorized" => FaultKind::Unauthorized,
+        other => return Err(format!("unknown fault {other:?} (timeout, server, secondary_limit, unauthorized)")),
+    };
+    shared.control().faults.push(Fault { op, kind, times: spec.times });
+    Ok(json!({ "armed": spec.times }))
+}

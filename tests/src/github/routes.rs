@@ -1,0 +1,341 @@
+//! The operations, run over the stand-in's data once the handler has let a request through:
+//! each one GitHub's behaviour as documented (filters, sort orders, pagination with `Link`,
+//! 404s, 422 `Validation Failed` shapes). A parameter the description allows but the stand-in
+//! does not implement is answered 501 naming it, never silently ignored.
+
+use serde_json::{json, Value};
+
+use super::model::{Access, IssueSeed};
+use super::render;
+use super::state::{parse_rfc3339, Item, PullRow, Repo, State, VIEWER};
+
+/// The longest comment body GitHub takes, in characters.
+const MAX_COMMENT: usize = 65_536;
+
+/// One request's inputs, already checked against the contract.
+pub(crate) struct Ctx<'a> {
+    pub op: &'static str,
+    /// The decoded path segments (`repos`, owner, repo, …).
+    pub segments: Vec<String>,
+    pub query: &'a [(String, String)],
+    pub body: Option<&'a Value>,
+    /// `http://127.0.0.1:PORT/repos/…` without the query: where `Link`s point.
+    pub link_base: String,
+    pub access: Access,
+}
+
+impl Ctx<'_> {
+    /// A query parameter.
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// `owner/repo` from the path.
+    fn repo_name(&self) -> String {
+        format!("{}/{}", self.segments.get(1).map_or("", |s| s), self.segments.get(2).map_or("", |s| s))
+    }
+
+    /// The issue number in the path (the contract checked it is an integer).
+    fn number(&self) -> u64 {
+        self.segments.get(4).and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// A body field as text.
+    fn text(&self, field: &str) -> Option<&str> {
+        self.body.and_then(|b| b.get(field)).and_then(Value::as_str)
+    }
+}
+
+/// An answer before the handler adds its headers.
+pub(crate) struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    /// A JSON answer.
+    pub(crate) fn new(status: u16, body: Value) -> Self {
+        Self { status, body, headers: Vec::new() }
+    }
+
+    /// GitHub's `{"message": …}` error.
+    pub(crate) fn error(status: u16, message: &str) -> Self {
+        Self::new(status, render::error(message))
+    }
+}
+
+/// Runs operation `ctx.op`.
+pub(crate) fn route(state: &mut State, ctx: &Ctx) -> Reply {
+    if ctx.op == "users/get-authenticated" {
+        return Reply::new(200, render::viewer());
+    }
+    let name = ctx.repo_name();
+    if state.repo(&name).is_err() {
+        return Reply::error(404, "Not Found");
+    }
+    let result = match ctx.op {
+        "repos/get" => state.repo(&name).map(|r| Reply::new(200, render::repo(r, ctx.access))),
+        "issues/list-for-repo" => state.repo(&name).map(|r| list_issues(r, ctx)),
+        "issues/get-label" => state.repo(&name).map(|r| get_label(r, ctx)),
+        "issues/list-comments" => state.repo(&name).map(|r| list_comments(r, ctx)),
+        "issues/create-comment" => create_comment(state, &name, ctx),
+        "issues/add-labels" => add_labels(state, &name, ctx),
+        "issues/remove-label" => remove_label(state, &name, ctx),
+        "pulls/list" => state.repo(&name).map(|r| list_pulls(r, ctx)),
+        "pulls/create" => create_pull(state, &name, ctx),
+        other => Ok(Reply::error(501, &format!("the GitHub stand-in does not implement {other}"))),
+    };
+    result.unwrap_or_else(|e| Reply::error(404, &e))
+}
+
+/// Refuses the parameters the stand-in does not implement.
+fn unimplemented(ctx: &Ctx, names: &[&str]) -> Option<Reply> {
+    let name = names.iter().find(|n| ctx.param(n).is_some())?;
+    Some(Reply::error(501, &format!("the GitHub stand-in does not implement the `{name}` parameter of {}", ctx.op)))
+}
+
+/// `per_page` (default 30) and `page` (default 1).
+fn paging(ctx: &Ctx) -> (usize, usize) {
+    let per_page = ctx.param("per_page").and_then(|p| p.parse().ok()).filter(|p| *p > 0).unwrap_or(30);
+    let page = ctx.param("page").and_then(|p| p.parse().ok()).filter(|p| *p > 0).unwrap_or(1);
+    (per_page, page)
+}
+
+/// One page of `all` with GitHub's `Link` header (`prev`, `next`, `last`, `first`).
+fn paginate(ctx: &Ctx, all: Vec<Value>) -> Reply {
+    let (per_page, page) = paging(ctx);
+    let last = all.len().div_ceil(per_page).max(1);
+    let items: Vec<Value> = all.into_iter().skip((page - 1).saturating_mul(per_page)).take(per_page).collect();
+    let mut reply = Reply::new(200, Value::Array(items));
+    let link = |to: usize, rel: &str| {
+        let mut pairs: Vec<String> = ctx
+            .query
+            .iter()
+            .filter(|(k, _)| k != "page")
+            .map(|(k, v)| format!("{}={}", render::encode(k), render::encode(v)))
+            .collect();
+        pairs.push(format!("page={to}"));
+        format!("<{}?{}>; rel=\"{rel}\"", ctx.link_base, pairs.join("&"))
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(link(page - 1, "prev"));
+    }
+    if page < last {
+        links.push(link(page + 1, "next"));
+        links.push(link(last, "last"));
+    }
+    if page > 1 {
+        links.push(link(1, "first"));
+    }
+    if !links.is_empty() {
+        reply.headers.push(("link".into(), links.join(", ")));
+    }
+    reply
+}
+
+/// Whether `item` passes the `issues/list-for-repo` filters.
+fn issue_matches(item: &Item, ctx: &Ctx, since: Option<i64>) -> bool {
+    let state_ok = match ctx.param("state").unwrap_or("open") {
+        "all" => true,
+        "closed" => !item.open,
+        _ => item.open,
+    };
+    let labels_ok = ctx.param("labels").is_none_or(|wanted| {
+        wanted
+            .split(',')
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+            .all(|w| item.labels.iter().any(|l| l.eq_ignore_ascii_case(w)))
+    });
+    let assignee_ok = match ctx.param("assignee") {
+        None => true,
+        Some("none") => item.assignee.is_none(),
+        Some("*") => item.assignee.is_some(),
+        Some(login) => item.assignee.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(login)),
+    };
+    state_ok && labels_ok && assignee_ok && since.is_none_or(|s| item.updated >= s)
+}
+
+/// `issues/list-for-repo`: issues and pull requests (with `pull_request`), filtered, sorted,
+/// one page.
+fn list_issues(repo: &Repo, ctx: &Ctx) -> Reply {
+    if let Some(reply) = unimplemented(ctx, &["milestone", "type", "creator", "mentioned", "issue_field_values"]) {
+        return reply;
+    }
+    let since = match ctx.param("since").map(parse_rfc3339).transpose() {
+        Ok(since) => since,
+        Err(e) => return Reply::error(422, &e),
+    };
+    let mut items: Vec<&Item> = repo.items.iter().filter(|i| issue_matches(i, ctx, since)).collect();
+    let key = |i: &Item| match ctx.param("sort").unwrap_or("created") {
+        "updated" => i.updated,
+        "comments" => i.comments.len() as i64,
+        _ => i.created,
+    };
+    items.sort_by_key(|i| (key(i), i.number));
+    if ctx.param("direction").unwrap_or("desc") == "desc" {
+        items.reverse();
+    }
+    paginate(ctx, items.into_iter().map(|i| render::issue(repo, i)).collect())
+}
+
+/// `issues/get-label`.
+fn get_label(repo: &Repo, ctx: &Ctx) -> Reply {
+    let name = ctx.segments.get(4).map_or("", |s| s);
+    repo.label(name).map_or_else(|| Reply::error(404, "Not Found"), |l| Reply::new(200, render::label(repo, l)))
+}
+
+/// `issues/list-comments`: oldest first, `since` on their update time.
+fn list_comments(repo: &Repo, ctx: &Ctx) -> Reply {
+    let Some(item) = repo.item(ctx.number()) else { return Reply::error(404, "Not Found") };
+    let since = match ctx.param("since").map(parse_rfc3339).transpose() {
+        Ok(since) => since,
+        Err(e) => return Reply::error(422, &e),
+    };
+    let comments = item.comments.iter().filter(|c| since.is_none_or(|s| c.created >= s));
+    paginate(ctx, comments.map(|c| render::comment(repo, item, c)).collect())
+}
+
+/// `issues/create-comment`: 201 with the comment; bumps the issue's `updated_at`.
+fn create_comment(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String> {
+    let number = ctx.number();
+    if state.repo(name)?.item(number).is_none() {
+        return Ok(Reply::error(404, "Not Found"));
+    }
+    let body = ctx.text("body").unwrap_or_default();
+    if body.chars().count() > MAX_COMMENT {
+        let error = json!([{
+            "resource": "IssueComment",
+            "code": "custom",
+            "field": "body",
+            "message": format!("body is too long (maximum is {MAX_COMMENT} characters)"),
+        }]);
+        return Ok(Reply::new(422, render::validation_failed(error)));
+    }
+    let comment = state.add_comment(name, number, VIEWER, body)?;
+    let repo = state.repo(name)?;
+    let item = repo.item(number).ok_or("vanished")?;
+    let row = item.comments.iter().find(|c| c.id == comment.id).ok_or("vanished")?;
+    Ok(Reply::new(201, render::comment(repo, item, row)))
+}
+
+/// `issues/add-labels`: adds (creating unknown labels); 200 with the issue's labels.
+fn add_labels(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String> {
+    let number = ctx.number();
+    if state.repo(name)?.item(number).is_none() {
+        return Ok(Reply::error(404, "Not Found"));
+    }
+    let wanted: Vec<String> = ctx
+        .body
+        .and_then(|b| b.get("labels"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str().or_else(|| l.get("name").and_then(Value::as_str)))
+        .map(str::to_string)
+        .collect();
+    if wanted.is_empty() {
+        let error = json!([{ "resource": "Label", "code": "missing_field", "field": "labels" }]);
+        return Ok(Reply::new(422, render::validation_failed(error)));
+    }
+    let mut names = Vec::new();
+    for label in &wanted {
+        names.push(state.ensure_label(name, label)?);
+    }
+    let current = state.repo(name)?.item(number).map(|i| i.labels.clone()).unwrap_or_default();
+    if names.iter().any(|n| !current.contains(n)) {
+        state.edit(name, number, |item| {
+            for n in names {
+                if !item.labels.contains(&n) {
+                    item.labels.push(n);
+                }
+            }
+        })?;
+    }
+    let repo = state.repo(name)?;
+    Ok(Reply::new(200, render::labels_of(repo, repo.item(number).ok_or("vanished")?)))
+}
+
+/// `issues/remove-label`: 200 with the remaining labels; 404 when it is not on the issue.
+fn remove_label(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String> {
+    let number = ctx.number();
+    let label = ctx.segments.get(6).cloned().unwrap_or_default();
+    let Some(item) = state.repo(name)?.item(number) else { return Ok(Reply::error(404, "Not Found")) };
+    if !item.labels.iter().any(|l| l.eq_ignore_ascii_case(&label)) {
+        return Ok(Reply::error(404, "Label does not exist"));
+    }
+    state.edit(name, number, |item| item.labels.retain(|l| !l.eq_ignore_ascii_case(&label)))?;
+    let repo = state.repo(name)?;
+    Ok(Reply::new(200, render::labels_of(repo, repo.item(number).ok_or("vanished")?)))
+}
+
+/// The branch of a `head` (`owner:branch` or `branch`).
+fn head_branch(head: &str) -> &str {
+    head.split_once(':').map_or(head, |(_, branch)| branch)
+}
+
+/// `pulls/list`: `state`, `head` (`owner:branch`), `base`, sorted by creation (or update).
+fn list_pulls(repo: &Repo, ctx: &Ctx) -> Reply {
+    let sort = ctx.param("sort").unwrap_or("created");
+    if sort != "created" && sort != "updated" {
+        return Reply::error(501, &format!("the GitHub stand-in does not implement sort={sort} for pulls/list"));
+    }
+    let mut pulls: Vec<&Item> = repo
+        .items
+        .iter()
+        .filter(|i| {
+            let Some(pull) = &i.pull else { return false };
+            let state_ok = match ctx.param("state").unwrap_or("open") {
+                "all" => true,
+                "closed" => !i.open,
+                _ => i.open,
+            };
+            let head_ok = ctx.param("head").is_none_or(|h| {
+                h.split_once(':').is_some_and(|(owner, b)| owner.eq_ignore_ascii_case(repo.owner()) && b == pull.head)
+            });
+            state_ok && head_ok && ctx.param("base").is_none_or(|b| b == pull.base)
+        })
+        .collect();
+    pulls.sort_by_key(|i| (if sort == "updated" { i.updated } else { i.created }, i.number));
+    if ctx.param("direction").unwrap_or("desc") == "desc" {
+        pulls.reverse();
+    }
+    paginate(ctx, pulls.into_iter().map(|i| render::pull(repo, i)).collect())
+}
+
+/// `pulls/create`: 201, or GitHub's 422s for a missing base or head and a duplicate.
+fn create_pull(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String> {
+    if ctx.body.and_then(|b| b.get("issue")).is_some() || ctx.text("head_repo").is_some() {
+        return Ok(Reply::error(501, "the GitHub stand-in does not implement `issue` or `head_repo` in pulls/create"));
+    }
+    let (head, base) = (ctx.text("head").unwrap_or_default(), ctx.text("base").unwrap_or_default());
+    let branch = head_branch(head).to_string();
+    let repo = state.repo(name)?;
+    let invalid = |field: &str| {
+        let error = json!([{ "resource": "PullRequest", "field": field, "code": "invalid" }]);
+        Ok(Reply::new(422, render::validation_failed(error)))
+    };
+    if !repo.has_branch(base) {
+        return invalid("base");
+    }
+    if !repo.has_branch(&branch) {
+        return invalid("head");
+    }
+    if repo.items.iter().any(|i| i.open && i.pull.as_ref().is_some_and(|p| p.head == branch)) {
+        let message = format!("A pull request already exists for {}:{branch}.", repo.owner());
+        let error = json!([{ "resource": "PullRequest", "code": "custom", "message": message }]);
+        return Ok(Reply::new(422, render::validation_failed(error)));
+    }
+    let seed = IssueSeed {
+        title: ctx.text("title").unwrap_or_default().into(),
+        body: ctx.text("body").map(str::to_string),
+        labels: Vec::new(),
+        assignee: None,
+    };
+    let draft = ctx.body.and_then(|b| b.get("draft")).and_then(Value::as_bool).unwrap_or(false);
+    let number = state.open_item(name, &seed, Some(PullRow { head: branch, base: base.into(), draft }))?;
+    let repo = state.repo(name)?;
+    Ok(Reply::new(201, render::pull(repo, repo.item(number).ok_or("vanished")?)))
+}

@@ -1,0 +1,344 @@
+//! The GitHub stand-in's data: repositories with their labels, branches and items (issues and
+//! pull requests share one number sequence per repository, as on GitHub), and every change the
+//! tests or the API make to it. A change to an issue (state, body, labels, a comment) bumps its
+//! `updated_at`, as GitHub does.
+//!
+//! # Time
+//! GitHub writes timestamps in whole seconds and compares `since` at seconds precision, so the
+//! stand-in's clock counts whole seconds: wall time plus an offset the tests can advance, and
+//! each change gets a second strictly after the previous change's (it runs ahead of the wall
+//! clock when changes come faster than one a second). So two changes never share an
+//! `updated_at`, and `since=<an item's updated_at>` returns that item and everything changed
+//! after it, never an item changed earlier.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::model::{Comment, Issue, IssueSeed, Pull};
+
+/// The login of the main token's user.
+pub(crate) const VIEWER: &str = "ada";
+
+/// A label of a repository.
+pub(crate) struct LabelRow {
+    pub id: u64,
+    pub name: String,
+    pub color: String,
+}
+
+/// A comment on an item.
+pub(crate) struct CommentRow {
+    pub id: u64,
+    pub body: String,
+    pub user: String,
+    pub created: i64,
+}
+
+/// What makes an item a pull request.
+pub(crate) struct PullRow {
+    pub head: String,
+    pub base: String,
+    pub draft: bool,
+}
+
+/// An issue or a pull request.
+pub(crate) struct Item {
+    pub id: u64,
+    pub number: u64,
+    pub title: String,
+    pub body: Option<String>,
+    pub open: bool,
+    pub labels: Vec<String>,
+    pub assignee: Option<String>,
+    pub user: String,
+    pub created: i64,
+    pub updated: i64,
+    pub closed: Option<i64>,
+    pub comments: Vec<CommentRow>,
+    pub pull: Option<PullRow>,
+}
+
+/// A repository.
+pub(crate) struct Repo {
+    pub id: u64,
+    /// `acme/webapp`, as added.
+    pub full_name: String,
+    pub default_branch: String,
+    /// A bare git repository whose `refs/heads/*` are the branches.
+    pub git: Option<PathBuf>,
+    /// Without `git`: the branches that do not exist (all others do).
+    pub deleted_branches: BTreeSet<String>,
+    pub labels: Vec<LabelRow>,
+    /// By number - 1.
+    pub items: Vec<Item>,
+}
+
+impl Repo {
+    /// The owner part of the full name.
+    pub(crate) fn owner(&self) -> &str {
+        self.full_name.split('/').next().unwrap_or_default()
+    }
+
+    /// `https://github.com/acme/webapp`.
+    pub(crate) fn html_url(&self) -> String {
+        format!("https://github.com/{}", self.full_name)
+    }
+
+    /// Whether branch `name` exists.
+    pub(crate) fn has_branch(&self, name: &str) -> bool {
+        match &self.git {
+            Some(git) => Command::new("git")
+                .arg(format!("--git-dir={}", git.display()))
+                .args(["rev-parse", "--quiet", "--verify", &format!("refs/heads/{name}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+            None => !name.is_empty() && !self.deleted_branches.contains(name),
+        }
+    }
+
+    /// A label by name (case-insensitive, as GitHub matches them).
+    pub(crate) fn label(&self, name: &str) -> Option<&LabelRow> {
+        self.labels.iter().find(|l| l.name.eq_ignore_ascii_case(name))
+    }
+
+    /// An item by number.
+    pub(crate) fn item(&self, number: u64) -> Option<&Item> {
+        usize::try_from(number).ok().and_then(|n| n.checked_sub(1)).and_then(|i| self.items.get(i))
+    }
+
+    /// An item by number, to change.
+    pub(crate) fn item_mut(&mut self, number: u64) -> Option<&mut Item> {
+        usize::try_from(number).ok().and_then(|n| n.checked_sub(1)).and_then(|i| self.items.get_mut(i))
+    }
+
+    /// The item's snapshot.
+    pub(crate) fn issue(&self, item: &Item) -> Issue {
+        let kind = if item.pull.is_some() { "pull" } else { "issues" };
+        Issue {
+            number: item.number,
+            title: item.title.clone(),
+            body: item.body.clone(),
+            state: state_name(item.open).into(),
+            labels: item.labels.clone(),
+            assignee: item.assignee.clone(),
+            html_url: format!("{}/{kind}/{}", self.html_url(), item.number),
+            created_at: rfc3339(item.created),
+            updated_at: rfc3339(item.updated),
+            comments: item.comments.len(),
+            is_pull: item.pull.is_some(),
+        }
+    }
+
+    /// The pull request's snapshot (`None` for an issue).
+    pub(crate) fn pull(&self, item: &Item) -> Option<Pull> {
+        let pull = item.pull.as_ref()?;
+        Some(Pull {
+            id: item.id,
+            number: item.number,
+            title: item.title.clone(),
+            body: item.body.clone(),
+            head: pull.head.clone(),
+            base: pull.base.clone(),
+            draft: pull.draft,
+            state: state_name(item.open).into(),
+            html_url: format!("{}/pull/{}", self.html_url(), item.number),
+        })
+    }
+
+    /// A comment's snapshot.
+    pub(crate) fn comment(&self, item: &Item, comment: &CommentRow) -> Comment {
+        Comment {
+            id: comment.id,
+            body: comment.body.clone(),
+            user: comment.user.clone(),
+            html_url: format!("{}/issues/{}#issuecomment-{}", self.html_url(), item.number, comment.id),
+            created_at: rfc3339(comment.created),
+        }
+    }
+}
+
+/// `open` or `closed`.
+pub(crate) fn state_name(open: bool) -> &'static str {
+    if open {
+        "open"
+    } else {
+        "closed"
+    }
+}
+
+/// Everything the stand-in holds.
+#[derive(Default)]
+pub(crate) struct State {
+    /// Seconds added to the wall clock.
+    offset_s: i64,
+    /// The last second a change was given.
+    last_s: i64,
+    next_id: u64,
+    /// By lowercase full name (GitHub's names are case-insensitive).
+    pub repos: BTreeMap<String, Repo>,
+}
+
+impl State {
+    /// The stand-in's current time, in epoch seconds.
+    pub(crate) fn now(&self) -> i64 {
+        wall_s() + self.offset_s
+    }
+
+    /// The time of a change: now, or one second after the previous change.
+    pub(crate) fn tick(&mut self) -> i64 {
+        self.last_s = self.now().max(self.last_s + 1);
+        self.last_s
+    }
+
+    /// Moves the clock forward.
+    pub(crate) fn advance(&mut self, by: Duration) {
+        self.offset_s += i64::try_from(by.as_secs()).unwrap_or(0);
+    }
+
+    /// A fresh id (issues, pulls, comments and labels share one sequence).
+    pub(crate) fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        1000 + self.next_id
+    }
+
+    /// Adds a repository (`owner/name`); adding it again changes nothing but the git path.
+    pub(crate) fn add_repo(&mut self, full_name: &str, git: Option<PathBuf>) -> Result<(), String> {
+        let valid = full_name.split('/').count() == 2 && full_name.split('/').all(|p| !p.is_empty());
+        if !valid {
+            return Err(format!("a repository is owner/name, not {full_name:?}"));
+        }
+        let id = self.id();
+        let repo = self.repos.entry(full_name.to_lowercase()).or_insert_with(|| Repo {
+            id,
+            full_name: full_name.into(),
+            default_branch: "main".into(),
+            git: None,
+            deleted_branches: BTreeSet::new(),
+            labels: Vec::new(),
+            items: Vec::new(),
+        });
+        if git.is_some() {
+            repo.git = git;
+        }
+        Ok(())
+    }
+
+    /// A repository by full name.
+    pub(crate) fn repo(&self, full_name: &str) -> Result<&Repo, String> {
+        self.repos.get(&full_name.to_lowercase()).ok_or_else(|| format!("the stand-in has no repository {full_name}"))
+    }
+
+    /// A repository by full name, to change.
+    pub(crate) fn repo_mut(&mut self, full_name: &str) -> Result<&mut Repo, String> {
+        self.repos
+            .get_mut(&full_name.to_lowercase())
+            .ok_or_else(|| format!("the stand-in has no repository {full_name}"))
+    }
+
+    /// The label's name as the repository spells it, creating it if it is new.
+    pub(crate) fn ensure_label(&mut self, repo: &str, name: &str) -> Result<String, String> {
+        let id = self.id();
+        let repo = self.repo_mut(repo)?;
+        if let Some(label) = repo.label(name) {
+            return Ok(label.name.clone());
+        }
+        repo.labels.push(LabelRow { id, name: name.into(), color: "ededed".into() });
+        Ok(name.into())
+    }
+
+    /// Opens an issue (or, with `pull`, a pull request); its number.
+    pub(crate) fn open_item(&mut self, repo: &str, seed: &IssueSeed, pull: Option<PullRow>) -> Result<u64, String> {
+        let mut labels = Vec::new();
+        for name in &seed.labels {
+            let name = self.ensure_label(repo, name)?;
+            if !labels.contains(&name) {
+                labels.push(name);
+            }
+        }
+        let (id, at) = (self.id(), self.tick());
+        let repo = self.repo_mut(repo)?;
+        let number = repo.items.len() as u64 + 1;
+        repo.items.push(Item {
+            id,
+            number,
+            title: seed.title.clone(),
+            body: seed.body.clone(),
+            open: true,
+            labels,
+            assignee: seed.assignee.clone(),
+            user: VIEWER.into(),
+            created: at,
+            updated: at,
+            closed: None,
+            comments: Vec::new(),
+            pull,
+        });
+        Ok(number)
+    }
+
+    /// Changes item `number` and bumps its `updated_at`.
+    pub(crate) fn edit(&mut self, repo: &str, number: u64, change: impl FnOnce(&mut Item)) -> Result<Issue, String> {
+        let at = self.tick();
+        let repo = self.repo_mut(repo)?;
+        let full_name = repo.full_name.clone();
+        let item = repo.item_mut(number).ok_or_else(|| format!("{full_name} has no issue #{number}"))?;
+        change(item);
+        item.updated = at;
+        if !item.open && item.closed.is_none() {
+            item.closed = Some(at);
+        } else if item.open {
+            item.closed = None;
+        }
+        let repo = &*repo;
+        Ok(repo.issue(repo.item(number).ok_or("vanished")?))
+    }
+
+    /// Replaces an item's labels (creating unknown ones).
+    pub(crate) fn set_labels(&mut self, repo: &str, number: u64, labels: &[&str]) -> Result<Issue, String> {
+        let mut names = Vec::new();
+        for label in labels {
+            let name = self.ensure_label(repo, label)?;
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        self.edit(repo, number, |item| item.labels = names)
+    }
+
+    /// Adds a comment by `user`; it bumps the item's `updated_at`.
+    pub(crate) fn add_comment(&mut self, repo: &str, number: u64, user: &str, body: &str) -> Result<Comment, String> {
+        let id = self.id();
+        let mut created = 0;
+        self.edit(repo, number, |item| {
+            created = item.updated;
+            item.comments.push(CommentRow { id, body: body.into(), user: user.into(), created });
+        })?;
+        let repo = self.repo(repo)?;
+        let item = repo.item(number).ok_or("vanished")?;
+        let comment = item.comments.last().ok_or("vanished")?;
+        Ok(repo.comment(item, comment))
+    }
+}
+
+/// The wall clock in epoch seconds.
+fn wall_s() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_secs()).unwrap_or(0)
+}
+
+/// `2026-12-02T10:00:00Z`: how GitHub writes a timestamp.
+pub(crate) fn rfc3339(s: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs(u64::try_from(s).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// A `since` value as epoch seconds (a fraction is dropped: GitHub compares whole seconds).
+pub(crate) fn parse_rfc3339(text: &str) -> Result<i64, String> {
+    let at = humantime::parse_rfc3339(text).map_err(|e| format!("{text:?} is not a timestamp: {e}"))?;
+    let since = at.duration_since(UNIX_EPOCH).map_err(|_| format!("{text:?} is before 1970"))?;
+    i64::try_from(since.as_secs()).map_err(|_| format!("{text:?} is out of range"))
+}
