@@ -9,6 +9,8 @@
 //! - [`devpilot_bin`], [`Runner`]: real `devpilot` OS processes with isolated XDG dirs.
 //! - [`RecordingAgent`]: an agent script that appends every execution to a file.
 //! - [`LinearStandIn`]: Linear's GraphQL API on loopback, enforcing its published schema.
+//! - [`GitHubStandIn`]: GitHub's REST API on loopback, enforcing its OpenAPI description
+//!   (`contracts/github`); both serve HTTP with `http_server`.
 //! - `pg` ([`PgCluster`], [`shared_pg`]), `net` ([`free_port`]) and `watchdog` (stopping what
 //!   the tests started once the test process is gone) hold what [`pooler`] and [`tls`] share.
 
@@ -25,13 +27,17 @@ use devpilot_store::Queue;
 use sea_orm::ConnectionTrait;
 
 pub mod forwarder;
+pub mod github;
+mod http_server;
 pub mod linear;
 mod net;
 mod pg;
 pub mod pooler;
+pub mod sources;
 pub mod tls;
 mod watchdog;
 pub use forwarder::Forwarder;
+pub use github::GitHubStandIn;
 pub use linear::LinearStandIn;
 pub use net::free_port;
 use pg::DB_SEQ;

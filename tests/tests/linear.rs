@@ -7,12 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
 use devpilot_store::queue::JobRow;
 use devpilot_tests::linear::{Fault, IssueSeed};
+use devpilot_tests::sources::{age_source, assert_no_secret, jobs, next_turn, turns};
 use devpilot_tests::{devpilot, write_config, Backend, LinearStandIn, RecordingAgent, Runner, TestDb};
 use serde_json::json;
 
@@ -85,34 +86,6 @@ fn cli(home: &Path, db: &TestDb, key: &str, args: &[&str]) -> (i32, String, Stri
     (out.status.code().unwrap_or(-1), o, e)
 }
 
-/// Moves the source's last poll back one interval: the next tick of any machine takes a turn.
-async fn age_source(db: &TestDb, orch: &str) {
-    db.exec(&format!("UPDATE sources SET polled_at = polled_at - 15000 WHERE orchestrator_id = '{orch}'")).await;
-}
-
-/// Ages the source and waits until a machine has taken the next turn and ended it, so what
-/// the turn read and wrote is all in by the time the caller looks.
-async fn next_turn(db: &TestDb, orch: &str) {
-    let before = turns(db, orch).await;
-    age_source(db, orch).await;
-    let ended = format!(
-        "SELECT COUNT(*) FROM sources WHERE orchestrator_id = '{orch}' AND turn > {before}
-            AND (last_ok_at >= polled_at OR last_error_at >= polled_at)"
-    );
-    let done = || async { db.scalar(&ended).await.unwrap_or(0) > 0 };
-    assert!(devpilot_tests::wait_for(WAIT, done).await, "a machine took turn {} and ended it", before + 1);
-}
-
-async fn turns(db: &TestDb, orch: &str) -> i64 {
-    db.scalar(&format!("SELECT COALESCE(MAX(turn), 0) FROM sources WHERE orchestrator_id = '{orch}'"))
-        .await
-        .unwrap_or(0)
-}
-
-async fn jobs(db: &TestDb, orch: &str) -> Vec<JobRow> {
-    db.queue.jobs(orch, None, 100).await.unwrap()
-}
-
 async fn job_of(db: &TestDb, orch: &str, identifier: &str) -> Option<JobRow> {
     let key = format!("linear:{identifier}");
     jobs(db, orch).await.into_iter().find(|j| j.unique_key.as_deref() == Some(key.as_str()))
@@ -164,40 +137,6 @@ async fn two_machines_add_each_issue_once_and_call_linear_once_per_turn(backend:
     }
     assert!(linear.rejected().is_empty(), "nothing the schema refuses: {:?}", linear.rejected());
     assert_no_secret(&db, db.dir.path(), &[_a.pid(), _b.pid()]).await;
-}
-
-/// The key is in no file under the test's dirs (configs, data, logs, payloads, the agents'
-/// recorded environments), no row of any table, and no argv of a machine.
-async fn assert_no_secret(db: &TestDb, root: &Path, pids: &[u32]) {
-    let out = Command::new("grep").args(["-r", "-l", "TESTSECRET"]).arg(root).output().unwrap();
-    assert!(out.stdout.is_empty(), "the key is in: {}", String::from_utf8_lossy(&out.stdout));
-    let runtime = std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/nonexistent".into());
-    let out = Command::new("grep").args(["-r", "-l", "TESTSECRET"]).arg(runtime).output().unwrap();
-    assert!(out.stdout.is_empty(), "the key is in: {}", String::from_utf8_lossy(&out.stdout));
-    for table in ["dispatch_queue", "job_events", "job_logs", "machines", "sources", "outbox"] {
-        let hit = if db.backend.is_postgres() {
-            format!("SELECT COUNT(*) FROM {table} t WHERE t::text LIKE '%TESTSECRET%'")
-        } else {
-            let cols = db_columns(db, table).await;
-            format!("SELECT COUNT(*) FROM {table} WHERE ({}) LIKE '%TESTSECRET%'", cols.join(" || ' ' || "))
-        };
-        assert_eq!(db.scalar(&hit).await, Some(0), "the key is in a row of {table}");
-    }
-    for pid in pids {
-        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        assert!(!String::from_utf8_lossy(&argv).contains("TESTSECRET"), "the key is in an argv");
-    }
-}
-
-/// SQLite's columns of `table`, each as text that is never NULL.
-async fn db_columns(db: &TestDb, table: &str) -> Vec<String> {
-    use sea_orm::ConnectionTrait;
-    let rows = db
-        .admin()
-        .query_all_raw(sea_orm::Statement::from_string(db.queue.backend(), format!("PRAGMA table_info({table})")))
-        .await
-        .unwrap();
-    rows.iter().map(|r| format!("COALESCE(CAST({} AS TEXT), '')", r.try_get::<String>("", "name").unwrap())).collect()
 }
 
 /// The completion's comment is posted, Linear applies it and the answer never comes back:

@@ -1,0 +1,78 @@
+//! What the tracker-source tests share: turning the fleet's intake by aging its source row
+//! (never by sleeping), reading the jobs, and proving a secret reached no file, row or argv.
+
+// Harness code says "this must hold" by unwrapping: a panic is the test's failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use devpilot_store::queue::JobRow;
+
+use crate::TestDb;
+
+/// How long a source test waits for the fleet.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Moves the source's last poll back one interval: the next tick of any machine takes a turn.
+pub async fn age_source(db: &TestDb, orch: &str) {
+    db.exec(&format!("UPDATE sources SET polled_at = polled_at - 15000 WHERE orchestrator_id = '{orch}'")).await;
+}
+
+/// Ages the source and waits until a machine has taken the next turn and ended it, so what
+/// the turn read and wrote is all in by the time the caller looks.
+pub async fn next_turn(db: &TestDb, orch: &str) {
+    let before = turns(db, orch).await;
+    age_source(db, orch).await;
+    let ended = format!(
+        "SELECT COUNT(*) FROM sources WHERE orchestrator_id = '{orch}' AND turn > {before}
+            AND (last_ok_at >= polled_at OR last_error_at >= polled_at)"
+    );
+    let done = || async { db.scalar(&ended).await.unwrap_or(0) > 0 };
+    assert!(crate::wait_for(WAIT, done).await, "a machine took turn {} and ended it", before + 1);
+}
+
+pub async fn turns(db: &TestDb, orch: &str) -> i64 {
+    db.scalar(&format!("SELECT COALESCE(MAX(turn), 0) FROM sources WHERE orchestrator_id = '{orch}'"))
+        .await
+        .unwrap_or(0)
+}
+
+pub async fn jobs(db: &TestDb, orch: &str) -> Vec<JobRow> {
+    db.queue.jobs(orch, None, 100).await.unwrap()
+}
+
+/// The key is in no file under the test's dirs (configs, data, logs, payloads, the agents'
+/// recorded environments), no row of any table, and no argv of a machine.
+pub async fn assert_no_secret(db: &TestDb, root: &Path, pids: &[u32]) {
+    let out = Command::new("grep").args(["-r", "-l", "TESTSECRET"]).arg(root).output().unwrap();
+    assert!(out.stdout.is_empty(), "the key is in: {}", String::from_utf8_lossy(&out.stdout));
+    let runtime = std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/nonexistent".into());
+    let out = Command::new("grep").args(["-r", "-l", "TESTSECRET"]).arg(runtime).output().unwrap();
+    assert!(out.stdout.is_empty(), "the key is in: {}", String::from_utf8_lossy(&out.stdout));
+    for table in ["dispatch_queue", "job_events", "job_logs", "machines", "sources", "outbox"] {
+        let hit = if db.backend.is_postgres() {
+            format!("SELECT COUNT(*) FROM {table} t WHERE t::text LIKE '%TESTSECRET%'")
+        } else {
+            let cols = db_columns(db, table).await;
+            format!("SELECT COUNT(*) FROM {table} WHERE ({}) LIKE '%TESTSECRET%'", cols.join(" || ' ' || "))
+        };
+        assert_eq!(db.scalar(&hit).await, Some(0), "the key is in a row of {table}");
+    }
+    for pid in pids {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&argv).contains("TESTSECRET"), "the key is in an argv");
+    }
+}
+
+/// SQLite's columns of `table`, each as text that is never NULL.
+pub async fn db_columns(db: &TestDb, table: &str) -> Vec<String> {
+    use sea_orm::ConnectionTrait;
+    let rows = db
+        .admin()
+        .query_all_raw(sea_orm::Statement::from_string(db.queue.backend(), format!("PRAGMA table_info({table})")))
+        .await
+        .unwrap();
+    rows.iter().map(|r| format!("COALESCE(CAST({} AS TEXT), '')", r.try_get::<String>("", "name").unwrap())).collect()
+}

@@ -1,0 +1,392 @@
+//! GitHub issues in, results and pull requests back, through real `devpilot run` processes,
+//! real git remotes and the CLI, against the harness's loopback stand-in for GitHub (which
+//! refuses any request GitHub's published description does not allow). Every test runs on
+//! PostgreSQL and on SQLite. Time passes by moving the source's timestamps, never by sleeping.
+
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use devpilot_store::job::JobState;
+use devpilot_store::queue::JobRow;
+use devpilot_tests::github::{Access, Fault, FaultKind, IssueSeed};
+use devpilot_tests::linear::IssueSeed as LinearSeed;
+use devpilot_tests::sources::{assert_no_secret, jobs, next_turn, turns, WAIT};
+use devpilot_tests::{
+    devpilot, git, write_config, Backend, GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, Runner, TestDb,
+};
+
+devpilot_tests::on_both_backends!(
+    two_machines_add_each_issue_once_and_an_idle_poll_is_a_304,
+    a_completed_job_opens_its_draft_pr_once_and_links_it_on_the_issue,
+    closing_the_issue_or_removing_its_label_cancels_its_job,
+    a_job_from_linear_opens_its_pr_and_attaches_it_on_linear,
+    a_deleted_base_leaves_the_job_completed_and_the_row_with_its_error,
+    bad_input_is_said_clearly_and_nothing_is_lost,
+);
+
+const TOKEN: &str = "ghp_TESTSECRET_0a1b2c3d4e5f";
+const LINEAR_KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
+const REPO: &str = "acme/webapp";
+const GITHUB_URL: &str = "https://github.com/acme/webapp.git";
+
+/// A machine's home whose config names the GitHub source `gh` on the stand-in (plus `extra`
+/// TOML lines in `[sources.gh]` and `rest` after it). Calls time out after 10 s unless
+/// `extra` sets `timeout`.
+fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, rest: &str) -> PathBuf {
+    let timeout = if extra.contains("timeout") { "" } else { "timeout = \"10s\"\n" };
+    let home = root.join(name);
+    std::fs::create_dir_all(&home).unwrap();
+    write_config(
+        &home,
+        &format!(
+            "orchestrator_id = \"{orch}\"\n\
+             [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
+             {timeout}api_url = \"{api_url}\"\n{extra}\n{rest}\n"
+        ),
+    );
+    home
+}
+
+/// `devpilot run` for `orch` as `name` in `home`, with `env` (the credentials, for the
+/// runner only: no agent is given them).
+fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, env: &[(&str, &str)]) -> Runner {
+    let log_path = home.join(format!("runner-{name}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut c = devpilot(home, &db.raw_url);
+    c.args(["run", "--orchestrator", orch, "--machine", name]).args(devpilot_tests::fast_flags());
+    c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
+    c.env_remove("GITHUB_TOKEN").env_remove("LINEAR_API_KEY").env_remove("DEVPILOT_GITHUB_API_URL");
+    c.envs(env.iter().copied());
+    Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
+}
+
+/// The CLI in `home` with `GITHUB_TOKEN`: (exit code, stdout, stderr).
+fn cli(home: &Path, db: &TestDb, token: &str, args: &[&str]) -> (i32, String, String) {
+    let out = devpilot(home, &db.raw_url)
+        .env("GITHUB_TOKEN", token)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!e.contains("panicked"), "{e}");
+    (out.status.code().unwrap_or(-1), o, e)
+}
+
+async fn job_of(db: &TestDb, orch: &str, number: u64) -> Option<JobRow> {
+    let key = format!("github:{REPO}#{number}");
+    jobs(db, orch).await.into_iter().find(|j| j.unique_key.as_deref() == Some(key.as_str()))
+}
+
+/// A real bare remote and a clone of it for `machine` whose `origin` says github.com: the
+/// machine's global git config (`$XDG_CONFIG_HOME/git/config`; DevPilot refuses the
+/// rewrite in a repository's own config) rewrites that URL to the bare repository
+/// (`url.<bare>.insteadOf`), so pushes really land, and DevPilot sees a GitHub remote.
+fn github_clone(remote: &GitRemote, root: &Path, machine: &str) -> PathBuf {
+    let clone = remote.clone_to(&root.join(format!("clone-{machine}")));
+    git(&clone, &["remote", "set-url", "origin", GITHUB_URL]);
+    let global = root.join(machine).join("config").join("git");
+    std::fs::create_dir_all(&global).unwrap();
+    let file = global.join("config");
+    let key = format!("url.{}.insteadOf", remote.bare.display());
+    git(&clone, &["config", "--file", &file.to_string_lossy(), &key, GITHUB_URL]);
+    clone
+}
+
+/// `[repos.webapp]` at `clone`, pushing completed jobs, with `extra` lines.
+fn repo_toml(clone: &Path, extra: &str) -> String {
+    format!("[repos.webapp]\npath = \"{}\"\npush = true\n{extra}\n", clone.display())
+}
+
+/// An agent that changes a file and says what it did.
+fn editing_agent(dir: &Path) -> RecordingAgent {
+    RecordingAgent::new(
+        dir,
+        r#"echo "fixed" > fix.txt; printf '{"summary":"fixed the redirect"}' > "$DEVPILOT_RESULT_FILE""#,
+    )
+}
+
+/// The list calls, in order.
+fn list_calls(gh: &GitHubStandIn) -> Vec<devpilot_tests::github::Recorded> {
+    gh.recorded().into_iter().filter(|r| r.op == "issues/list-for-repo").collect()
+}
+
+/// Two machines poll one repo: each labelled issue (not the unlabelled one, not a pull
+/// request, which the list returns too) becomes exactly one job, the fleet lists once per
+/// intake turn, a turn with nothing new sends the stored ETag and gets a 304 that costs no
+/// budget, every claim and completion is commented once with its marker, and the token
+/// reaches no file, row, log line or argv.
+async fn two_machines_add_each_issue_once_and_an_idle_poll_is_a_304(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("gh");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    for t in ["Fix login", "Add dark mode", "Speed up search"] {
+        gh.open_issue(REPO, IssueSeed::new(t, &["agent"]));
+    }
+    gh.open_issue(REPO, IssueSeed::new("Not for agents", &[]));
+    open_pull_item(&gh);
+    let agent =
+        RecordingAgent::new(db.dir.path(), r#"env > "$(dirname "$DEVPILOT_PAYLOAD_FILE")/env-$DEVPILOT_JOB_ID""#);
+    let homes: Vec<PathBuf> =
+        ["laptop", "desktop"].iter().map(|m| home_with(db.dir.path(), m, &orch, &gh.url(), "", "")).collect();
+    let env = [("GITHUB_TOKEN", TOKEN)];
+    let a = machine(&homes[0], &db, &orch, "laptop", &agent.script, &env);
+    let b = machine(&homes[1], &db, &orch, "desktop", &agent.script, &env);
+    assert!(devpilot_tests::wait_for(WAIT, || async { jobs(&db, &orch).await.len() >= 3 }).await);
+    let done = || async {
+        jobs(&db, &orch).await.iter().all(|j| j.state == JobState::Completed)
+            && (1..=3).all(|n| gh.comments(REPO, n).len() == 2)
+    };
+    assert!(devpilot_tests::wait_for(WAIT, done).await, "every job completed and reported");
+    // Two idle turns: the first reads what the comments changed, the second nothing.
+    next_turn(&db, &orch).await;
+    next_turn(&db, &orch).await;
+    let mut keys: Vec<String> = jobs(&db, &orch).await.iter().filter_map(|j| j.unique_key.clone()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, [1, 2, 3].map(|n| format!("github:{REPO}#{n}")), "one job per labelled issue");
+    let lists = list_calls(&gh);
+    assert_eq!(lists.len() as i64, turns(&db, &orch).await, "one list per turn, not per machine");
+    let last = lists.last().unwrap();
+    assert!(last.conditional && last.status == 304 && !last.counted, "an idle turn is a free 304: {last:?}");
+    assert!(lists.iter().all(|r| !r.query.iter().any(|(k, v)| k == "per_page" && v != "100")));
+    for n in 1..=3 {
+        let bodies: Vec<String> = gh.comments(REPO, n).into_iter().map(|c| c.body).collect();
+        assert!(bodies[0].starts_with("Started on ") && bodies[0].contains("<!-- devpilot:job/"), "{bodies:?}");
+        assert!(bodies[1].starts_with("Completed on ") && bodies[1].contains("/completed/"), "{bodies:?}");
+    }
+    assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
+    assert_no_secret(&db, db.dir.path(), &[a.pid(), b.pid()]).await;
+}
+
+/// A pull request in the repo (with the label): the issue list returns it, and it must not
+/// become a job.
+fn open_pull_item(gh: &GitHubStandIn) {
+    let body = serde_json::json!({ "title": "A PR", "head": "feature", "base": "main", "body": "" });
+    let url = format!("{}/repos/{REPO}/pulls", gh.url());
+    // The blocking client runs a runtime of its own: not on the test's.
+    devpilot_engine::sources::linear::install_crypto_provider();
+    let answer = std::thread::spawn(move || {
+        let answer = reqwest::blocking::Client::new()
+            .post(url)
+            .bearer_auth(TOKEN)
+            .header("x-github-api-version", "2022-11-28")
+            .header("user-agent", "test")
+            .json(&body)
+            .send()
+            .unwrap();
+        (answer.status().as_u16(), answer.json::<serde_json::Value>().unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(answer.0, 201, "{}", answer.1);
+    let number = answer.1["number"].as_u64().unwrap();
+    gh.set_labels(REPO, number, &["agent"]);
+}
+
+/// A job completes with its branch pushed to a github.com remote (a real bare repository
+/// behind git's `insteadOf`): its draft PR is opened once even though the first create
+/// timed out after GitHub applied it (the retry finds it by its head), the PR closes the
+/// issue, its URL becomes the job's result link, and it is linked on the issue once.
+async fn a_completed_job_opens_its_draft_pr_once_and_links_it_on_the_issue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("pr");
+    let remote = GitRemote::new(db.dir.path());
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo_with_git(REPO, &remote.bare);
+    gh.open_issue(REPO, IssueSeed::new("Fix the login", &["agent"]));
+    gh.inject(Fault { op: "pulls/create", kind: FaultKind::Timeout { hold: Duration::from_secs(15) }, times: 1 });
+    let clone = github_clone(&remote, db.dir.path(), "desktop");
+    let rest = repo_toml(&clone, "");
+    let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "timeout = \"5s\"\nmaps_to = \"webapp\"", &rest);
+    let agent = editing_agent(db.dir.path());
+    let env = [("GITHUB_TOKEN", TOKEN), ("DEVPILOT_GITHUB_API_URL", &gh.url())];
+    let m = machine(&home, &db, &orch, "desktop", &agent.script, &env);
+    let linked = || async {
+        let Some(job) = job_of(&db, &orch, 1).await else { return false };
+        let rows = db.queue.outbox_of(job.id).await.unwrap();
+        rows.iter().any(|r| r.event == "pull_request" && r.outcome.as_deref() == Some("delivered"))
+    };
+    let said = || std::fs::read_to_string(&m.log).unwrap_or_default();
+    assert!(devpilot_tests::wait_for(WAIT * 2, linked).await, "the pull request row was delivered: {}", said());
+    let job = job_of(&db, &orch, 1).await.unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    let pulls = gh.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "opened once: {pulls:?}");
+    let pr = &pulls[0];
+    assert!(pr.draft, "draft by default");
+    assert_eq!(
+        (pr.head.as_str(), pr.base.as_str()),
+        (format!("devpilot/{}-gh-1-fix-the-login", job.id).as_str(), "main")
+    );
+    assert_eq!(pr.title, "#1 Fix the login");
+    let body = pr.body.clone().unwrap_or_default();
+    assert!(body.contains("fixed the redirect") && body.contains("Closes #1"), "{body}");
+    assert!(remote.show(&pr.head, "fix.txt").is_some(), "the branch is really on the remote");
+    assert_eq!(job.url.as_deref(), Some(pr.html_url.as_str()), "the PR is the job's result link");
+    assert_eq!(gh.count("pulls/create"), 1, "the retry found the PR instead of creating another");
+    let links: Vec<String> =
+        gh.comments(REPO, 1).into_iter().map(|c| c.body).filter(|b| b.contains(&pr.html_url)).collect();
+    assert_eq!(links.len(), 1, "linked on the issue once: {links:?}");
+    assert!(job.pushed_remote.as_deref().is_some_and(|r| r.contains("github.com/acme/webapp")));
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+    assert_no_secret(&db, db.dir.path(), &[m.pid()]).await;
+}
+
+/// Through `devpilot sources poll`: a closed issue cancels its queued job, and so does one
+/// whose label was removed; a poll with nothing new is a 304 (the CLI uses the ETag the
+/// database keeps, like any machine); an issue labelled with spaces and an emoji is taken.
+async fn closing_the_issue_or_removing_its_label_cancels_its_job(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("close");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let label = "agent 🤖 ready";
+    let one = gh.open_issue(REPO, IssueSeed::new("Fix login", &[label]));
+    let two = gh.open_issue(REPO, IssueSeed::new("Add dark mode", &[label, "docs"]));
+    let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "", "");
+    let config = home.join("config").join("devpilot").join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace("label = \"agent\"", &format!("label = \"{label}\""));
+    std::fs::write(&config, text).unwrap();
+    let poll = || cli(&home, &db, TOKEN, &["sources", "poll", "--orchestrator", &orch]);
+    let (code, out, err) = poll();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("added github:{REPO}#{one}")) && out.contains(&format!("#{two}")), "{out}");
+    let (code, out, _) = poll();
+    assert_eq!(code, 0);
+    assert!(out.contains("0 issues read"), "{out}");
+    assert_eq!(list_calls(&gh).last().unwrap().status, 304, "nothing new: a 304");
+    gh.close_issue(REPO, one);
+    gh.set_labels(REPO, two, &["docs"]);
+    let (code, out, err) = poll();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("cancelled github:{REPO}#{one}")), "{out}");
+    assert!(out.contains(&format!("cancelled github:{REPO}#{two}")), "{out}");
+    for n in [one, two] {
+        assert_eq!(job_of(&db, &orch, n).await.unwrap().state, JobState::Cancelled);
+    }
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// A job from a Linear issue, in a repo whose remote is on GitHub, opens its PR (naming the
+/// Linear issue) and the PR is attached to the Linear issue.
+async fn a_job_from_linear_opens_its_pr_and_attaches_it_on_linear(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("linpr");
+    let remote = GitRemote::new(db.dir.path());
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo_with_git(REPO, &remote.bare);
+    let linear = LinearStandIn::start(LINEAR_KEY);
+    linear.add_issue(LinearSeed::new("Fix login", &["agent"]));
+    let clone = github_clone(&remote, db.dir.path(), "desktop");
+    let home = db.dir.path().join("desktop");
+    write_config(
+        &home,
+        &format!(
+            "orchestrator_id = \"{orch}\"\n[sources.eng]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\n\
+             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{}\"\nmaps_to = \"webapp\"\n{}",
+            linear.url(),
+            repo_toml(&clone, "pull_request = \"ready\"")
+        ),
+    );
+    let agent = editing_agent(db.dir.path());
+    let env = [("GITHUB_TOKEN", TOKEN), ("LINEAR_API_KEY", LINEAR_KEY), ("DEVPILOT_GITHUB_API_URL", &gh.url())];
+    let m = machine(&home, &db, &orch, "desktop", &agent.script, &env);
+    let attached = || async { !gh.pulls(REPO).is_empty() && !linear.attachments("ENG-1").is_empty() };
+    let said = || std::fs::read_to_string(&m.log).unwrap_or_default();
+    assert!(devpilot_tests::wait_for(WAIT * 2, attached).await, "the PR was opened and attached: {}", said());
+    let pr = gh.pulls(REPO).remove(0);
+    assert!(!pr.draft, "the repo asked for ready PRs");
+    assert!(pr.body.clone().unwrap_or_default().contains("linear.app"), "{:?}", pr.body);
+    let urls: Vec<String> = linear.attachments("ENG-1").into_iter().map(|(url, _)| url).collect();
+    assert!(urls.contains(&pr.html_url), "{urls:?}");
+    assert!(gh.rejected().is_empty() && linear.rejected().is_empty());
+    assert_no_secret(&db, db.dir.path(), &[m.pid()]).await;
+}
+
+/// The PR's base branch was deleted: GitHub refuses the PR, the job stays completed, and its
+/// pull request row ends given up with GitHub's error; the completion was still commented.
+async fn a_deleted_base_leaves_the_job_completed_and_the_row_with_its_error(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("nobase");
+    let remote = GitRemote::new(db.dir.path());
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    gh.delete_branch(REPO, "main");
+    gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    let clone = github_clone(&remote, db.dir.path(), "desktop");
+    let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "maps_to = \"webapp\"", &repo_toml(&clone, ""));
+    let agent = editing_agent(db.dir.path());
+    let env = [("GITHUB_TOKEN", TOKEN), ("DEVPILOT_GITHUB_API_URL", &gh.url())];
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, &env);
+    let ended = || async {
+        let job = job_of(&db, &orch, 1).await?;
+        let rows = db.queue.outbox_of(job.id).await.unwrap();
+        rows.into_iter().find(|r| r.event == "pull_request" && r.done_at.is_some())
+    };
+    assert!(devpilot_tests::wait_for(WAIT * 2, || async { ended().await.is_some() }).await, "the PR row ended");
+    let row = ended().await.unwrap();
+    assert_eq!(row.outcome.as_deref(), Some("gave_up"));
+    assert!(row.last_error.as_deref().unwrap_or("").contains("base"), "{:?}", row.last_error);
+    assert_eq!(job_of(&db, &orch, 1).await.unwrap().state, JobState::Completed);
+    assert!(gh.pulls(REPO).is_empty());
+    assert!(gh.comments(REPO, 1).iter().any(|c| c.body.starts_with("Completed on ")));
+}
+
+/// Bad input, each with a clear message and nothing lost: a token that cannot see the repo
+/// (404 naming the repo and what the token needs), a repo that does not exist, a 65,536-
+/// character body (capped into the prompt), and GitHub unreachable (the source is offline
+/// while a plain job still runs).
+async fn bad_input_is_said_clearly_and_nothing_is_lost(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("bad");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    gh.add_label(REPO, "agent");
+    gh.add_token("ghp_TESTSECRET_noaccess", Access::NoRepo);
+    let home = db.dir.path().join("desktop");
+    write_config(&home, &format!("orchestrator_id = \"{orch}\"\n"));
+    let add = |repo: &str, token: &str| {
+        cli(&home, &db, token, &["sources", "add", "github", "--repo", repo, "--api-url", &gh.url(), "--name", "x"])
+    };
+    let (code, _, err) = add(REPO, "ghp_TESTSECRET_noaccess");
+    assert_ne!(code, 0);
+    assert!(err.contains("acme/webapp") && err.contains("repo` scope") && err.contains("Issues: read"), "{err}");
+    let (code, _, err) = add("acme/nothere", TOKEN);
+    assert_ne!(code, 0);
+    assert!(err.contains("acme/nothere was not found"), "{err}");
+    let (code, out, err) = add(REPO, TOKEN);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Connected as ") && out.contains("acme/webapp"), "{out}");
+    let long = "x".repeat(65_536);
+    let n = gh.open_issue(REPO, IssueSeed { body: Some(long), ..IssueSeed::new("Huge", &["agent"]) });
+    let (code, out, err) = cli(&home, &db, TOKEN, &["sources", "poll", "--orchestrator", &orch]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, payload) = db.queue.job(job_of(&db, &orch, n).await.unwrap().id).await.unwrap().unwrap();
+    let prompt = payload["prompt"].as_str().unwrap();
+    assert!(prompt.len() <= 32 * 1024 && prompt.contains("was cut here"), "{}", prompt.len());
+
+    // GitHub unreachable: the source says so, and a plain job runs all the same.
+    let dead = format!("http://127.0.0.1:{}", devpilot_tests::free_port());
+    let offline = home_with(db.dir.path(), "laptop", &orch, &dead, "", "");
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let _m = machine(&offline, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    let id = devpilot_tests::enqueue(&offline, &db, &orch, &["--title", "plain work"]);
+    let ran = || async { db.queue.job(id).await.unwrap().is_some_and(|(j, _)| j.state == JobState::Completed) };
+    assert!(devpilot_tests::wait_for(WAIT, ran).await, "the plain job ran while GitHub was down");
+    let offline_said = || async {
+        db.queue
+            .sources(&orch)
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.last_error.as_deref().is_some_and(|e| e.contains("GitHub could not be reached")))
+    };
+    assert!(devpilot_tests::wait_for(WAIT, offline_said).await, "the source says GitHub is unreachable");
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
