@@ -268,9 +268,13 @@ fn sources_section(m: &mut String, j: &Value) {
     let _ = writeln!(m, "\n## A tracker source on an idle fleet (k)\n");
     let _ = writeln!(
         m,
-        "One Linear source (the harness's loopback stand-in, no issues), every machine configured with it, interval {} s; \
-         every interval scaled down {}× and the counts scaled back to real minutes. The fleet takes one intake turn per \
-         interval (a conditional UPDATE on the source's row), so the tracker's load does not grow with the fleet.\n",
+        "One source (the harness's loopback stand-in for Linear, then for GitHub), every machine configured with it, \
+         interval {} s; every interval scaled down {}× and the counts scaled back to real minutes and hours. Each \
+         tracker has one labelled issue, taken in the warm-up; its job is for a repo no machine has, so it waits, and \
+         every turn measured asks what changed since the cursor. The fleet takes one intake turn per interval (a \
+         conditional UPDATE on the source's row), so the tracker's load does not grow with the fleet. A GitHub turn \
+         sends the `ETag` kept with the source's cursor as `If-None-Match`, whichever machine takes it: with nothing \
+         new GitHub answers 304, which does not count against its 5,000 requests an hour.\n",
         k["interval_secs"], k["scale"]
     );
     if let Some(note) = k["note"].as_str() {
@@ -278,16 +282,31 @@ fn sources_section(m: &mut String, j: &Value) {
     }
     let _ = writeln!(
         m,
-        "| machines | statements/min to PostgreSQL (all) | of them on `sources` and `outbox` | requests/min to the tracker | requests the stand-in refused |\n|---|---|---|---|---|"
+        "| tracker | machines | statements/min to PostgreSQL (all) | of them on `sources` and `outbox` | requests/hour to the tracker | of them 304 | counted against the rate limit/hour | requests the stand-in refused |\n|---|---|---|---|---|---|---|---|"
     );
     for r in rows(&k["fleets"]) {
+        // Reports from before GitHub have Linear rows only, per minute.
+        let tracker = r["tracker"].as_str().unwrap_or("linear");
+        let per_hour = if r["tracker_requests_per_hour"].is_null() {
+            f(&r["tracker_requests_per_min"]) * 60.0
+        } else {
+            f(&r["tracker_requests_per_hour"])
+        };
+        let not_modified = if r["not_modified_per_hour"].is_null() {
+            "—".to_string()
+        } else {
+            format!("{:.0}", f(&r["not_modified_per_hour"]))
+        };
+        let counted = if r["counted_per_hour"].is_null() { per_hour } else { f(&r["counted_per_hour"]) };
+        let tracker = if tracker == "github" { "GitHub" } else { "Linear" };
         let _ = writeln!(
             m,
-            "| {} | {:.1} | {:.1} | {:.2} | {} |",
+            "| {tracker} | {} | {:.1} | {:.1} | {:.0} | {not_modified} | {:.0} | {} |",
             r["machines"],
             f(&r["statements_per_min"]),
             f(&r["source_statements_per_min"]),
-            f(&r["tracker_requests_per_min"]),
+            per_hour,
+            counted,
             r["rejected_requests"]
         );
     }
