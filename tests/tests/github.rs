@@ -26,6 +26,8 @@ devpilot_tests::on_both_backends!(
     a_job_from_linear_opens_its_pr_and_attaches_it_on_linear,
     a_deleted_base_leaves_the_job_completed_and_the_row_with_its_error,
     bad_input_is_said_clearly_and_nothing_is_lost,
+    a_comment_whose_answer_was_lost_is_posted_once_and_the_working_label_comes_and_goes,
+    rate_limits_hold_the_source_and_a_refused_token_is_said,
 );
 
 const TOKEN: &str = "ghp_TESTSECRET_0a1b2c3d4e5f";
@@ -388,5 +390,97 @@ async fn bad_input_is_said_clearly_and_nothing_is_lost(backend: Backend) {
             .any(|s| s.last_error.as_deref().is_some_and(|e| e.contains("GitHub could not be reached")))
     };
     assert!(devpilot_tests::wait_for(WAIT, offline_said).await, "the source says GitHub is unreachable");
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// The completion's comment is applied and its answer lost: the retry finds the comment by
+/// its hidden marker and posts nothing, so the issue has it once. The "working" label is on
+/// the issue while the job runs and off once it completed.
+async fn a_comment_whose_answer_was_lost_is_posted_once_and_the_working_label_comes_and_goes(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("lost");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    let extra = "timeout = \"5s\"";
+    let home = home_with(
+        db.dir.path(),
+        "desktop",
+        &orch,
+        &gh.url(),
+        extra,
+        "[sources.gh.report]\nclaimed = false\nworking_label = \"devpilot: working\"",
+    );
+    // The agent waits until the label is on the issue, so the test sees it while it runs.
+    let marker = db.dir.path().join("labelled");
+    let agent = RecordingAgent::new(
+        db.dir.path(),
+        &format!(
+            "while [ ! -f {m} ]; do sleep 0.1; done; printf '{{\"summary\":\"fixed\"}}' > \"$DEVPILOT_RESULT_FILE\"",
+            m = marker.display()
+        ),
+    );
+    gh.inject(Fault {
+        op: "issues/create-comment",
+        kind: FaultKind::Timeout { hold: Duration::from_secs(15) },
+        times: 1,
+    });
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    let labelled = || async { gh.labels_of(REPO, 1).iter().any(|l| l == "devpilot: working") };
+    assert!(devpilot_tests::wait_for(WAIT, labelled).await, "the working label while the job runs");
+    std::fs::write(&marker, "").unwrap();
+    let delivered = || async {
+        let Some(job) = job_of(&db, &orch, 1).await else { return false };
+        let rows = db.queue.outbox_of(job.id).await.unwrap();
+        rows.iter().any(|r| r.event == "completed" && r.outcome.as_deref() == Some("delivered"))
+    };
+    assert!(devpilot_tests::wait_for(WAIT * 2, delivered).await, "the completion was delivered in the end");
+    let comments: Vec<String> = gh.comments(REPO, 1).into_iter().map(|c| c.body).collect();
+    assert_eq!(comments.iter().filter(|b| b.starts_with("Completed on ")).count(), 1, "posted once: {comments:?}");
+    assert!(gh.count("issues/list-comments") >= 1, "the retry looked for its marker");
+    assert!(!gh.labels_of(REPO, 1).iter().any(|l| l == "devpilot: working"), "the label is off once it completed");
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// GitHub's secondary rate limit (403 with `retry-after`) holds the source until then and
+/// the CLI says so; a rate limit spent (`x-ratelimit-remaining: 0`) holds it until the
+/// reset; a revoked token (401) is said as a refused token, naming how to set a new one.
+async fn rate_limits_hold_the_source_and_a_refused_token_is_said(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("limits");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "", "");
+    let poll = || cli(&home, &db, TOKEN, &["sources", "poll", "--orchestrator", &orch]);
+    let hold = || async {
+        db.scalar(&format!("SELECT MAX(hold_until - polled_at) FROM sources WHERE orchestrator_id = '{orch}'"))
+            .await
+            .unwrap_or(0)
+    };
+
+    gh.inject(Fault { op: "issues/list-for-repo", kind: FaultKind::SecondaryLimit { retry_after_s: 120 }, times: 1 });
+    let (code, _, err) = poll();
+    assert_ne!(code, 0);
+    assert!(err.contains("GitHub's rate limit was reached"), "{err}");
+    let held = hold().await;
+    assert!((100_000..=140_000).contains(&held), "held for retry-after's 120 s: {held} ms");
+
+    let reset = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 + 3600;
+    gh.set_rate(0, reset);
+    let (code, _, err) = poll();
+    assert_ne!(code, 0);
+    assert!(err.contains("rate limit"), "{err}");
+    assert!(hold().await > 3_000_000, "held until the reset an hour away");
+
+    gh.set_rate(5000, reset);
+    gh.inject(Fault { op: "issues/list-for-repo", kind: FaultKind::Unauthorized, times: 1 });
+    let (code, _, err) = poll();
+    assert_ne!(code, 0);
+    assert!(err.contains("GitHub refused the token") && err.contains("devpilot login --github"), "{err}");
+    assert!(!err.contains("TESTSECRET"), "{err}");
+    let (code, out, err) = poll();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("added github:{REPO}#1")), "nothing was lost: {out}");
     assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
 }
