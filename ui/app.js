@@ -363,32 +363,54 @@ async function loadSources() {
   }
 }
 
+// The last view, for what the form says of the stored key of the kind it shows.
+let sourcesView = null;
+
 function renderSources(v) {
+  sourcesView = v;
   sourcesHealth = JSON.stringify(status ? status.sources || [] : []);
   $('sources-list').replaceChildren(...v.sources.map((s) => el('li', { class: s.ok ? 'ok' : 'bad', dataset: { source: s.name } },
     el('span', { class: 'line' }, s.line),
     el('button', { type: 'button', class: 'edit', onclick: () => fillSource(s.form) }, 'Edit'),
     el('button', { type: 'button', class: 'remove', onclick: () => removeSource(s.name) }, 'Remove'))));
   $('sources-empty').hidden = v.sources.length > 0;
-  const from = { keychain: 'the OS keychain', LINEAR_API_KEY: 'LINEAR_API_KEY' };
+  const from = (f) => ({ keychain: 'the OS keychain', 'keychain (imported from gh)': 'the OS keychain (imported from gh)' })[f] || f;
   const parts = [v.key_from
-    ? `This machine's Linear API key comes from ${from[v.key_from] || v.key_from}.`
+    ? `This machine's Linear API key comes from ${from(v.key_from)}.`
     : 'No Linear API key on this machine yet: type it below.'];
+  parts.push(v.github_key_from
+    ? `Its GitHub token comes from ${from(v.github_key_from)}.`
+    : 'No GitHub token yet: type one below, or import it from the GitHub CLI.');
   if (v.key_error) parts.push(`Keychain: ${v.key_error}`);
   if (v.db_error) parts.push(`The fleet's view of the sources is unavailable: ${v.db_error}`);
   $('sources-key').textContent = parts.join(' ');
-  $('source-key').placeholder = v.key_from ? 'stored (type to replace)' : 'lin_api_…';
   const sel = $('source-repo');
   const keep = sel.value;
   sel.replaceChildren(el('option', { value: '' }, '(none)'), ...v.repos.map((r) => el('option', { value: r }, r)));
   sel.value = v.repos.includes(keep) ? keep : '';
+  showSourceKind();
+}
+
+// Shows the fields of the tracker the form is set to (Linear: teams and states; GitHub: the
+// repository and Import from gh), and what its key is called.
+function showSourceKind() {
+  const kind = $('source-kind').value;
+  for (const e of document.querySelectorAll('#sources-form [data-kind]')) e.hidden = e.dataset.kind !== kind;
+  const gh = kind === 'github';
+  const stored = sourcesView && (gh ? sourcesView.github_key_from : sourcesView.key_from);
+  $('source-key-name').textContent = gh ? 'Token' : 'API key';
+  $('source-key').placeholder = stored ? 'stored (type to replace)' : (gh ? 'github_pat_… or ghp_…' : 'lin_api_…');
+  $('source-name').placeholder = gh ? '(the repository, e.g. webapp)' : '(the first team, e.g. eng)';
+  $('source-api-url').placeholder = gh ? "(empty: GitHub's, https://api.github.com)" : "(empty: Linear's, https://api.linear.app/graphql)";
 }
 
 // The form as the engine reads it (SourceForm).
 function sourceForm() {
   return {
+    kind: $('source-kind').value,
     name: $('source-name').value,
     teams: $('source-teams').value,
+    repo: $('source-gh-repo').value.trim(),
     label: $('source-label').value,
     states: [...document.querySelectorAll('#source-states input[data-state]:checked')].map((c) => c.dataset.state),
     assigned_to_me: $('source-assigned').checked,
@@ -401,8 +423,10 @@ function sourceForm() {
 
 // "Edit": a listed source back in the form (never its key).
 function fillSource(f) {
+  $('source-kind').value = f.kind || 'linear';
   $('source-name').value = f.name;
   $('source-teams').value = f.teams;
+  $('source-gh-repo').value = f.repo || '';
   $('source-label').value = f.label;
   for (const c of document.querySelectorAll('#source-states input[data-state]')) c.checked = f.states.includes(c.dataset.state);
   $('source-assigned').checked = !!f.assigned_to_me;
@@ -411,7 +435,8 @@ function fillSource(f) {
   $('source-advanced').open = !!f.api_url;
   if ([...$('source-repo').options].some((o) => o.value === f.maps_to)) $('source-repo').value = f.maps_to;
   $('source-key').value = '';
-  $('source-teams').focus();
+  showSourceKind();
+  $(f.kind === 'github' ? 'source-gh-repo' : 'source-teams').focus();
 }
 
 function sourceMsg(text, cls) {
@@ -452,6 +477,20 @@ async function removeSource(name) {
     sourceMsg(`Removed ${name}.`, 'ok');
   } catch (e) {
     sourceMsg(errText(e), 'err');
+  }
+}
+
+// "Import from gh": the GitHub CLI's token into the keychain; says which token is used now.
+async function importGhToken() {
+  sourceMsg('Importing…');
+  $('source-gh-import').disabled = true;
+  try {
+    sourceMsg(await invoke('import_gh_token'), 'ok');
+    await loadSources();
+  } catch (e) {
+    sourceMsg(errText(e), 'err');
+  } finally {
+    $('source-gh-import').disabled = false;
   }
 }
 
@@ -572,6 +611,8 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('repo-add').addEventListener('click', addRepo);
   $('sources-form').addEventListener('submit', saveSource);
   $('source-test').addEventListener('click', testSource);
+  $('source-kind').addEventListener('change', showSourceKind);
+  $('source-gh-import').addEventListener('click', importGhToken);
   $('demo-btn').addEventListener('click', async () => {
     try {
       const key = $('nj-key').value.trim();

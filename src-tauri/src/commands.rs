@@ -57,6 +57,7 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         test_source,
         save_source,
         remove_source,
+        import_gh_token,
         open_link,
     ]
 }
@@ -341,7 +342,7 @@ pub fn check_agent(line: String) -> Result<String> {
 }
 
 /// Settings → Sources: each tracker source with its health here and its row in the database,
-/// and where this machine's Linear key comes from (never the key).
+/// and where this machine's Linear key and GitHub token come from (never a key).
 #[tauri::command]
 pub async fn get_sources(state: State<'_, AppState>) -> Result<SourcesView> {
     state.engine.sources_view().await
@@ -363,6 +364,13 @@ pub async fn save_source(state: State<'_, AppState>, source: SourceForm) -> Resu
 #[tauri::command]
 pub async fn remove_source(state: State<'_, AppState>, name: String) -> Result<SourcesView> {
     state.engine.remove_source(&name).await
+}
+
+/// "Import from gh": the GitHub CLI's token (`gh auth token`) into the keychain as this
+/// machine's GitHub token; says which token is used now, or that gh is missing or logged out.
+#[tauri::command]
+pub async fn import_gh_token(state: State<'_, AppState>) -> Result<String> {
+    state.engine.import_gh_token().await
 }
 
 /// Opens an http(s) link (a job's tracker issue) in the user's browser; any other scheme is
@@ -580,6 +588,11 @@ mod tests {
         let e = call(&w, "test_source", json!({"source": form})).unwrap_err();
         assert!(e["message"].as_str().unwrap().contains("cannot reach Linear at http://127.0.0.1:1/graphql"), "{e}");
         assert!(!e.to_string().contains("lin_api_never_shown"));
+        let github = json!({"kind": "github", "repo": "acme/webapp", "label": "agent", "interval": "60s",
+                            "api_url": "http://127.0.0.1:1", "key": "ghp_never_shown"});
+        let e = call(&w, "test_source", json!({"source": github})).unwrap_err();
+        assert!(e["message"].as_str().unwrap().contains("cannot reach GitHub at http://127.0.0.1:1"), "{e}");
+        assert!(!e.to_string().contains("ghp_never_shown"));
         let mut keyless = form.clone();
         keyless["key"] = json!(null);
         let view = call(&w, "save_source", json!({"source": keyless})).unwrap();

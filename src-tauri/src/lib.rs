@@ -115,17 +115,8 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
         tauri::async_runtime::spawn(async move { engine.start().await });
     }
     {
-        // A finished job's "Open": its result URL in the browser, else the job in the window.
         let app = app.clone();
-        state.notifier.set_on_open(std::sync::Arc::new(move |target| match target {
-            notify::Open::Url(url) => {
-                if let Err(e) = window::open_url(&url) {
-                    tracing::warn!(error = %e, "cannot open the job's link");
-                }
-            }
-            notify::Open::Job(id) => window::open(&app, Some(&format!("job-{id}"))),
-            notify::Open::Settings => window::open(&app, Some("settings")),
-        }));
+        state.notifier.set_on_open(std::sync::Arc::new(move |target| open_target(&app, target)));
     }
     tray::install(app);
     // No host to show the icon: the window is the only way in, so it opens.
@@ -140,5 +131,28 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
         window::open(app, engine.guide().needed.then_some("guide"));
     } else {
         window::page_out_when_idle(app);
+    }
+}
+
+/// A notification's "Open": a link in the browser, a job or Settings in the window. A finished
+/// job's opens its result link as the queue has it now (its pull request, opened after the
+/// notification was sent), else what was known when it finished.
+fn open_target<R: Runtime>(app: &AppHandle<R>, target: notify::Open) {
+    match target {
+        notify::Open::Url(url) => {
+            if let Err(e) = window::open_url(&url) {
+                tracing::warn!(error = %e, "cannot open the job's link");
+            }
+        }
+        notify::Open::Job(id) => window::open(app, Some(&format!("job-{id}"))),
+        notify::Open::Settings => window::open(app, Some("settings")),
+        notify::Open::Result { job, otherwise } => {
+            let (app, engine) = (app.clone(), app.state::<AppState>().engine.clone());
+            tauri::async_runtime::spawn(async move {
+                let now = engine.result_link(job).await;
+                tracing::info!(job, link = ?now, "opening the finished job's result");
+                open_target(&app, now.map(notify::Open::Url).unwrap_or(*otherwise));
+            });
+        }
     }
 }

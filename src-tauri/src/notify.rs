@@ -8,8 +8,10 @@
 //! - notify-rust's blocking `show()` runs on a blocking thread, never on an async worker
 //!   (it panics there on Linux). A missing notification daemon is logged, never fatal.
 //! - A finished job's notification carries an "Open" action where the server supports
-//!   actions: it opens the tracker issue the job came from, else the job's result URL, else
-//!   the job in the window.
+//!   actions: it opens the job's result link as the queue has it when the user clicks (the
+//!   pull request a tracker's job opens comes some seconds after the completion), else the
+//!   tracker issue the job came from, else the result URL it finished with, else the job in
+//!   the window.
 //! - A tracker source that cannot work here for want of a usable API key (none, or refused)
 //!   is told once as it goes wrong, under the failure toggles; its "Open" opens Settings.
 //! - A settings file that could not be parsed and was kept aside at a start is told exactly
@@ -72,6 +74,12 @@ pub enum Open {
     Url(String),
     Job(i64),
     Settings,
+    /// A finished job: its result link as the queue has it when the user clicks, else
+    /// `otherwise` (what was known when it finished).
+    Result {
+        job: i64,
+        otherwise: Box<Open>,
+    },
 }
 
 /// Runs an "Open" action (set by the app: it has the window).
@@ -97,9 +105,11 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
         Event::Completed { job, summary, url } if on.completed => {
             let said = summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
             let link = url.as_deref().map(|u| format!(" ({u})")).unwrap_or_default();
-            // The issue the work was asked in is where its result is read and discussed.
+            // Its result link when the user clicks (a pull request opened since); else the issue
+            // the work was asked in, where its result is read and discussed.
             let target = job.issue_url.clone().or_else(|| url.clone());
-            let open = Some(target.map(Open::Url).unwrap_or(Open::Job(job.id)));
+            let otherwise = Box::new(target.map(Open::Url).unwrap_or(Open::Job(job.id)));
+            let open = Some(Open::Result { job: job.id, otherwise });
             Some(Notice { kind: Kind::Completed, text: format!("Finished {}{said}{link}", job.label()), open })
         }
         Event::Cancelled { job } if on.completed => {
@@ -144,13 +154,13 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
         Event::AgentUnavailable { error } => n(Kind::AgentMissing, format!("Not claiming jobs: {error}")),
         // Said once by the machine as the source goes wrong. Only a key the user must set is
         // worth a notification (offline and rate limits mend themselves); both failure
-        // toggles off silence it. Linear is the only kind of source there is.
+        // toggles off silence it. The message names the tracker (Linear, GitHub) itself.
         Event::SourceTrouble { source, state: HealthState::NoKey | HealthState::WrongKey, message }
             if on.failed || on.dead =>
         {
             Some(Notice {
                 kind: Kind::SourceTrouble,
-                text: format!("Linear source {source}: {message}"),
+                text: format!("Source {source}: {message}"),
                 open: Some(Open::Settings),
             })
         }
@@ -173,7 +183,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             Kind::Offline => "DevPilot: database offline",
             Kind::Online => "DevPilot: database back online",
             Kind::ConfigSetAside => "DevPilot: settings file could not be read",
-            Kind::SourceTrouble => "DevPilot: a source needs its API key",
+            Kind::SourceTrouble => "DevPilot: a source needs its key or token",
         };
         return (summary.into(), one.text.clone());
     }
@@ -201,7 +211,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
         parts.push("settings file could not be read".into());
     }
     if count(Kind::SourceTrouble) > 0 {
-        parts.push("a source needs its API key".into());
+        parts.push("a source needs its key or token".into());
     }
     for k in [Kind::Offline, Kind::Online] {
         if count(k) > 0 {
@@ -530,19 +540,24 @@ mod tests {
         };
         let n = notice_for(&ev, &NotifySettings::default()).unwrap();
         assert!(n.text.contains("fixed the redirect") && n.text.contains("https://x.test/pr/9"), "{}", n.text);
-        assert_eq!(n.open, Some(Open::Url("https://x.test/pr/9".into())), "Open opens the link");
+        let otherwise = Box::new(Open::Url("https://x.test/pr/9".into()));
+        assert_eq!(n.open, Some(Open::Result { job: 3, otherwise }), "Open opens the link (unless a newer one)");
         let plain = notice_for(&Event::Completed { job: job(4), summary: None, url: None }, &NotifySettings::default());
-        assert_eq!(plain.unwrap().open, Some(Open::Job(4)), "with no link, Open opens the job");
+        let otherwise = Box::new(Open::Job(4));
+        assert_eq!(plain.unwrap().open, Some(Open::Result { job: 4, otherwise }), "with no link, Open opens the job");
+        let json = serde_json::to_value(Open::Result { job: 4, otherwise: Box::new(Open::Job(4)) }).unwrap();
+        assert_eq!(json, serde_json::json!({"result": {"job": 4, "otherwise": {"job": 4}}}));
     }
 
     /// A job from a tracker issue: its completion's Open opens the issue, even with a result
-    /// link (the link is still in the text).
+    /// link (the link is still in the text), unless the queue has a result link when clicked.
     #[test]
     fn completion_of_an_issue_opens_the_issue() {
         let issue = JobRef { issue_url: Some("https://linear.app/acme/issue/ENG-7".into()), ..job(5) };
         let ev = Event::Completed { job: issue, summary: None, url: Some("https://x.test/pr/9".into()) };
         let n = notice_for(&ev, &NotifySettings::default()).unwrap();
-        assert_eq!(n.open, Some(Open::Url("https://linear.app/acme/issue/ENG-7".into())));
+        let otherwise = Box::new(Open::Url("https://linear.app/acme/issue/ENG-7".into()));
+        assert_eq!(n.open, Some(Open::Result { job: 5, otherwise }));
         assert!(n.text.contains("https://x.test/pr/9"), "{}", n.text);
     }
 
@@ -560,9 +575,9 @@ mod tests {
         let n = notice_for(&trouble(HealthState::WrongKey), &d).unwrap();
         assert_eq!(
             (n.kind, n.text.as_str(), n.open.clone()),
-            (Kind::SourceTrouble, "Linear source eng: Linear refused the API key (401)", Some(Open::Settings))
+            (Kind::SourceTrouble, "Source eng: Linear refused the API key (401)", Some(Open::Settings))
         );
-        assert_eq!(render(&[n]).0, "DevPilot: a source needs its API key");
+        assert_eq!(render(&[n]).0, "DevPilot: a source needs its key or token");
         assert!(notice_for(&trouble(HealthState::NoKey), &d).is_some());
         for passing in [HealthState::Offline, HealthState::RateLimited, HealthState::Error] {
             assert!(notice_for(&trouble(passing), &d).is_none(), "{passing:?}");

@@ -154,6 +154,26 @@ impl Engine {
         Ok(JobDetail { job, payload, history, log_tail, log_from, unroutable })
     }
 
+    /// Where a finished job's notification "Open" goes, asked when the user clicks it: the
+    /// job's result link as the queue has it now (a pull request is opened, and becomes the
+    /// link, some seconds after the job completed), if it is an http(s) one. `None`: no such
+    /// link (or the queue cannot be read): the caller opens what it would have opened anyway.
+    pub async fn result_link(&self, id: i64) -> Option<String> {
+        let found = match self.queue() {
+            Ok(q) => q.job(id).await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(found) => {
+                found.and_then(|(job, _)| job.url).filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+            }
+            Err(e) => {
+                tracing::warn!(job = id, error = %e, "cannot read the job's result link");
+                None
+            }
+        }
+    }
+
     /// Enqueues a job from the New job form and wakes the loop.
     pub async fn enqueue_job(&self, form: NewJob) -> Result<devpilot_store::queue::Enqueued> {
         let title = form.title.trim();

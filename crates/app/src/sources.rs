@@ -1,12 +1,14 @@
-//! Settings → Sources: the tracker sources (Linear) this machine has configured, as the window
-//! lists, tests and edits them. Each source shows the machine's health for it and the fleet's
-//! row (last poll, by whom, backlog), so a user sees at a glance why issues do not arrive.
+//! Settings → Sources: the tracker sources (Linear teams, GitHub repositories) this machine
+//! has configured, as the window lists, tests and edits them. Each source shows the machine's
+//! health for it, where its key comes from and the fleet's row (last poll, by whom, backlog),
+//! so a user sees at a glance why issues do not arrive.
 //!
-//! The API key goes to the OS keychain (the service this app's machine reads, see
-//! `engine::run_config`), never to the settings file, a log line or an error; the form that
-//! carries it redacts it when printed and wipes it when dropped. Saving or removing a source
-//! goes through the same save-and-apply path as every other settings change, so the running
-//! machine takes it at once, without a restart.
+//! The credential (a Linear API key, a GitHub token) goes to the OS keychain under its kind's
+//! account (the service this app's machine reads, see `engine::run_config`), never to the
+//! settings file, a log line or an error; the form that carries it redacts it when printed and
+//! wipes it when dropped. A GitHub token may also be imported from the GitHub CLI
+//! (`gh auth token`). Saving or removing a source goes through the same save-and-apply path as
+//! every other settings change, so the running machine takes it at once, without a restart.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use devpilot_engine::sources::connection::{self, ConnectionError};
 use devpilot_engine::sources::linear::TrackerError;
 use devpilot_engine::sources::settings::STATE_TYPES;
-use devpilot_engine::sources::{keys, ApiKey, HealthState, KeyStore, SourceHealth, SourceSettings};
+use devpilot_engine::sources::{keys, ApiKey, HealthState, KeyStore, SourceHealth, SourceKind, SourceSettings};
 use devpilot_engine::span::Span;
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::SourceRow;
@@ -25,9 +27,20 @@ use devpilot_store::queue::SourceRow;
 use crate::engine::Engine;
 use crate::keychain::{bounded, keychain};
 
-/// What to do when there is no key, said wherever one is missing.
+/// What to do when there is no Linear key, said wherever one is missing.
 const NO_KEY: &str = "no Linear API key on this machine: type one in the API key field (it is kept in the OS \
                       keychain), run `devpilot login --linear`, or set LINEAR_API_KEY";
+/// What to do when there is no GitHub token.
+const NO_TOKEN: &str = "no GitHub token on this machine: type one in the token field (it is kept in the OS \
+                        keychain), use Import from gh, run `devpilot login --github`, or set GITHUB_TOKEN";
+
+/// What to do when `kind` has no credential here.
+fn no_key(kind: SourceKind) -> &'static str {
+    match kind {
+        SourceKind::Linear => NO_KEY,
+        SourceKind::Github => NO_TOKEN,
+    }
+}
 
 /// A source as the window's form has it: text fields as typed, checked only by
 /// [`SourceForm::to_settings`]. The key is a new API key for the keychain (empty or absent:
@@ -36,16 +49,23 @@ const NO_KEY: &str = "no Linear API key on this machine: type one in the API key
 // that has a `Drop`.
 #[derive(Default, Serialize, Deserialize, PartialEq)]
 pub struct SourceForm {
-    /// The source's name in the settings (`[sources.NAME]`); empty: the first team, lowercased.
+    /// Which tracker: `linear` (the default) or `github`.
+    #[serde(default)]
+    pub kind: SourceKind,
+    /// The source's name in the settings (`[sources.NAME]`); empty: the first team (Linear) or
+    /// the repository's name (GitHub), lowercased.
     #[serde(default)]
     pub name: String,
-    /// Team keys, separated by commas (or spaces): "ENG, OPS".
+    /// Linear: team keys, separated by commas (or spaces): "ENG, OPS".
     #[serde(default)]
     pub teams: String,
+    /// GitHub: the repository whose issues it takes, `OWNER/REPO`.
+    #[serde(default)]
+    pub repo: String,
     /// The label an issue must carry; empty: any.
     #[serde(default)]
     pub label: String,
-    /// The workflow state types an issue must be in (Linear's: unstarted, started, …).
+    /// Linear: the workflow state types an issue must be in (unstarted, started, …).
     #[serde(default)]
     pub states: Vec<String>,
     /// Only issues assigned to the key's owner.
@@ -54,13 +74,14 @@ pub struct SourceForm {
     /// How often the fleet polls it ("60s"); empty: the default (or the source's current one).
     #[serde(default)]
     pub interval: String,
-    /// The API address; empty: Linear's (or `DEVPILOT_LINEAR_API_URL`).
+    /// The API address; empty: the tracker's (or `DEVPILOT_LINEAR_API_URL`,
+    /// `DEVPILOT_GITHUB_API_URL`).
     #[serde(default)]
     pub api_url: String,
-    /// A configured repo every team's issues run in; empty: none.
+    /// A configured repo every issue runs in (Linear: every team's); empty: none.
     #[serde(default)]
     pub maps_to: String,
-    /// A new API key for the keychain; empty or absent: keep the stored one.
+    /// A new API key or token for the keychain; empty or absent: keep the stored one.
     #[serde(default, skip_serializing)]
     pub key: Option<String>,
 }
@@ -69,8 +90,10 @@ pub struct SourceForm {
 impl std::fmt::Debug for SourceForm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SourceForm")
+            .field("kind", &self.kind)
             .field("name", &self.name)
             .field("teams", &self.teams)
+            .field("repo", &self.repo)
             .field("label", &self.label)
             .field("states", &self.states)
             .field("assigned_to_me", &self.assigned_to_me)
@@ -104,12 +127,15 @@ impl SourceForm {
         let first = repos.next().flatten();
         // One repo for every team is what the form can show; anything else shows as none.
         let maps_to = match first {
+            _ if s.kind == SourceKind::Github => s.maps_to.clone(),
             Some(r) if repos.all(|x| x == Some(r)) => r.clone(),
             _ => String::new(),
         };
         Self {
+            kind: s.kind,
             name: name.to_string(),
             teams: s.teams.join(", "),
+            repo: s.repo.clone(),
             label: s.label.clone(),
             states: s.states.clone(),
             assigned_to_me: s.assigned_to_me,
@@ -120,32 +146,50 @@ impl SourceForm {
         }
     }
 
-    /// The source's name: as typed, else the first team's key in lower case ("eng").
+    /// The source's name: as typed, else the first team's key (Linear) or the repository's
+    /// name (GitHub) in lower case ("eng", "webapp").
     pub(crate) fn source_name(&self) -> String {
         let typed = self.name.trim();
         if !typed.is_empty() {
             return typed.to_string();
         }
-        team_keys(&self.teams).first().map(|t| t.to_lowercase()).unwrap_or_default()
+        match self.kind {
+            SourceKind::Linear => team_keys(&self.teams).first().map(|t| t.to_lowercase()).unwrap_or_default(),
+            SourceKind::Github => {
+                let repo = self.repo.trim().trim_end_matches('/');
+                repo.split_once('/').map(|(_, n)| n.to_lowercase().replace('.', "-")).unwrap_or_default()
+            }
+        }
     }
 
     /// The source this form describes, checked, with its name. What the form does not show
-    /// (the report, the requires prefix, repos by label or project, on or off) is kept from
-    /// the source of that name in `configured`, if there is one.
+    /// (the report, the requires prefix, repos by label or project, priority labels, on or
+    /// off) is kept from the source of that name and kind in `configured`, if there is one.
     pub fn to_settings(&self, configured: &BTreeMap<String, SourceSettings>) -> Result<(String, SourceSettings)> {
         let name = self.source_name();
         if name.is_empty() {
-            return Err(Error::Invalid("give the source a name (e.g. eng), or at least one team key".into()));
+            return Err(Error::Invalid(match self.kind {
+                SourceKind::Linear => "give the source a name (e.g. eng), or at least one team key".into(),
+                SourceKind::Github => "give the source a name (e.g. webapp), or its repository as OWNER/REPO".into(),
+            }));
         }
-        let mut s = configured.get(&name).cloned().unwrap_or_default();
-        s.teams = team_keys(&self.teams);
+        let mut s = configured.get(&name).filter(|c| c.kind == self.kind).cloned().unwrap_or_default();
         s.label = self.label.trim().to_string();
-        s.states = dedup(self.states.iter().map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()));
         s.assigned_to_me = self.assigned_to_me;
         if !self.interval.trim().is_empty() {
             s.interval = Span::parse(&self.interval)?;
         }
         s.api_url = Some(self.api_url.trim().to_string()).filter(|u| !u.is_empty());
+        if self.kind == SourceKind::Github {
+            s.kind = SourceKind::Github;
+            s.repo = self.repo.trim().to_string();
+            s.teams = vec![];
+            s.maps_to = self.maps_to.trim().to_string();
+            s.validate(&name)?;
+            return Ok((name, s));
+        }
+        s.teams = team_keys(&self.teams);
+        s.states = dedup(self.states.iter().map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()));
         let repo = self.maps_to.trim();
         s.repo_by_team = if repo.is_empty() {
             BTreeMap::new()
@@ -192,7 +236,7 @@ pub struct SourceView {
     pub health: Option<SourceHealth>,
     /// The fleet's row for it (last poll, by whom, backlog), once a machine registered it.
     pub row: Option<SourceRow>,
-    /// "eng (linear): OK — last poll 20s ago by desktop, 3 jobs added".
+    /// "eng (linear): OK — last poll 20s ago by desktop, 3 jobs added · API key from keychain".
     pub line: String,
     /// Whether the line is good news (for the window's colour).
     pub ok: bool,
@@ -204,6 +248,9 @@ pub struct SourcesView {
     pub sources: Vec<SourceView>,
     /// Where this machine's Linear key comes from: `keychain` or `LINEAR_API_KEY`; `None`: no key.
     pub key_from: Option<String>,
+    /// Where this machine's GitHub token comes from: `keychain`, `keychain (imported from gh)`
+    /// or `GITHUB_TOKEN`; `None`: no token.
+    pub github_key_from: Option<String>,
     /// Why the keychain could not be asked, if it could not.
     pub key_error: Option<String>,
     /// Why the fleet's rows could not be read (the sources are listed anyway).
@@ -213,9 +260,10 @@ pub struct SourcesView {
 }
 
 impl Engine {
-    /// Every configured source with its health here and its row in the database, and where
-    /// this machine's key comes from. A database or keychain that cannot be read is shown
-    /// in the view, not an error: the list is what the user needs to fix it.
+    /// Every configured source with its health here, where its key comes from and its row in
+    /// the database, and where this machine's keys come from. A database or keychain that
+    /// cannot be read is shown in the view, not an error: the list is what the user needs to
+    /// fix it.
     pub async fn sources_view(&self) -> Result<SourcesView> {
         let file = self.file_settings()?;
         let status = self.status();
@@ -226,17 +274,24 @@ impl Engine {
             },
             Err(e) => (vec![], Some(e.to_string())),
         };
-        let (key_from, key_error) = match self.linear_key().await {
-            Ok(k) => (k.map(|k| k.from().to_string()), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
+        let (linear, github) = tokio::join!(self.machine_key(SourceKind::Linear), self.machine_key(SourceKind::Github));
+        let key_error = [&linear, &github].iter().find_map(|k| k.as_ref().err().map(|e| e.to_string()));
+        let from = |k: Result<Option<ApiKey>>| k.ok().flatten().map(|k| k.from().to_string());
+        let (key_from, github_key_from) = (from(linear), from(github));
         let sources = file
             .sources
             .iter()
             .map(|(name, s)| {
                 let health = status.sources.iter().find(|h| &h.name == name).cloned();
                 let row = rows.iter().find(|r| &r.name == name).cloned();
-                let (line, ok) = health_line(name, s, health.as_ref(), row.as_ref(), &status.machine);
+                let (mut line, ok) = health_line(name, s, health.as_ref(), row.as_ref(), &status.machine);
+                let machine_key = match s.kind {
+                    SourceKind::Linear => key_from.as_deref(),
+                    SourceKind::Github => github_key_from.as_deref(),
+                };
+                // What the running machine took, else what it would take now.
+                let used = health.as_ref().and_then(|h| h.key_from.as_deref()).or(machine_key);
+                line.push_str(&key_note(s, health.as_ref(), used));
                 SourceView {
                     name: name.clone(),
                     kind: s.kind.as_str().into(),
@@ -249,42 +304,45 @@ impl Engine {
                 }
             })
             .collect();
-        Ok(SourcesView { sources, key_from, key_error, db_error, repos: file.repos.keys().cloned().collect() })
+        let repos = file.repos.keys().cloned().collect();
+        Ok(SourcesView { sources, key_from, github_key_from, key_error, db_error, repos })
     }
 
     /// Settings → Sources' "Test connection": the form as a source, with the form's key or
-    /// the stored one; "Connected as Ada: team ENG (Engineering), label agent", or what is
-    /// wrong. Nothing is saved.
+    /// the stored one of its kind; "Connected as Ada: team ENG (Engineering), label agent"
+    /// (or "repo acme/webapp (can push)"), or what is wrong. Nothing is saved.
     pub async fn test_source(&self, mut form: SourceForm) -> Result<String> {
         let typed = typed_key(&mut form);
         let (_, s) = form.to_settings(&self.file_settings()?.sources)?;
         let key = match typed {
             Some(k) => k,
-            None => match self.linear_key().await? {
+            None => match self.machine_key(s.kind).await? {
                 Some(k) => k.secret().to_string(),
-                None => return Err(Error::Invalid(NO_KEY.into())),
+                None => return Err(Error::Invalid(no_key(s.kind).into())),
             },
         };
         let found = connection::test(&s, &key).await;
         wipe(Some(key));
-        found.map(|f| f.line()).map_err(|e| connection_error(&s.api_url(), e))
+        found.map(|f| f.line()).map_err(|e| connection_error(&s, e))
     }
 
     /// Adds or replaces a source from the form: checked, its key (if the form has one) into
-    /// the keychain, then saved and applied as any settings change (the machine takes it at
-    /// once). Nothing is saved if the check or the keychain fails. A key stored before a failed
-    /// file write stays stored: it is this machine's key for every Linear source.
+    /// the keychain under its kind's account, then saved and applied as any settings change
+    /// (the machine takes it at once). Nothing is saved if the check or the keychain fails. A
+    /// key stored before a failed file write stays stored: it is this machine's key for every
+    /// source of that kind.
     pub async fn save_source(self: &Arc<Self>, mut form: SourceForm) -> Result<SourcesView> {
         let key = typed_key(&mut form);
         let old = self.file_settings()?;
         let (name, s) = form.to_settings(&old.sources)?;
+        let kind = s.kind;
         let mut new = old.clone();
         new.sources.insert(name, s);
         new.validate()?;
         if let Some(key) = key {
             let service = self.service.clone();
             keychain(move || {
-                let stored = keys::store_linear_key(&service, &key);
+                let stored = keys::store_key(&service, kind, &key, false);
                 wipe(Some(key));
                 stored
             })
@@ -297,7 +355,7 @@ impl Engine {
 
     /// Removes a source from this machine's settings (its row and its undelivered reports stay
     /// for the other machines that have it), and applies that at once. The key stays: every
-    /// Linear source of this machine uses it.
+    /// source of its kind on this machine uses it.
     pub async fn remove_source(self: &Arc<Self>, name: &str) -> Result<SourcesView> {
         let old = self.file_settings()?;
         let mut new = old.clone();
@@ -309,11 +367,73 @@ impl Engine {
         self.sources_view().await
     }
 
-    /// This machine's Linear key as its machine finds it (`LINEAR_API_KEY`, else the keychain
-    /// of this app's service), bounded in time: a locked keychain must not hang the window.
-    async fn linear_key(&self) -> Result<Option<ApiKey>> {
+    /// Settings → Sources' "Import from gh": the token the GitHub CLI is logged in with
+    /// (`gh auth token`) into the keychain as this machine's GitHub token, marked as imported;
+    /// what was imported and which token this machine now uses (`GITHUB_TOKEN` comes first).
+    /// A missing or logged-out `gh` is said as such, and nothing changes. A source that had no
+    /// token takes it at its next turn; Test connection uses it at once.
+    pub async fn import_gh_token(&self) -> Result<String> {
+        let Some(token) = keys::gh_token().await else {
+            let installed = on_path("gh", std::env::var_os("PATH").as_deref());
+            return Err(Error::Invalid(gh_gave_nothing(installed).into()));
+        };
+        let service = self.service.clone();
+        keychain(move || {
+            let stored = keys::store_key(&service, SourceKind::Github, &token, true);
+            wipe(Some(token));
+            stored
+        })
+        .await?;
+        let used = self.machine_key(SourceKind::Github).await?;
+        Ok(imported(used.as_ref().map(ApiKey::from)))
+    }
+
+    /// This machine's key for `kind` as its machine finds it (the tracker's variable, else the
+    /// keychain of this app's service), bounded in time: a locked keychain must not hang the
+    /// window.
+    async fn machine_key(&self, kind: SourceKind) -> Result<Option<ApiKey>> {
         let store = KeyStore::Keychain { service: self.service.clone() };
-        bounded(store.linear()).await
+        bounded(store.key(kind)).await
+    }
+}
+
+/// Why "Import from gh" imported nothing: `gh` is not installed (not on `PATH`), or it gave
+/// no token (not logged in).
+pub(crate) fn gh_gave_nothing(installed: bool) -> &'static str {
+    if installed {
+        "the GitHub CLI (gh) is not logged in: `gh auth token` gave no token. Run `gh auth login`, or type a \
+         token in the token field; nothing was imported"
+    } else {
+        "the GitHub CLI (gh) is not installed here (no gh on PATH). Install it and run `gh auth login`, or type a \
+         token in the token field; nothing was imported"
+    }
+}
+
+/// What "Import from gh" says it did, given where this machine's GitHub token now comes from.
+pub(crate) fn imported(used: Option<&str>) -> String {
+    let done = "Imported the GitHub CLI's token (gh auth token) into the OS keychain";
+    match used {
+        Some("GITHUB_TOKEN") => format!("{done}, but this machine uses GITHUB_TOKEN while that is set."),
+        Some(from) => format!("{done}: GitHub sources and pull requests use it (token from {from})."),
+        None => format!("{done}, but it cannot be read back from the keychain."),
+    }
+}
+
+/// Whether `program` is a file in one of `path`'s folders.
+pub(crate) fn on_path(program: &str, path: Option<&std::ffi::OsStr>) -> bool {
+    let Some(path) = path else { return false };
+    std::env::split_paths(path).any(|dir| dir.join(program).is_file() || dir.join(format!("{program}.exe")).is_file())
+}
+
+/// " · token from keychain (imported from gh)": where the source's key comes from, for its
+/// line; nothing for a source that is off, or whose line already says it has no key.
+pub(crate) fn key_note(s: &SourceSettings, health: Option<&SourceHealth>, used: Option<&str>) -> String {
+    if !s.enabled || health.is_some_and(|h| h.state == HealthState::NoKey) {
+        return String::new();
+    }
+    match used {
+        Some(from) => format!(" · {} from {from}", s.kind.credential()),
+        None => format!(" · no {} {} on this machine", s.kind.tracker(), s.kind.credential()),
     }
 }
 
@@ -326,15 +446,22 @@ fn typed_key(form: &mut SourceForm) -> Option<String> {
 }
 
 /// A failed connection test, as the window says it: what is wrong, and what to do.
-fn connection_error(api_url: &str, e: ConnectionError) -> Error {
-    match e {
-        ConnectionError::Tracker(TrackerError::Auth(_, why)) => Error::Invalid(format!(
+fn connection_error(s: &SourceSettings, e: ConnectionError) -> Error {
+    let api_url = s.api_url();
+    match (s.kind, e) {
+        (SourceKind::Linear, ConnectionError::Tracker(TrackerError::Auth(_, why))) => Error::Invalid(format!(
             "Linear refused the API key ({why}); type the right key in the API key field (Linear → Settings → API)"
         )),
-        ConnectionError::Tracker(TrackerError::Unreachable(_, why)) => {
-            Error::Invalid(format!("cannot reach Linear at {api_url}: {why}; check the API address and the network"))
-        }
-        other => Error::Invalid(other.to_string()),
+        (SourceKind::Github, ConnectionError::Tracker(TrackerError::Auth(_, why))) => Error::Invalid(format!(
+            "GitHub refused the token ({why}); type the right token in the token field (one that can read {}), \
+             or use Import from gh",
+            s.repo
+        )),
+        (kind, ConnectionError::Tracker(TrackerError::Unreachable(_, why))) => Error::Invalid(format!(
+            "cannot reach {} at {api_url}: {why}; check the API address and the network",
+            kind.tracker()
+        )),
+        (_, other) => Error::Invalid(other.to_string()),
     }
 }
 

@@ -14,7 +14,8 @@ use devpilot_engine::settings::{Settings, SleepAction};
 use devpilot_store::job::JobState;
 
 use super::*;
-use crate::sources::health_line;
+use crate::sources::{gh_gave_nothing, health_line, imported, key_note, on_path};
+use devpilot_engine::sources::SourceKind;
 
 fn paths(dir: &std::path::Path) -> Paths {
     Paths { config_dir: dir.join("config"), data_dir: dir.join("data"), log_dir: dir.join("data").join("logs") }
@@ -78,6 +79,16 @@ async fn demo_job_runs_on_the_sqlite_default() {
     assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);
     assert!(d.history.iter().any(|h| h.kind == "claimed"));
     assert_eq!(d.payload["source"], "devpilot-tray");
+    // A notification's Open asks for the result link when clicked: a pull request opened
+    // after the completion is what it finds; a link that is not http(s) is never offered.
+    let before = d.job.url.clone().filter(|u| u.starts_with("http"));
+    assert_eq!(e.result_link(id).await, before);
+    let pr = "https://github.com/acme/webapp/pull/3";
+    assert!(e.queue().unwrap().set_result_url(id, pr).await.unwrap());
+    assert_eq!(e.result_link(id).await.as_deref(), Some(pr));
+    assert!(e.queue().unwrap().set_result_url(id, "file:///etc/passwd").await.unwrap());
+    assert_eq!(e.result_link(id).await, None);
+    assert_eq!(e.result_link(id + 1000).await, None, "no such job");
     e.stop(StopMode::HandOff).await;
 }
 
@@ -395,8 +406,10 @@ fn db_form_root_certificate() {
 /// A source form as the window fills it (the key is set by the tests that need one).
 fn source_form() -> SourceForm {
     SourceForm {
+        kind: SourceKind::Linear,
         name: String::new(),
         teams: "eng, ops ENG".into(),
+        repo: String::new(),
         label: " agent ".into(),
         states: vec!["unstarted".into(), "Started".into()],
         assigned_to_me: true,
@@ -424,8 +437,10 @@ fn source_form_maps_to_settings() {
     assert_eq!(s.repo_by_team, [webapp("ENG"), webapp("OPS")].into());
     let back = SourceForm::of(&name, &s);
     let want = SourceForm {
+        kind: SourceKind::Linear,
         name: "eng".into(),
         teams: "ENG, OPS".into(),
+        repo: String::new(),
         label: "agent".into(),
         states: vec!["unstarted".into(), "started".into()],
         interval: "90s".into(),
@@ -490,6 +505,67 @@ fn source_form_hides_its_key() {
     assert!(serde_json::to_value(&f).unwrap().get("key").is_none());
     let sent: SourceForm = serde_json::from_value(serde_json::json!({"teams": "ENG", "key": "k1"})).unwrap();
     assert_eq!((sent.key.as_deref(), sent.label.as_str()), (Some("k1"), ""));
+}
+
+/// A GitHub source from the form: its repo, its name from the repo's, the DevPilot repo it
+/// maps to, and back; the Linear-only fields play no part. A Linear source of that name is
+/// replaced whole, and each mistake is said.
+#[test]
+fn github_source_form_maps_to_settings() {
+    use devpilot_engine::sources::SourceSettings;
+    let form: SourceForm = serde_json::from_value(serde_json::json!({
+        "kind": "github", "repo": " acme/Web.App ", "label": "agent", "teams": "ENG", "states": ["triage"],
+        "assigned_to_me": true, "interval": "30s", "maps_to": "webapp", "api_url": "http://127.0.0.1:9/", "key": "ghp_x"
+    }))
+    .unwrap();
+    let linear = SourceSettings { requires_prefix: "gpu:".into(), ..Default::default() };
+    let (name, s) = form.to_settings(&[("web-app".to_string(), linear)].into()).unwrap();
+    assert_eq!(
+        (name.as_str(), s.kind, s.repo.as_str(), s.label.as_str()),
+        ("web-app", SourceKind::Github, "acme/Web.App", "agent")
+    );
+    // The Linear source of that name is not what it keeps from ("gpu:" is its).
+    assert!(s.teams.is_empty() && s.repo_by_team.is_empty() && s.requires_prefix == "needs:", "{s:?}");
+    assert_eq!((s.maps_to.as_str(), s.assigned_to_me, s.interval.to_string()), ("webapp", true, "30s".into()));
+    assert_eq!(s.api_url(), "http://127.0.0.1:9");
+    let back = SourceForm::of(&name, &s);
+    assert_eq!(
+        (back.kind, back.repo.as_str(), back.maps_to.as_str(), back.teams.as_str()),
+        (SourceKind::Github, "acme/Web.App", "webapp", "")
+    );
+    assert_eq!(serde_json::to_value(&back).unwrap()["kind"], "github");
+    assert!(back.key.is_none());
+    let err = |repo: &str, name: &str| {
+        let mut f = SourceForm::default();
+        (f.kind, f.repo, f.name) = (SourceKind::Github, repo.into(), name.into());
+        f.to_settings(&Default::default()).unwrap_err().to_string()
+    };
+    assert!(
+        err("acme", "webapp").contains("'acme' is not a GitHub repository; name it as OWNER/REPO"),
+        "{}",
+        err("acme", "webapp")
+    );
+    assert!(err("", "").contains("its repository as OWNER/REPO"), "{}", err("", ""));
+}
+
+/// Where a source's key comes from, on its line; what Import from gh says.
+#[test]
+fn key_notes_and_gh_import_messages() {
+    use devpilot_engine::sources::{HealthState, SourceHealth, SourceSettings};
+    let gh = SourceSettings { kind: SourceKind::Github, repo: "acme/webapp".into(), ..Default::default() };
+    assert_eq!(key_note(&gh, None, Some("keychain (imported from gh)")), " · token from keychain (imported from gh)");
+    assert_eq!(key_note(&gh, None, None), " · no GitHub token on this machine");
+    let no_key = SourceHealth { state: HealthState::NoKey, ..Default::default() };
+    assert_eq!(key_note(&gh, Some(&no_key), None), "", "the line says it already");
+    assert_eq!(key_note(&SourceSettings::default(), None, Some("LINEAR_API_KEY")), " · API key from LINEAR_API_KEY");
+    assert!(imported(Some("GITHUB_TOKEN")).contains("uses GITHUB_TOKEN while that is set"));
+    assert!(imported(Some("keychain (imported from gh)")).ends_with("(token from keychain (imported from gh))."));
+    assert!(gh_gave_nothing(false).contains("not installed") && gh_gave_nothing(true).contains("gh auth login"));
+    let dir = tempfile::tempdir().unwrap();
+    assert!(!on_path("gh", Some(dir.path().as_os_str())) && !on_path("gh", None));
+    std::fs::write(dir.path().join("gh"), "#!/bin/sh\n").unwrap();
+    let path = std::env::join_paths(["/nonexistent".into(), dir.path().to_path_buf()]).unwrap();
+    assert!(on_path("gh", Some(&path)));
 }
 
 /// The health line: how the source is doing here, and the fleet's last poll.
