@@ -16,6 +16,7 @@ import urllib.parse
 
 import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
 import sources_step  # tests/desktop/sources_step.py
+import github_step  # tests/desktop/github_step.py
 
 ENV = os.environ
 WORK = ENV["E2E_WORK"]
@@ -61,6 +62,10 @@ def app_env():
         # No logind here, for certain: keep awake must say so and carry on.
         "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={WORK}/no-system-bus",
     })
+    if github_step.URL:
+        # GitHub is the stand-in (github_step.py), and a link the app opens is recorded.
+        e["DEVPILOT_GITHUB_API_URL"] = github_step.URL
+        e["PATH"] = f"{github_step.fake_bin()}:{e['PATH']}"
     return e
 
 
@@ -340,6 +345,8 @@ def main():
     os.makedirs(CFG_DIR, exist_ok=True)
     with open(CFG, "w") as f:
         f.write(CORRUPT)
+    # The GitHub stand-in first: the app is started with its address (github_step.py).
+    github_step.start(sys.modules[__name__])
     env = app_env()
     # The window (WebDriver) starts the app itself: tauri-driver -> WebKitWebDriver -> devpilot-tray.
     drv_log = open(os.path.join(WORK, "tauri-driver.log"), "w")
@@ -674,7 +681,8 @@ def main():
     wt = os.path.join(ENV["XDG_DATA_HOME"], PROFILE_NAME, "worktrees", ORCH, str(real_id))
     check("the clean worktree was removed after the job", not os.path.exists(wt), wt)
     sent = wait("the completion notification offers Open",
-                lambda: [x for x in wd_invoke("recent_notifications") if x.get("action") == {"job": real_id}], timeout=20)
+                lambda: [x for x in wd_invoke("recent_notifications")
+                         if x.get("action") == {"result": {"job": real_id, "otherwise": {"job": real_id}}}], timeout=20)
     log(f"notification: {sent[-1]['summary']}: {sent[-1]['body']}")
 
     stuck = int(cli("enqueue", "--orchestrator", ORCH, "--title", "needs a repo nobody has", "--repo", "nowhere").strip())
@@ -705,6 +713,8 @@ def main():
 
     # 8d. A Linear source, through Settings → Sources, against the stand-in (sources_step.py).
     sources_step.run(sys.modules[__name__])
+    # 8e. A GitHub source, its job's pull request, and the notification's Open (github_step.py).
+    github_step.run(sys.modules[__name__])
 
     # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
     try:

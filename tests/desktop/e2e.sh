@@ -3,8 +3,9 @@
 # Xvfb + a private D-Bus session + gnome-keyring (unlocked) + dunst + xfce4-panel (systray)
 # + a throwaway PostgreSQL (for the keychain round trip), then tests/desktop/e2e.py drives
 # the app through its tray menu (xdotool), its window (WebDriver via tauri-driver) and the
-# `devpilot` CLI, and asserts on what it observes; a Linear source is set up in the window
-# against the Linear stand-in (tests/src/bin/linear-standin.rs), which this builds too.
+# `devpilot` CLI, and asserts on what it observes; a Linear source and a GitHub source are set
+# up in the window against the Linear and GitHub stand-ins (tests/src/bin/linear-standin.rs,
+# github-standin.rs), which this builds too.
 #
 # Usage:  bash tests/desktop/e2e.sh            (from the repository root)
 # Env:    CARGO_TARGET_DIR   (default /root/.cache/devpilot-target)
@@ -22,7 +23,7 @@ HERE="$ROOT/tests/desktop"
 if [[ "${1:-}" != "--inner" ]]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/devpilot-target}"
   PROFILE="${E2E_PROFILE:-debug}"
-  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus openssl weston weston-screenshooter; do
+  for tool in Xvfb dbus-run-session gnome-keyring-daemon dunst dunstctl dbus-monitor xfce4-panel xdotool import secret-tool WebKitWebDriver gdbus openssl weston weston-screenshooter; do
     command -v "$tool" >/dev/null || { echo "e2e: missing $tool (see docs: apt packages for the desktop tests)" >&2; exit 2; }
   done
   PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
@@ -31,10 +32,12 @@ if [[ "${1:-}" != "--inner" ]]; then
   flags=()
   [[ "$PROFILE" == release ]] && flags=(--release)
   (cd "$ROOT" && cargo build "${flags[@]}" -p devpilot-tray -p devpilot-cli --bins)
-  # The Linear stand-in the Sources step (sources_step.py) talks to: a test tool, always debug.
-  echo "== building the Linear stand-in"
-  (cd "$ROOT" && cargo build -p devpilot-tests --bin linear-standin)
+  # The Linear and GitHub stand-ins the Sources steps (sources_step.py, github_step.py) talk
+  # to: test tools, always debug.
+  echo "== building the Linear and GitHub stand-ins"
+  (cd "$ROOT" && cargo build -p devpilot-tests --bin linear-standin --bin github-standin)
   export E2E_STANDIN_BIN="$CARGO_TARGET_DIR/debug/linear-standin"
+  export E2E_GITHUB_STANDIN_BIN="$CARGO_TARGET_DIR/debug/github-standin"
   if ! command -v tauri-driver >/dev/null; then
     echo "== installing tauri-driver"
     cargo install tauri-driver --locked

@@ -140,7 +140,7 @@ def run(e2e):
     t.wait("Sources says the key is wrong", lambda: source_line("eng").startswith("eng (linear): wrong key"), timeout=60, every=1)
     sent = t.wait("a notification tells of the refused key",
                 lambda: [x for x in t.wd_invoke("recent_notifications") if "source_trouble" in x["kinds"]], timeout=20)
-    t.check("it names the source and opens Settings", "Linear source eng:" in sent[-1]["body"] and sent[-1]["error"] is None, sent[-1])
+    t.check("it names the source and opens Settings", "Source eng: Linear" in sent[-1]["body"] and sent[-1]["error"] is None, sent[-1])
     t.wait("the tray menu says so", lambda: any("Linear eng: wrong key" in label for label in t.tray_menu_labels()), timeout=10)
     t.wait("and the hover text", lambda: "Linear eng: wrong key" in t.sni_prop("Title"), timeout=10)
     t.shot("14-source-wrong-key")
