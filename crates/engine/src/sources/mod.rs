@@ -1,22 +1,28 @@
-//! Trackers in, results back: issues from a tracker (Linear) become jobs exactly once, and
-//! every reportable outcome reaches the issue, whichever machine is awake.
+//! Trackers in, results back: issues from a tracker (Linear, GitHub) become jobs exactly
+//! once, every reportable outcome reaches the issue, whichever machine is awake, and a
+//! finished job's pushed branch becomes its pull request.
 //!
 //! The fleet polls the tracker the way it sweeps: a laptop has no inbound address, and a
 //! webhook missed while it slept is gone. Any online machine with the source configured may
 //! take the source's intake turn (one conditional UPDATE on its `sources` row: zero rows
 //! means another machine has it), so the whole fleet polls once per interval. Each issue
-//! becomes a job through the keyed insert (`linear:ENG-7`), so two machines that poll at
+//! becomes a job through the keyed insert (`linear:ENG-7`, `github:acme/webapp#7`), so two machines that poll at
 //! once add one job. Each reportable state change writes its outbox row with itself (see
 //! the store's `Queue::change`), and any machine with the source's key delivers it.
 //!
 //! # Layout
 //! - [`settings`]: a source as the settings file holds it (`[sources.NAME]`), checked.
-//! - [`keys`]: where the API key comes from (`LINEAR_API_KEY`, else the keychain).
-//! - [`linear`]: Linear's documents, client, issues, mapping and delivery calls.
+//! - [`keys`]: where a key or token comes from (its variable, else the keychain; gh's).
+//! - [`linear`], [`github`]: each tracker's requests, client, issues, mapping and delivery.
+//! - [`tracker`]: a source's client whichever the kind, and a turn's read as [`tracker::Item`]s.
 //! - [`intake`]: one intake turn: take it, read, add/update/cancel jobs, end it fenced.
-//! - [`deliver`]: the outbox, row by row, fenced by each delivery's token.
+//! - [`deliver`]: the outbox, row by row, fenced by each delivery's token; `ending`: how a
+//!   row ends; `pull`: the pull request row a completion leaves.
+//! - `http`: the one HTTP client builder (bounded, no redirects, the credential sensitive).
+//! - `error`: [`TrackerError`], sorted by what the caller does next, naming the tracker.
 //! - `render`: what each event says on the issue.
 //! - `health`: how a source is doing on a machine ([`SourceHealth`]), and [`SourcesCfg`].
+//! - `text`: an issue's title, prompt and `requires`, alike for every tracker.
 //! - [`connection`]: the connection test Settings → Sources runs.
 //!
 //! The machine's sources service (the intake turns and deliveries on a task of their own,
@@ -29,6 +35,7 @@ mod ending;
 mod error;
 pub mod github;
 mod health;
+mod http;
 pub mod intake;
 pub mod keys;
 pub mod linear;
@@ -37,6 +44,7 @@ mod render;
 pub mod settings;
 #[cfg(test)]
 mod tests;
+mod text;
 pub mod tracker;
 
 pub use deliver::DELIVERY_LEASE;

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, ETAG, IF_NONE_MATCH, LINK, USER_AGENT};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, ETAG, IF_NONE_MATCH, LINK};
 use serde_json::Value;
 
 use super::calls::Call;
 use crate::sources::error::TrackerError;
-use crate::sources::linear::{install_crypto_provider, RateLimit};
+use crate::sources::linear::RateLimit;
 use crate::sources::settings::{check_api_url, SourceKind, SourceSettings};
 
 const G: SourceKind = SourceKind::Github;
@@ -59,22 +59,11 @@ impl GithubClient {
         check_api_url(api_url).map_err(|e| TrackerError::Refused(G, e.to_string()))?;
         let base = url::Url::parse(&format!("{}/", api_url.trim().trim_end_matches('/')))
             .map_err(|e| TrackerError::Refused(G, format!("the API address: {e}")))?;
-        install_crypto_provider();
-        let mut auth = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-            .map_err(|_| TrackerError::Auth(G, "the token has characters no HTTP header can carry".into()))?;
-        auth.set_sensitive(true);
-        let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, auth);
-        headers.insert(ACCEPT, HeaderValue::from_static("application/vnd.github+json"));
-        headers.insert("x-github-api-version", HeaderValue::from_static(API_VERSION));
-        headers.insert(USER_AGENT, HeaderValue::from_static(concat!("devpilot/", env!("CARGO_PKG_VERSION"))));
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| TrackerError::Unreachable(G, e.to_string()))?;
+        let headers = [
+            (ACCEPT, HeaderValue::from_static("application/vnd.github+json")),
+            (HeaderName::from_static("x-github-api-version"), HeaderValue::from_static(API_VERSION)),
+        ];
+        let http = crate::sources::http::client(G, &format!("Bearer {}", token.trim()), &headers, timeout)?;
         Ok(Self { http, base, login: Default::default() })
     }
 

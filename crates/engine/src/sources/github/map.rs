@@ -4,8 +4,8 @@
 use serde_json::{json, Value};
 
 use super::issues::GhIssue;
-use crate::sources::linear::prompt_of;
 use crate::sources::settings::SourceSettings;
+use crate::sources::text::{prompt_of, requires_from, title_of};
 
 /// The job's unique key: `github:acme/webapp#7` (the repository as configured, lower case:
 /// GitHub's names are case-insensitive).
@@ -28,22 +28,9 @@ pub fn repo_of(issue: &GhIssue, s: &SourceSettings) -> Option<String> {
     by_label.or_else(|| Some(s.maps_to.clone()).filter(|m| !m.is_empty()))
 }
 
-/// The labels with the source's prefix, without it, that are valid label names; sorted.
+/// The labels with the source's prefix, without it.
 pub fn requires_of(issue: &GhIssue, s: &SourceSettings) -> Vec<String> {
-    if s.requires_prefix.is_empty() {
-        return vec![];
-    }
-    let mut out: Vec<String> = issue
-        .label_names()
-        .filter_map(|l| l.strip_prefix(s.requires_prefix.as_str()))
-        .map(str::trim)
-        .filter(|l| devpilot_store::spec::validate_label(l).is_ok())
-        .map(str::to_string)
-        .collect();
-    out.sort();
-    out.dedup();
-    out.truncate(devpilot_store::spec::MAX_LABELS);
-    out
+    requires_from(issue.label_names(), &s.requires_prefix)
 }
 
 /// The branch's name: `gh-7-fix-the-login` (the number, then the title's first words in
@@ -70,14 +57,7 @@ pub fn branch_of(issue: &GhIssue) -> String {
 
 /// The job's payload.
 pub fn payload_of(issue: &GhIssue, source: &str, s: &SourceSettings) -> Value {
-    let mut title = format!("#{} {}", issue.number, issue.title.replace('\0', ""));
-    if title.len() > 500 {
-        let mut end = 500;
-        while !title.is_char_boundary(end) {
-            end -= 1;
-        }
-        title.truncate(end);
-    }
+    let title = title_of(&format!("#{}", issue.number), &issue.title);
     let mut p = json!({
         "title": title,
         "prompt": prompt_of(issue.body.as_deref(), s.prompt_cap, &issue.html_url),

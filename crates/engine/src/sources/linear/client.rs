@@ -4,24 +4,16 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
 pub use crate::sources::error::TrackerError;
+pub use crate::sources::http::install_crypto_provider;
 use crate::sources::settings::{check_api_url, SourceKind, SourceSettings};
 
 const L: SourceKind = SourceKind::Linear;
-
-/// Makes ring the process's TLS crypto provider (reqwest is built without one), once.
-pub fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Another part of the process may have installed one already: that one stays.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
 
 /// What an answer's headers said of the budget.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,21 +93,8 @@ impl LinearClient {
         // Wherever the address came from (the settings, DEVPILOT_LINEAR_API_URL), the key
         // never travels in clear text off this machine.
         check_api_url(url).map_err(|e| TrackerError::Refused(L, e.to_string()))?;
-        install_crypto_provider();
-        let mut auth = HeaderValue::from_str(key.trim())
-            .map_err(|_| TrackerError::Auth(L, "the key has characters no HTTP header can carry".into()))?;
-        auth.set_sensitive(true);
-        let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, auth);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(USER_AGENT, HeaderValue::from_static(concat!("devpilot/", env!("CARGO_PKG_VERSION"))));
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| TrackerError::Unreachable(L, e.to_string()))?;
+        let json = [(CONTENT_TYPE, HeaderValue::from_static("application/json"))];
+        let http = crate::sources::http::client(L, key.trim(), &json, timeout)?;
         Ok(Self { http, url: url.to_string() })
     }
 

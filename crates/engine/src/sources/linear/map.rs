@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::issues::Issue;
 use crate::sources::settings::SourceSettings;
+use crate::sources::text::{prompt_of, requires_from, title_of};
 
 /// The job's unique key: `linear:ENG-7`.
 pub fn key_of(identifier: &str) -> String {
@@ -33,37 +34,9 @@ pub fn repo_of(issue: &Issue, s: &SourceSettings) -> Option<String> {
     mapped.or_else(|| Some(s.maps_to.clone()).filter(|m| !m.is_empty()))
 }
 
-/// The labels with the source's prefix, without it, that are valid label names; sorted.
+/// The labels with the source's prefix, without it ([`requires_from`]).
 pub fn requires_of(issue: &Issue, s: &SourceSettings) -> Vec<String> {
-    if s.requires_prefix.is_empty() {
-        return vec![];
-    }
-    let mut out: Vec<String> = issue
-        .label_names()
-        .filter_map(|l| l.strip_prefix(s.requires_prefix.as_str()))
-        .map(str::trim)
-        .filter(|l| devpilot_store::spec::validate_label(l).is_ok())
-        .map(str::to_string)
-        .collect();
-    out.sort();
-    out.dedup();
-    out.truncate(devpilot_store::spec::MAX_LABELS);
-    out
-}
-
-/// The description, at most `cap` bytes (cut at a character boundary, and saying so), with
-/// any NUL taken out: a stranger's text never fails the job's checks.
-pub fn prompt_of(description: Option<&str>, cap: usize, url: &str) -> String {
-    let text = description.unwrap_or("").replace('\0', "");
-    if text.len() <= cap {
-        return text;
-    }
-    let note = format!("\n\n[The description is longer than {cap} bytes and was cut here; read it all at {url}]");
-    let mut end = cap.saturating_sub(note.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{note}", &text[..end])
+    requires_from(issue.label_names(), &s.requires_prefix)
 }
 
 /// The job's branch name, from Linear's own `branchName` for the issue (its last part,
@@ -95,14 +68,7 @@ pub fn same_task(a: &Value, b: &Value) -> bool {
 
 /// The job's payload.
 pub fn payload_of(issue: &Issue, source: &str, s: &SourceSettings) -> Value {
-    let mut title = format!("{} {}", issue.identifier, issue.title.replace('\0', ""));
-    if title.len() > 500 {
-        let mut end = 500;
-        while !title.is_char_boundary(end) {
-            end -= 1;
-        }
-        title.truncate(end);
-    }
+    let title = title_of(&issue.identifier, &issue.title);
     let mut p = json!({
         "title": title,
         "prompt": prompt_of(issue.description.as_deref(), s.prompt_cap, &issue.url),

@@ -16,7 +16,8 @@ pub mod documents;
 mod issues;
 mod map;
 
+pub use crate::sources::text::prompt_of;
 pub use client::{install_crypto_provider, LinearClient, RateLimit, TrackerError};
 pub use deliver::{attach, comment_id, deliver, IssueRef};
 pub use issues::{filter, read_changed, Issue, Read};
-pub use map::{branch_of, key_of, payload_of, priority_of, prompt_of, repo_of, requires_of, same_task, version_of};
+pub use map::{branch_of, key_of, payload_of, priority_of, repo_of, requires_of, same_task, version_of};
