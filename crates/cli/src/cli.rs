@@ -182,24 +182,14 @@ pub struct AddGithub {
     /// The label an issue must carry (default `agent`; "" for any open issue).
     #[arg(long)]
     pub label: Option<String>,
-    /// Only issues assigned to the token's owner.
-    #[arg(long)]
-    pub assigned_to_me: bool,
-    /// How often the fleet polls it (default 60s, at least 15s).
-    #[arg(long)]
-    pub interval: Option<String>,
-    /// Another API address: GitHub Enterprise (`https://ghe.example.com/api/v3`), tests.
-    #[arg(long)]
-    pub api_url: Option<String>,
     /// The DevPilot repo its issues run in.
     #[arg(long)]
     pub maps_to: Option<String>,
     /// The source's name (default: the repository's name, lower-case).
     #[arg(long)]
     pub name: Option<String>,
-    /// Save without testing the connection.
-    #[arg(long)]
-    pub no_test: bool,
+    #[command(flatten)]
+    pub common: AddCommon,
 }
 
 #[derive(clap::Args, Debug)]
@@ -213,21 +203,28 @@ pub struct AddLinear {
     /// A workflow state type an issue must be in (repeat; default unstarted and started).
     #[arg(long, value_delimiter = ',')]
     pub state: Vec<String>,
-    /// Only issues assigned to the key's owner.
-    #[arg(long)]
-    pub assigned_to_me: bool,
-    /// How often the fleet polls it (default 60s, at least 15s).
-    #[arg(long)]
-    pub interval: Option<String>,
-    /// Another API address (a proxy; tests).
-    #[arg(long)]
-    pub api_url: Option<String>,
     /// The DevPilot repo its issues run in (by team).
     #[arg(long)]
     pub maps_to: Option<String>,
     /// The source's name (default: the first team key, lower-case).
     #[arg(long)]
     pub name: Option<String>,
+    #[command(flatten)]
+    pub common: AddCommon,
+}
+
+/// What every kind of source takes.
+#[derive(clap::Args, Debug)]
+pub struct AddCommon {
+    /// Only issues assigned to the key's owner.
+    #[arg(long)]
+    pub assigned_to_me: bool,
+    /// How often the fleet polls it (default 60s, at least 15s).
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Another API address (GitHub Enterprise, a proxy; tests).
+    #[arg(long)]
+    pub api_url: Option<String>,
     /// Save without testing the connection.
     #[arg(long)]
     pub no_test: bool,

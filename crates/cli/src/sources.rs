@@ -13,7 +13,7 @@ use devpilot_store::db::PoolSettings;
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Queue, SourceRow, SourceSpec};
 
-use crate::cli::{AddGithub, AddLinear};
+use crate::cli::{AddCommon, AddGithub, AddLinear};
 use crate::open::open_queue;
 use crate::output::{human, shown};
 
@@ -171,18 +171,13 @@ pub async fn add_linear(a: AddLinear) -> Result<()> {
     if !a.state.is_empty() {
         s.states = a.state;
     }
-    s.assigned_to_me = a.assigned_to_me;
-    if let Some(i) = a.interval {
-        s.interval = Span::parse(&i)?;
-    }
-    s.api_url = a.api_url;
     if let Some(repo) = a.maps_to {
         for t in &s.teams {
             s.repo_by_team.insert(t.clone(), repo.clone());
         }
     }
     let name = a.name.unwrap_or_else(|| s.teams.first().map(|t| t.to_lowercase()).unwrap_or_default());
-    save_tested(name, s, a.no_test).await
+    save_tested(name, s, a.common).await
 }
 
 /// `devpilot sources add github`: tests the source (the token, the repository, the label),
@@ -192,18 +187,19 @@ pub async fn add_github(a: AddGithub) -> Result<()> {
     if let Some(l) = a.label {
         s.label = l.trim().to_string();
     }
-    s.assigned_to_me = a.assigned_to_me;
-    if let Some(i) = a.interval {
-        s.interval = Span::parse(&i)?;
-    }
-    s.api_url = a.api_url;
     s.maps_to = a.maps_to.unwrap_or_default();
     let default_name = s.repo.rsplit('/').next().unwrap_or_default().to_lowercase().replace('.', "-");
-    save_tested(a.name.unwrap_or(default_name), s, a.no_test).await
+    save_tested(a.name.unwrap_or(default_name), s, a.common).await
 }
 
-/// Saves source `s` as `name` after its connection test (unless `no_test`).
-async fn save_tested(name: String, s: SourceSettings, no_test: bool) -> Result<()> {
+/// Saves source `s` as `name` with the flags every kind takes, after its connection test
+/// (unless `--no-test`).
+async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> Result<()> {
+    s.assigned_to_me = common.assigned_to_me;
+    if let Some(i) = common.interval {
+        s.interval = Span::parse(&i)?;
+    }
+    s.api_url = common.api_url;
     let paths = Paths::for_app("devpilot")?;
     let mut settings = paths.load()?;
     // Replacing it would start from defaults and silently drop what the file says beyond
@@ -216,7 +212,7 @@ async fn save_tested(name: String, s: SourceSettings, no_test: bool) -> Result<(
         )));
     }
     s.validate(&name)?;
-    if !no_test {
+    if !common.no_test {
         let Some(key) = machine_key(s.kind).await else {
             return Err(Error::Invalid(format!(
                 "no {} {} to test with: `devpilot login --{}` first (or --no-test)",
