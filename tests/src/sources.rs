@@ -5,12 +5,44 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use devpilot_store::queue::JobRow;
 
-use crate::TestDb;
+use crate::{devpilot, Runner, TestDb};
+
+/// The variables a tracker's credentials and addresses come in: a test names the ones it
+/// gives, and no other reaches the process from the test's own environment.
+const TRACKER_VARS: [&str; 4] =
+    ["GITHUB_TOKEN", "LINEAR_API_KEY", "DEVPILOT_GITHUB_API_URL", "DEVPILOT_LINEAR_API_URL"];
+
+/// `devpilot run` for `orch` as `name` in `home` with `agent`, and `env` (the credentials,
+/// for the runner only: no agent is given them). Its log is the runner's `log`.
+pub fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, env: &[(&str, &str)]) -> Runner {
+    let log_path = home.join(format!("runner-{name}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut c = devpilot(home, &db.raw_url);
+    c.args(["run", "--orchestrator", orch, "--machine", name]).args(crate::fast_flags());
+    c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
+    for v in TRACKER_VARS {
+        c.env_remove(v);
+    }
+    c.envs(env.iter().copied());
+    Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
+}
+
+/// The CLI in `home` with `env`: (exit code, stdout, stderr). A panic is a failure.
+pub fn cli(home: &Path, db: &TestDb, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut c = devpilot(home, &db.raw_url);
+    for v in TRACKER_VARS {
+        c.env_remove(v);
+    }
+    let out = c.envs(env.iter().copied()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).output().unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!e.contains("panicked"), "{e}");
+    (out.status.code().unwrap_or(-1), o, e)
+}
 
 /// How long a source test waits for the fleet.
 pub const WAIT: Duration = Duration::from_secs(60);

@@ -7,17 +7,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
 use devpilot_store::queue::JobRow;
 use devpilot_tests::github::{Access, Fault, FaultKind, IssueSeed};
 use devpilot_tests::linear::IssueSeed as LinearSeed;
-use devpilot_tests::sources::{assert_no_secret, jobs, next_turn, turns, WAIT};
-use devpilot_tests::{
-    devpilot, git, write_config, Backend, GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, Runner, TestDb,
-};
+use devpilot_tests::sources::{self, assert_no_secret, jobs, machine, next_turn, turns, WAIT};
+use devpilot_tests::{git, write_config, Backend, GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, TestDb};
 
 devpilot_tests::on_both_backends!(
     two_machines_add_each_issue_once_and_an_idle_poll_is_a_304,
@@ -53,31 +50,9 @@ fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, re
     home
 }
 
-/// `devpilot run` for `orch` as `name` in `home`, with `env` (the credentials, for the
-/// runner only: no agent is given them).
-fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, env: &[(&str, &str)]) -> Runner {
-    let log_path = home.join(format!("runner-{name}.log"));
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut c = devpilot(home, &db.raw_url);
-    c.args(["run", "--orchestrator", orch, "--machine", name]).args(devpilot_tests::fast_flags());
-    c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
-    c.env_remove("GITHUB_TOKEN").env_remove("LINEAR_API_KEY").env_remove("DEVPILOT_GITHUB_API_URL");
-    c.envs(env.iter().copied());
-    Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
-}
-
 /// The CLI in `home` with `GITHUB_TOKEN`: (exit code, stdout, stderr).
 fn cli(home: &Path, db: &TestDb, token: &str, args: &[&str]) -> (i32, String, String) {
-    let out = devpilot(home, &db.raw_url)
-        .env("GITHUB_TOKEN", token)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(!e.contains("panicked"), "{e}");
-    (out.status.code().unwrap_or(-1), o, e)
+    sources::cli(home, db, &[("GITHUB_TOKEN", token)], args)
 }
 
 async fn job_of(db: &TestDb, orch: &str, number: u64) -> Option<JobRow> {

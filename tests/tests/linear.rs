@@ -7,14 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
 use devpilot_store::queue::JobRow;
 use devpilot_tests::linear::{Fault, IssueSeed};
-use devpilot_tests::sources::{age_source, assert_no_secret, jobs, next_turn, turns};
-use devpilot_tests::{devpilot, write_config, Backend, LinearStandIn, RecordingAgent, Runner, TestDb};
+use devpilot_tests::sources::{self, age_source, assert_no_secret, jobs, next_turn, turns};
+use devpilot_tests::{write_config, Backend, LinearStandIn, RecordingAgent, Runner, TestDb};
 use serde_json::json;
 
 devpilot_tests::on_both_backends!(
@@ -60,30 +59,13 @@ fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, re
 /// `devpilot run` for `orch` as `machine` in `home`, with `key` as `LINEAR_API_KEY` (for the
 /// runner only: no agent is given it).
 fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, key: Option<&str>) -> Runner {
-    let log_path = home.join(format!("runner-{name}.log"));
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut c = devpilot(home, &db.raw_url);
-    c.args(["run", "--orchestrator", orch, "--machine", name]).args(devpilot_tests::fast_flags());
-    c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
-    match key {
-        Some(k) => c.env("LINEAR_API_KEY", k),
-        None => c.env_remove("LINEAR_API_KEY"),
-    };
-    Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
+    let env: Vec<(&str, &str)> = key.map(|k| ("LINEAR_API_KEY", k)).into_iter().collect();
+    sources::machine(home, db, orch, name, agent, &env)
 }
 
 /// The CLI in `home` with the key: (exit code, stdout, stderr).
 fn cli(home: &Path, db: &TestDb, key: &str, args: &[&str]) -> (i32, String, String) {
-    let out = devpilot(home, &db.raw_url)
-        .env("LINEAR_API_KEY", key)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(!e.contains("panicked"), "{e}");
-    (out.status.code().unwrap_or(-1), o, e)
+    sources::cli(home, db, &[("LINEAR_API_KEY", key)], args)
 }
 
 async fn job_of(db: &TestDb, orch: &str, identifier: &str) -> Option<JobRow> {

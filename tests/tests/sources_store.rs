@@ -131,7 +131,8 @@ async fn a_changed_filter_resets_the_cursor(backend: Backend) {
 }
 
 /// A tracker's job writes one outbox row per reportable change, with the change (a claim, a
-/// completion), and a plain job writes none. The row names the claim it belongs to.
+/// completion), and a completion a second one after its own, for its pull request; a plain
+/// job writes none. Each row names the claim it belongs to.
 async fn the_outbox_row_commits_with_the_state_change(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("outbox");
@@ -147,12 +148,12 @@ async fn the_outbox_row_commits_with_the_state_change(backend: Backend) {
     assert!(db.queue.outbox_of(plain).await.unwrap().is_empty(), "a plain job owes no tracker");
     let rows = db.queue.outbox_of(tracked).await.unwrap();
     let events: Vec<&str> = rows.iter().map(|r| r.event.as_str()).collect();
-    assert_eq!(events, ["claimed", "completed"]);
+    assert_eq!(events, ["claimed", "completed", "pull_request"]);
     assert!(rows.iter().all(|r| r.claim_token == Some(1) && r.source_id == sid && r.done_at.is_none()));
     // A completion the fence refuses changes nothing, so it owes nothing.
     let held = claims.iter().find(|c| c.fence.job == tracked).unwrap();
     assert!(!db.queue.complete(&held.fence, "laptop").await.unwrap());
-    assert_eq!(db.queue.outbox_of(tracked).await.unwrap().len(), 2);
+    assert_eq!(db.queue.outbox_of(tracked).await.unwrap().len(), 3);
 }
 
 /// Two machines take deliveries: each row goes to one of them, a job's rows go in order
@@ -188,9 +189,12 @@ async fn one_machine_delivers_each_row_in_order_fenced(backend: Backend) {
     assert_eq!(second.event, "completed", "in order: the completion after the claim");
     let gone = DeliveryEnd::GiveUp { error: "Linear refused the request: Entity not found".into() };
     assert!(db.queue.finish_delivery(&second, &gone).await.unwrap());
+    let pr = db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().unwrap();
+    assert_eq!(pr.event, "pull_request", "the pull request's row, after the completion's");
+    assert!(db.queue.finish_delivery(&pr, &DeliveryEnd::Delivered).await.unwrap());
     let rows = db.queue.outbox_of(job).await.unwrap();
     let outcomes: Vec<Option<&str>> = rows.iter().map(|r| r.outcome.as_deref()).collect();
-    assert_eq!(outcomes, [Some("delivered"), Some("gave_up")]);
+    assert_eq!(outcomes, [Some("delivered"), Some("gave_up"), Some("delivered")]);
     assert!(rows[1].last_error.as_deref().unwrap().contains("Entity not found"), "its error is kept");
     assert!(db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().is_none());
 }
