@@ -439,9 +439,9 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
     use devpilot_migrations::{Migrator, MigratorTrait};
     let db = TestDb::new(backend).await;
     let orch = db.orch("upgrade");
-    // Down past the agents, channels, HOT-renewal, caps, presence-order, sources and GitHub
-    // migrations too: all eight come back up over the rows below.
-    Migrator::down(db.admin(), Some(8)).await.unwrap();
+    // Down past the agents, channels, HOT-renewal, caps, presence-order, sources, GitHub and
+    // sessions migrations too: all nine come back up over the rows below.
+    Migrator::down(db.admin(), Some(9)).await.unwrap();
     for (state, created) in [("queued", 3_000), ("queued", 2_000), ("completed", 9_000), ("cancelled", 9_000)] {
         db.exec(&format!(
             "INSERT INTO dispatch_queue (orchestrator_id, payload, state, created_at, completed_at)

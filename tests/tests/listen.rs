@@ -204,10 +204,10 @@ async fn each_orchestrator_hears_only_its_own_hints_migrated_or_not() {
     assert_eq!((got.channel(), got.payload()), (devpilot_store::listen::channel_of(&b).as_str(), b.as_str()));
 
     // Back to the schema before per-orchestrator channels (past the HOT-renewal, caps,
-    // presence-order, sources and GitHub migrations): the shared channel still wakes. On that
+    // presence-order, sources, GitHub and sessions migrations): the shared channel still wakes. On that
     // schema jobs come from a producer's plain INSERT (this engine's insert names columns
     // added since; a machine migrates before it enqueues).
-    Migrator::down(db.admin(), Some(6)).await.unwrap();
+    Migrator::down(db.admin(), Some(7)).await.unwrap();
     let plain_insert =
         |n: i32| format!("INSERT INTO dispatch_queue (orchestrator_id, payload) VALUES ('{a}', '{{\"n\": {n}}}')");
     db.exec(&plain_insert(3)).await;

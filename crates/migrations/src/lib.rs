@@ -28,6 +28,8 @@
 //!   `source_id`, and the `outbox` of what each reportable state change owes the tracker.
 //! - `m20261207_000001_github`: each source's `etag` (GitHub's conditional reads), and the
 //!   remote a completed job's branch was pushed to (`pushed_remote`), for its pull request.
+//! - `m20261208_000001_sessions`: what the agent CLI reported (`agent`, `agent_session`,
+//!   cost and tokens, `session_from`), and `job_sessions`, the conversation a hand-off carries.
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
@@ -48,6 +50,7 @@ mod m20261205_000001_caps;
 mod m20261205_000002_presence_order;
 mod m20261206_000001_sources;
 mod m20261207_000001_github;
+mod m20261208_000001_sessions;
 mod run;
 
 /// Applies the dispatch schema.
@@ -68,6 +71,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000002_presence_order::Migration),
             Box::new(m20261206_000001_sources::Migration),
             Box::new(m20261207_000001_github::Migration),
+            Box::new(m20261208_000001_sessions::Migration),
         ]
     }
 }

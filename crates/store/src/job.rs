@@ -113,6 +113,12 @@ pub mod event {
     pub const RELEASE_REQUESTED: &str = "release_requested";
     /// A hand-off's work in progress reached the remote after the hand-off itself.
     pub const WORK_PUSHED: &str = "work_pushed";
+    /// The agent's conversation was saved for the next claimer (a hand-off, a deadline, a park).
+    pub const SESSION_CARRIED: &str = "session_carried";
+    /// The agent resumed a carried conversation.
+    pub const SESSION_RESUMED: &str = "session_resumed";
+    /// A carried conversation could not be resumed: the agent started fresh (the detail says why).
+    pub const SESSION_FRESH: &str = "session_fresh";
     /// A waiting job took its tracker issue's new text.
     pub const UPDATED: &str = "updated";
     /// The events a job from a tracker source reports back to it (through the outbox).

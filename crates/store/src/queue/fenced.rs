@@ -214,6 +214,19 @@ impl Queue {
         after: RetryAfter,
         defaults: Backoff,
     ) -> Result<Option<(JobState, i64)>> {
+        self.park_because(fence, machine, after, defaults, None).await
+    }
+
+    /// [`Queue::park`], saying why (a preset's usage limit, an API it cannot reach) instead
+    /// of the exit-75 sentence. The reason is the job's `last_error` and its history's detail.
+    pub async fn park_because(
+        &self,
+        fence: &Fence,
+        machine: &str,
+        after: RetryAfter,
+        defaults: Backoff,
+        reason: Option<&str>,
+    ) -> Result<Option<(JobState, i64)>> {
         /// The park of claim ($1, $2) until $3 (ms), else for $4 ms, else for the backoff
         /// ($5..$7, as in the failure); $8 is why.
         static PARK: Sql = Sql::new(|d| {
@@ -226,7 +239,7 @@ impl Queue {
                                       ELSE COALESCE($3, {now} + COALESCE($4, {backoff})) END,
                         claimed_at = NULL, attempts = attempts - 1, last_error = $8
                   WHERE id = $1 AND claim_token = $2 AND {running}
-                 RETURNING id, orchestrator_id, claim_token, claimed_by, state, run_at",
+                 RETURNING id, orchestrator_id, claim_token, claimed_by, state, run_at, last_error",
                 ends = unless_cancelled("'queued'"),
                 backoff = backoff_ms("$5", "$6", "$7"),
                 now = d.now,
@@ -243,12 +256,14 @@ impl Queue {
             RetryAfter::At(_) | RetryAfter::In(_) => "the agent asked to be tried later (exit 75, retry_after)",
             RetryAfter::Backoff => "the agent asked to be tried later (exit 75; no retry_after, so the retry backoff)",
         };
+        let why = reason.map_or_else(|| why.to_string(), |r| truncate(r, 2000));
         let Fence { job: id, token } = *fence;
         let values =
             vec![id.into(), token.into(), at.into(), wait.into(), base.into(), max.into(), jitter().into(), why.into()];
+        // The reason is read back from the row (`last_error`), never written into the SQL.
         let detail = Detail::Expr(format!(
             "CASE WHEN state = 'cancelled' THEN 'cancelled: a cancel was asked for' \
-             ELSE '{why}; claimable again at ' || {} END",
+             ELSE last_error || '; claimable again at ' || {} END",
             self.dialect().run_at_iso
         ));
         let history = History { kind: &kind_of_end(event::PARKED), machine: Some(machine), detail };

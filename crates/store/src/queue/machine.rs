@@ -9,6 +9,7 @@ use super::pool::Queue;
 use super::presence::PollExtras;
 use super::route::Route;
 use super::rows::{Claim, FailOutcome, OpenWork, Polled, Pruned, Renewed, Swept};
+use super::session::{NewSession, SavedSession, Usage};
 use crate::error::Result;
 use crate::job::JobState;
 
@@ -73,8 +74,14 @@ impl MachineStore {
         self.queue.fail_with(fence, &self.machine, error, defaults).await
     }
 
-    pub async fn park(&self, fence: &Fence, after: RetryAfter, defaults: Backoff) -> Result<Option<(JobState, i64)>> {
-        self.queue.park(fence, &self.machine, after, defaults).await
+    pub async fn park(
+        &self,
+        fence: &Fence,
+        after: RetryAfter,
+        defaults: Backoff,
+        reason: Option<&str>,
+    ) -> Result<Option<(JobState, i64)>> {
+        self.queue.park_because(fence, &self.machine, after, defaults, reason).await
     }
 
     pub async fn record_result(&self, fence: &Fence, summary: Option<&str>, url: Option<&str>) -> Result<bool> {
@@ -83,6 +90,27 @@ impl MachineStore {
 
     pub async fn record_worktree(&self, fence: &Fence, worktree: &str) -> Result<bool> {
         self.queue.record_worktree(fence, worktree).await
+    }
+
+    pub async fn record_agent_start(&self, fence: &Fence, agent: &str, session_from: Option<&str>) -> Result<bool> {
+        self.queue.record_agent_start(fence, agent, session_from).await
+    }
+
+    pub async fn record_agent_usage(&self, fence: &Fence, usage: &Usage) -> Result<bool> {
+        self.queue.record_agent_usage(fence, usage).await
+    }
+
+    pub async fn save_session(&self, fence: &Fence, session: &NewSession<'_>) -> Result<bool> {
+        self.queue.save_session(fence, &self.machine, session).await
+    }
+
+    pub async fn load_session(&self, job: i64) -> Result<Option<SavedSession>> {
+        self.queue.load_session(job).await
+    }
+
+    /// A history note about the agent of claim `fence` (a session resumed, or why not).
+    pub async fn note_agent(&self, fence: &Fence, kind: &str, detail: &str) {
+        self.queue.note_now(fence.job, kind, &self.machine, Some(fence.token), detail).await
     }
 
     pub async fn record_pushed(&self, fence: &Fence, remote: &str) -> Result<bool> {

@@ -61,6 +61,8 @@
 //! - `maintenance.rs`: the sweep of expired leases, and the pruning of finished work.
 //! - `presence.rs`: machines' presence rows and their [`MachineStatus`].
 //! - `reads.rs`: listings and counts, for status and the UI.
+//! - `session.rs`: what an agent CLI reported (preset, session, cost, tokens), and the
+//!   conversation a hand-off carries (`job_sessions`), saved fenced and read by the next claimer.
 //! - `sources.rs`: tracker sources: registering them, the intake turn and its fenced end,
 //!   and a source's jobs by key (updated while they wait).
 //! - `outbox.rs`: delivering the outbox rows [`Queue::change`] writes: taken with a
@@ -83,6 +85,7 @@ mod presence;
 mod reads;
 mod route;
 mod rows;
+mod session;
 mod sources;
 
 pub use claim::claim_next_sql_postgres;
@@ -96,9 +99,10 @@ pub use pool::Queue;
 pub use presence::{unroutable, MachineRow, MachineStatus, PollExtras, Presence, PresenceOrder};
 pub use route::{Names, Route};
 pub use rows::{
-    CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned, Renewed,
-    Swept,
+    AgentRun, CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned,
+    Renewed, Swept,
 };
+pub use session::{NewSession, SavedSession, Usage};
 pub use sources::{KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd, TurnTry};
 
 // Only for the links of the docs above and below.

@@ -115,6 +115,9 @@ pub struct JobRow {
     pub release_requested_by: Option<String>,
     /// Where a completion pushed the job's branch (the remote's URL, without credentials).
     pub pushed_remote: Option<String>,
+    /// What the agent CLI of its last attempt reported.
+    #[sea_orm(nested)]
+    pub agent: AgentRun,
     /// The tracker issue it came from: its identifier (`ENG-7`) and URL.
     pub issue: Option<String>,
     pub issue_url: Option<String>,
@@ -136,6 +139,21 @@ impl JobRow {
         let text = humantime::format_duration(Duration::from_secs(Ord::max(wait.as_secs(), 1))).to_string();
         Some(if self.state == JobState::Failed { format!("retry in {text}") } else { format!("starts in {text}") })
     }
+}
+
+/// What the CLI of a job's last attempt reported: read with the job ([`JobRow`]).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, FromQueryResult)]
+pub struct AgentRun {
+    /// The preset that ran it (`claude`, `codex`, `aider`, `gemini`).
+    pub agent: Option<String>,
+    /// The CLI's session id.
+    pub agent_session: Option<String>,
+    /// What the CLI said its model calls cost, summed over attempts.
+    pub cost_usd: Option<f64>,
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+    /// The machine whose conversation the last attempt resumed.
+    pub session_from: Option<String>,
 }
 
 /// One entry of a job's history: why it moved.
@@ -240,7 +258,7 @@ pub struct Pruned {
 pub(super) const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
      created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
      summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
-     release_requested_by, pushed_remote";
+     release_requested_by, pushed_remote, agent, agent_session, cost_usd, tokens_in, tokens_out, session_from";
 
 /// Every row of `rows` as a `T`.
 pub(super) fn decode<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Vec<T>> {
