@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
-use crate::preset::{Preset, PresetSettings, PromptVia};
+use crate::preset::{Conversation, Preset, PresetSettings, PromptVia};
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Claim, RetryAfter};
 use devpilot_store::spec::JobSpec;
@@ -75,6 +75,8 @@ pub struct Launch {
     pub cwd: PathBuf,
     /// The job's worktree and branch, when it has a repo.
     pub worktree: Option<(PathBuf, String)>,
+    /// A preset's conversation: new, or resumed from a carried session.
+    pub talk: Conversation,
 }
 
 /// Why an agent did not start.
@@ -106,6 +108,9 @@ pub struct AgentResult {
     pub summary: Option<String>,
     pub url: Option<String>,
     pub retry_after: Option<RetryAfter>,
+    /// Why a preset's run is parked (its usage limit, an API it cannot reach), in its CLI's
+    /// words; never from the result file.
+    pub parked_why: Option<String>,
 }
 
 /// Why an agent's result file is not used: the caller logs it, and the job goes on without
@@ -167,7 +172,7 @@ impl AgentResult {
             }
             link
         });
-        Ok(Self { summary, url, retry_after })
+        Ok(Self { summary, url, retry_after, parked_why: None })
     }
 }
 
@@ -205,16 +210,30 @@ impl AgentSpec {
 
     /// The argv, the variable names its CLI reads, extra environment, and how the prompt
     /// travels, for one job.
-    fn command_line(&self, claim: &Claim, spec: &JobSpec) -> Option<CommandLine> {
+    fn command_line(&self, claim: &Claim, launch: &Launch) -> Option<CommandLine> {
         match self {
-            AgentSpec::Command(argv) => {
-                Some(CommandLine { argv: argv.clone(), needs: &[], env: vec![], prompt: PromptVia::Argv })
-            }
+            AgentSpec::Command(argv) => Some(CommandLine {
+                argv: argv.clone(),
+                needs: &[],
+                env: vec![],
+                prompt: PromptVia::Argv,
+                payload_on_stdin: true,
+            }),
             AgentSpec::Preset { preset, settings } => {
-                let prompt = spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload);
-                let env = settings.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                let (argv, via) = preset.invocation(&prompt, &settings.args);
-                Some(CommandLine { argv, needs: preset.env_needs(), env, prompt: via.with(prompt) })
+                let prompt = match &launch.talk {
+                    // The conversation goes on: one sentence says where it is now.
+                    Conversation::Resume { .. } => resume_sentence(claim.resumed_from.as_deref()),
+                    Conversation::New { .. } => launch.spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload),
+                };
+                // The CLI's own defaults first (a bound on its retries): the user's
+                // environment and the settings' env override them.
+                let mut env: EnvVars = preset.default_env(settings.api_timeout());
+                env.retain(|(k, _)| std::env::var_os(k).is_none() && !settings.env.contains_key(k));
+                env.extend(settings.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let (argv, via) = preset.invocation(&prompt, &settings.args, &launch.talk);
+                let prompt = via.with(prompt);
+                // A preset's CLI appends stdin to its prompt: the payload stays in its file.
+                Some(CommandLine { argv, needs: preset.env_needs(), env, prompt, payload_on_stdin: false })
             }
             _ => None,
         }
@@ -265,7 +284,7 @@ impl AgentSpec {
         log: std::fs::File,
         span: LogSpan,
     ) -> std::result::Result<RunningAgent, StartError> {
-        let line = self.command_line(claim, &launch.spec).unwrap_or_default();
+        let line = self.command_line(claim, launch).unwrap_or_default();
         let prog = match self {
             AgentSpec::Preset { preset, .. } => resolve_preset(*preset),
             _ => resolve_program(&line.argv[0]),
@@ -277,7 +296,7 @@ impl AgentSpec {
         if let PromptVia::File(_) = &line.prompt {
             cmd.arg(format!("--message-file={}", files.prompt_file.display()));
         }
-        stdin_for(&mut cmd, &line.prompt, &files)?;
+        stdin_for(&mut cmd, &line, &files)?;
         cmd.env_clear()
             .envs(crate::environ::allowed(&[crate::environ::BASE, line.needs], &env.pass_env))
             .envs(line.env)
@@ -336,8 +355,8 @@ fn start_demo(claim: &Claim, duration: Duration, mut log: std::fs::File) -> toki
 }
 
 /// Where the agent's stdin comes from, by how its prompt is passed.
-fn stdin_for(cmd: &mut Command, prompt: &PromptVia<String>, files: &JobFiles) -> std::result::Result<(), StartError> {
-    match prompt {
+fn stdin_for(cmd: &mut Command, line: &CommandLine, files: &JobFiles) -> std::result::Result<(), StartError> {
+    match &line.prompt {
         // A long prompt on stdin comes from its private file: no writer to keep up
         // with a CLI that reads only once it has started.
         PromptVia::Stdin(_) => {
@@ -347,8 +366,11 @@ fn stdin_for(cmd: &mut Command, prompt: &PromptVia<String>, files: &JobFiles) ->
         PromptVia::File(_) => {
             cmd.stdin(Stdio::null());
         }
-        PromptVia::Argv => {
+        PromptVia::Argv if line.payload_on_stdin => {
             cmd.stdin(Stdio::piped());
+        }
+        PromptVia::Argv => {
+            cmd.stdin(Stdio::null());
         }
     }
     Ok(())
@@ -388,6 +410,21 @@ struct CommandLine {
     needs: &'static [&'static str],
     env: EnvVars,
     prompt: PromptVia<String>,
+    /// A plain command reads the payload on stdin; a preset's CLI gets an empty stdin.
+    payload_on_stdin: bool,
+}
+
+/// The prompt of a resumed conversation: where it goes on.
+fn resume_sentence(from: Option<&str>) -> String {
+    match from {
+        Some(m) => format!(
+            "This conversation was moved here from the machine {m}, which handed the job off. The work so far is \
+             committed on this branch. Go on from where you stopped, and finish the task."
+        ),
+        None => "Your earlier run stopped (a usage limit, or its lease ran out). The work so far is in this \
+                 worktree. Go on from where you stopped, and finish the task."
+            .to_string(),
+    }
 }
 
 /// The files of one attempt: the payload (also on stdin), the result file the agent may

@@ -28,6 +28,7 @@
 
 mod clock;
 mod config;
+mod conversation;
 mod handle;
 mod lease;
 mod machine;

@@ -11,9 +11,11 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::conversation;
 use super::lease::{Order, Standing};
 use super::status::{Event, JobRef, LossReason};
 use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
+use crate::preset::Conversation;
 use crate::worktree::{Workspaces, Worktree};
 use devpilot_store::error::{Error, Result};
 use devpilot_store::job::{event, JobState};
@@ -174,12 +176,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         Ok(p) => p,
         Err(why) => return not_ready(&ctx, job, why).await,
     };
-    let cwd = match (&worktree, &scratch) {
-        (Some(w), _) => w.path.clone(),
-        (None, Some(s)) => s.0.clone(),
-        (None, None) => std::path::PathBuf::new(),
-    };
-    let launch = Launch { spec, cwd, worktree: worktree.as_ref().map(|w| (w.path.clone(), w.branch.clone())) };
+    let (launch, talk) = launch_of(&ctx, &claim, spec, worktree.as_ref(), scratch.as_ref()).await;
     let mut agent = match ctx.agent.start(&claim, &ctx.env, &launch, log).await {
         Ok(a) => a,
         Err(e) => {
@@ -195,7 +192,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     let span = agent.log().cloned();
     let tail = span.clone().map(|s| spawn_log_tail(&ctx, fence, s));
-    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), fence.job).await;
+    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), talk.as_ref(), fence.job).await;
     drop(agent);
     if let Some(t) = tail {
         t.abort();
@@ -208,7 +205,13 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     }
     let outcome = match outcome {
         Outcome::Exited(exit, result) => match standing(&ctx, fence).await {
-            Standing::Held => Outcome::Exited(exit, with_summary(result, span.as_ref())),
+            Standing::Held => {
+                let (exit, result) = match &talk {
+                    Some(t) => reported(&ctx, t, fence, span.as_ref(), exit, result).await,
+                    None => (exit, result),
+                };
+                Outcome::Exited(exit, with_summary(result, span.as_ref()))
+            }
             // Past the deadline (say the runner was frozen while its agent finished) the
             // outcome is not ours to write, even if the agent did the work.
             Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
@@ -216,6 +219,11 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         },
         cancelled => cancelled,
     };
+    // The conversation goes with the work: before the hand-off's commit (aider's history is
+    // in the worktree) and before the release or park that ends the claim.
+    if let (Some(t), true) = (&talk, carries(&outcome)) {
+        t.carry(&ctx.store, fence, span.as_ref()).await;
+    }
     let ev = match (&ctx.workspaces, &worktree) {
         (Some(ws), Some(wt)) => report_with_worktree(&ctx, ws, wt, job, outcome).await,
         _ => report(&ctx, job, outcome, None).await,
@@ -227,9 +235,84 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     let _ = ctx.done.send(JobDone { fence, agent_error: None });
 }
 
-/// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated) or
-/// the watchdog (likewise).
-async fn supervise(ctx: &JobCtx, agent: &mut RunningAgent, cancel: &Cancel, span: Option<LogSpan>, id: i64) -> Outcome {
+/// Whether an outcome leaves the job to a next attempt that should continue the agent's
+/// conversation: a hand-off, a stop at the lease deadline, a park.
+fn carries(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Cancelled(CancelReason::HandOff | CancelReason::LeaseExpired)
+            | Outcome::Exited(AgentExit::TryLater, _)
+    )
+}
+
+/// A preset's run as its CLI reported it: a failed model call fails the attempt, a usage
+/// limit parks it (until its reset, when said), the result's text is the summary; the
+/// session id, cost and tokens are kept on the job (fenced). The result file still wins
+/// where it says something.
+async fn reported(
+    ctx: &JobCtx,
+    talk: &conversation::Talk,
+    fence: Fence,
+    span: Option<&LogSpan>,
+    exit: AgentExit,
+    result: Option<AgentResult>,
+) -> (AgentExit, Option<AgentResult>) {
+    let report = talk.read(span, &exit);
+    if report.usage != Default::default() {
+        let write = || ctx.store.record_agent_usage(&fence, &report.usage);
+        if let Err(e) = retry::transient("recording the agent's usage", Budget::NOTE, write).await {
+            tracing::warn!(job = fence.job, error = %e, "could not record the agent's usage");
+        }
+    }
+    let mut result = result.unwrap_or_default();
+    let said = report.summary.map(|s| crate::agent::clean_text(&s));
+    if report.exit == Some(AgentExit::TryLater) {
+        // A usage limit's words say why the job waits, not what it did.
+        result.parked_why = said;
+    } else {
+        result.summary = result.summary.or(said);
+    }
+    result.retry_after = result.retry_after.or(report.retry_after);
+    (report.exit.unwrap_or(exit), Some(result))
+}
+
+/// Where and how the agent starts: its directory, its worktree, and (a preset) its
+/// conversation, new or resumed from a carried session.
+async fn launch_of(
+    ctx: &JobCtx,
+    claim: &Claim,
+    spec: JobSpec,
+    worktree: Option<&Worktree>,
+    scratch: Option<&Scratch>,
+) -> (Launch, Option<conversation::Talk>) {
+    let cwd = match (worktree, scratch) {
+        (Some(w), _) => w.path.clone(),
+        (None, Some(s)) => s.0.clone(),
+        (None, None) => std::path::PathBuf::new(),
+    };
+    let talk = conversation::begin(&ctx.store, &ctx.agent, claim, &cwd).await;
+    let conversation = talk.as_ref().map_or(Conversation::New { id: None }, |t| t.conversation.clone());
+    let worktree = worktree.map(|w| (w.path.clone(), w.branch.clone()));
+    (Launch { spec, cwd, worktree, talk: conversation }, talk)
+}
+
+/// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated), the
+/// watchdog or (a preset) the API watchdog (likewise).
+async fn supervise(
+    ctx: &JobCtx,
+    agent: &mut RunningAgent,
+    cancel: &Cancel,
+    span: Option<LogSpan>,
+    talk: Option<&conversation::Talk>,
+    id: i64,
+) -> Outcome {
+    let api_span = span.clone();
+    let api = async move {
+        match talk {
+            Some(t) => t.api_stalled(api_span).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         biased;
         exit = agent.wait() => Outcome::Exited(exit, result_of(agent, id).await),
@@ -250,6 +333,11 @@ async fn supervise(ctx: &JobCtx, agent: &mut RunningAgent, cancel: &Cancel, span
             tracing::warn!(job = id, "{why}");
             agent.terminate(ctx.grace).await;
             Outcome::Exited(AgentExit::Failed(why), None)
+        }
+        (exit, why) = api => {
+            tracing::warn!(job = id, "{why}");
+            agent.terminate(ctx.kill_grace).await;
+            Outcome::Exited(exit, Some(AgentResult { parked_why: Some(why), ..Default::default() }))
         }
     }
 }
@@ -535,7 +623,7 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
         }
         AgentExit::TryLater => {
             let after = result.retry_after.unwrap_or(RetryAfter::Backoff);
-            let park = || ctx.store.park(&fence, after, ctx.backoff);
+            let park = || ctx.store.park(&fence, after, ctx.backoff, result.parked_why.as_deref());
             match retry::transient("parking", Budget::WRITE, park).await {
                 Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
                 Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),

@@ -31,6 +31,7 @@ impl Workspaces {
         }
         let path = self.root.join(job.to_string());
         let _lock = self.lock(&repo.path).await?;
+        exclude_tool_litter(&repo.path, log);
         in_use().insert(path.clone());
         let clone = Git::clone_at(&repo.path).await;
         if let Some(wt) = self.reusable(job, &repo, branch, &path, &clone).await {
@@ -236,6 +237,39 @@ async fn default_branch(clone: &Git, repo: &Repo) -> String {
         }
     }
     "main".into()
+}
+
+/// What agent CLIs write into a worktree for themselves (aider's chat and input history and
+/// tags cache), kept out of every hand-off and completion commit and out of the unsaved-work
+/// count by the clone's `info/exclude`: never by the user's `.gitignore`, which would be a
+/// change to their repo.
+pub const TOOL_LITTER: [&str; 1] = [".aider*"];
+
+/// Adds [`TOOL_LITTER`] to the clone's `.git/info/exclude` where it is missing (the
+/// worktrees share it). Written anew, never through a symlink; a failure is logged.
+fn exclude_tool_litter(clone: &Path, log: &mut std::fs::File) {
+    let git = clone.join(".git");
+    if !git.is_dir() {
+        return;
+    }
+    let path = git.join("info").join("exclude");
+    let now = std::fs::read_to_string(&path).unwrap_or_default();
+    let missing: Vec<&str> = TOOL_LITTER.iter().copied().filter(|p| !now.lines().any(|l| l.trim() == *p)).collect();
+    if missing.is_empty() {
+        return;
+    }
+    let mut text = now.clone();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# devpilot: agent CLIs' own files, never part of a job's commits\n");
+    for p in missing {
+        text.push_str(p);
+        text.push('\n');
+    }
+    if let Err(e) = crate::safe_fs::write_beneath(&git, Path::new("info/exclude"), &mut text.as_bytes(), 0o644) {
+        say(log, &format!("could not add the agents' own files to {}: {e}", path.display()));
+    }
 }
 
 /// Copies the repo's `copy` files from the clone into the new worktree, never through a

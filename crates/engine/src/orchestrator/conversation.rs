@@ -1,0 +1,220 @@
+//! A preset's conversation across attempts and machines, around the runner: before the
+//! agent starts, a carried session is restored (or the history says why not) and the job
+//! says which preset runs it; while it runs, the API watchdog ends an attempt whose CLI only
+//! retries a model call it cannot make; after it ends, the CLI's own report decides the
+//! outcome and its usage is kept; and a hand-off, a stop at the lease deadline or a park
+//! saves the session, fenced, for the next claimer.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::agent::{AgentExit, AgentSpec, LogSpan};
+use crate::preset::outcome::{Printed, RunReport};
+use crate::preset::session::{SessionError, SessionPlace};
+use crate::preset::{Conversation, Preset, PresetSettings};
+use devpilot_store::job::event;
+use devpilot_store::queue::{Claim, Fence, MachineStore, NewSession};
+use devpilot_store::retry::{self, Budget};
+
+/// One attempt's conversation.
+pub(super) struct Talk {
+    pub(super) preset: Preset,
+    api_timeout: Duration,
+    place: Option<SessionPlace>,
+    pub(super) conversation: Conversation,
+    /// The values of the keys the CLI was given, blanked out of a carried session.
+    secrets: Vec<String>,
+}
+
+/// The id aider's chat history is carried under (it has no session id).
+const AIDER_SESSION: &str = "chat-history";
+
+/// Before a preset's agent starts in `cwd`: its conversation, restored from a carried
+/// session when there is one for this preset (the history says it was, or why not), and the
+/// job says which preset runs it. `None` for an agent that is not a preset.
+pub(super) async fn begin(store: &MachineStore, agent: &AgentSpec, claim: &Claim, cwd: &Path) -> Option<Talk> {
+    let AgentSpec::Preset { preset, settings } = agent else { return None };
+    let preset = *preset;
+    let place = SessionPlace::of(preset, cwd, &|k| var_of(settings, k));
+    let fence = claim.fence;
+    let mut from = None;
+    let conversation = match (store.load_session(fence.job).await, &place) {
+        (Ok(Some(saved)), Some(place)) => {
+            let started = Instant::now();
+            let restored = if saved.agent != preset.name() {
+                Err(SessionError::OtherAgent { saved: saved.agent.clone(), here: preset })
+            } else {
+                let (place, s) = (place.clone(), saved.clone());
+                let work = move || preset.restore(&place, &s.session_id, &s.cwd, &s.bundle);
+                tokio::task::spawn_blocking(work)
+                    .await
+                    .unwrap_or_else(|e| Err(SessionError::Unreadable(format!("the restore stopped: {e}"))))
+            };
+            match restored {
+                Ok((talk, bytes)) => {
+                    let took = started.elapsed().as_millis();
+                    let detail = format!(
+                        "{preset} session {} from {} resumed: {:.1} KiB restored in {took} ms",
+                        saved.session_id,
+                        saved.machine,
+                        bytes as f64 / 1024.0
+                    );
+                    tracing::info!(job = fence.job, "{detail}");
+                    store.note_agent(&fence, event::SESSION_RESUMED, &detail).await;
+                    from = Some(saved.machine);
+                    talk
+                }
+                Err(why) => {
+                    let detail = format!("the carried {} session was not resumed: {why}; starting fresh", saved.agent);
+                    tracing::warn!(job = fence.job, "{detail}");
+                    store.note_agent(&fence, event::SESSION_FRESH, &detail).await;
+                    fresh(preset)
+                }
+            }
+        }
+        (Err(e), _) => {
+            tracing::warn!(job = fence.job, error = %e, "could not read a carried session; starting fresh");
+            fresh(preset)
+        }
+        _ => fresh(preset),
+    };
+    let write = || store.record_agent_start(&fence, preset.name(), from.as_deref());
+    if let Err(e) = retry::transient("recording the agent", Budget::NOTE, write).await {
+        tracing::warn!(job = fence.job, error = %e, "could not record which agent runs the job");
+    }
+    let secrets = secrets_of(preset, settings);
+    Some(Talk { preset, api_timeout: settings.api_timeout(), place, conversation, secrets })
+}
+
+/// The values of the variables the preset's CLI gets whose names say they are secret (an
+/// API key, a token, a password).
+fn secrets_of(preset: Preset, settings: &PresetSettings) -> Vec<String> {
+    let secret =
+        |name: &str| ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| name.to_ascii_uppercase().contains(w));
+    let from_env =
+        std::env::vars().filter(|(k, _)| preset.env_needs().iter().any(|p| crate::environ::matches(p, k)) && secret(k));
+    let from_settings = settings.env.iter().filter(|(k, _)| secret(k)).map(|(k, v)| (k.clone(), v.clone()));
+    from_env.chain(from_settings).map(|(_, v)| v).filter(|v| v.len() >= 8).collect()
+}
+
+/// A variable of the agent's environment: the settings' own, else the runner's.
+fn var_of(settings: &PresetSettings, name: &str) -> Option<String> {
+    settings.env.get(name).cloned().or_else(|| std::env::var(name).ok()).filter(|v| !v.is_empty())
+}
+
+/// A new conversation, with its id chosen up front where the CLI lets us.
+fn fresh(preset: Preset) -> Conversation {
+    let id = matches!(preset, Preset::Claude | Preset::Gemini).then(|| uuid::Uuid::new_v4().to_string());
+    Conversation::New { id }
+}
+
+impl Talk {
+    /// How the run ended, by what the CLI printed.
+    pub(super) fn read(&self, span: Option<&LogSpan>, exit: &AgentExit) -> RunReport {
+        let Some(span) = span else { return RunReport::default() };
+        let (head, tail) = printed(span);
+        self.preset.report(&Printed { head: &head, tail: &tail }, exit)
+    }
+
+    /// The session this attempt ran: chosen up front, resumed, reported, or (codex) named
+    /// in the first lines it printed.
+    fn session_id(&self, span: Option<&LogSpan>) -> Option<String> {
+        match (&self.conversation, self.preset) {
+            (_, Preset::Aider) => Some(AIDER_SESSION.into()),
+            (Conversation::New { id: Some(id) }, _) | (Conversation::Resume { id, .. }, _) => Some(id.clone()),
+            (Conversation::New { id: None }, _) => self.read(span, &AgentExit::Success).usage.session,
+        }
+    }
+
+    /// Saves the session for the next claimer (a hand-off, a stop at the deadline, a park):
+    /// fenced, so a machine that lost the claim saves nothing. Failing is logged: the next
+    /// machine then starts fresh, as before.
+    pub(super) async fn carry(&self, store: &MachineStore, fence: Fence, span: Option<&LogSpan>) {
+        let (Some(place), Some(id)) = (self.place.clone(), self.session_id(span)) else { return };
+        let (preset, started) = (self.preset, Instant::now());
+        let work = {
+            let (id, secrets) = (id.clone(), self.secrets.clone());
+            move || preset.capture(&place, &id, &secrets)
+        };
+        let captured = match tokio::task::spawn_blocking(work).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(why)) => return tracing::warn!(job = fence.job, "the {preset} session is not carried: {why}"),
+            Err(e) => return tracing::warn!(job = fence.job, error = %e, "the session capture stopped"),
+        };
+        let took_ms = started.elapsed().as_millis() as u64;
+        let cwd = self.place.as_ref().map(|p| p.cwd.to_string_lossy().into_owned()).unwrap_or_default();
+        let session = NewSession {
+            agent: preset.name(),
+            session_id: &captured.session_id,
+            cwd: &cwd,
+            bundle: &captured.bundle,
+            raw_size: captured.raw_size,
+            took_ms,
+        };
+        match retry::transient("saving the session", Budget::NOTE, || store.save_session(&fence, &session)).await {
+            Ok(true) => tracing::info!(
+                job = fence.job,
+                raw = captured.raw_size,
+                stored = captured.bundle.len(),
+                took_ms,
+                "carried the {preset} session {id}"
+            ),
+            Ok(false) => tracing::info!(job = fence.job, "the claim is gone; the session is not carried"),
+            Err(e) => tracing::warn!(job = fence.job, error = %e, "could not save the session"),
+        }
+    }
+
+    /// Resolves, with the outcome, when the CLI has printed nothing but retries of a model
+    /// call it cannot make for the preset's `api_timeout`: failed, or parked when this
+    /// machine has no network at all.
+    pub(super) async fn api_stalled(&self, span: Option<LogSpan>) -> (AgentExit, String) {
+        let Some(span) = span else { return std::future::pending().await };
+        let mut since: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let last = crate::agent::last_lines(&span.path, span.start, 1);
+            if last.is_empty() || !self.preset.is_retry_line(&last) {
+                since = None;
+                continue;
+            }
+            let began = *since.get_or_insert_with(tokio::time::Instant::now);
+            if began.elapsed() < self.api_timeout {
+                continue;
+            }
+            let bound = humantime::format_duration(self.api_timeout);
+            let line: String = last.chars().take(300).collect();
+            let why = format!(
+                "{} could not reach its model API for {bound} (api_timeout) and was stopped: {line}",
+                self.preset
+            );
+            return if offline() {
+                (AgentExit::TryLater, format!("{why}; this machine is offline, so the job waits"))
+            } else {
+                (AgentExit::Failed(why.clone()), why)
+            };
+        }
+    }
+}
+
+/// Whether this machine has no route off itself (no network): a UDP "connect" sends
+/// nothing, and fails at once when no interface can reach a public address.
+fn offline() -> bool {
+    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0));
+    socket.and_then(|s| s.connect(("192.0.2.1", 9))).is_err()
+}
+
+/// The first 64 KiB and the last 256 KiB of what the agent printed.
+fn printed(span: &LogSpan) -> (String, String) {
+    use std::io::{Read, Seek, SeekFrom};
+    let read = |from: u64, max: u64| -> String {
+        let Ok(Some(mut f)) = crate::safe_fs::open_regular(&span.path) else { return String::new() };
+        let mut buf = vec![];
+        if f.seek(SeekFrom::Start(from)).is_err() || f.take(max).read_to_end(&mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    let len = std::fs::metadata(&span.path).map(|m| m.len()).unwrap_or(0);
+    let tail_from = span.start.max(len.saturating_sub(256 * 1024));
+    (read(span.start, 64 * 1024), read(tail_from, 256 * 1024))
+}

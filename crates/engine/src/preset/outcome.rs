@@ -1,0 +1,406 @@
+//! How a preset's run ended, read from what its CLI printed: its structured output where it
+//! has one (claude's result object, codex's JSON events, gemini's JSON), else its exit code
+//! and its known error lines (aider). A failed model call is a failed attempt with the CLI's
+//! own words, never a completion; a usage or rate limit parks the job, until the reset time
+//! when the CLI says one. The result's text becomes the summary; the session id, cost and
+//! tokens are kept on the job.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::Preset;
+use crate::agent::AgentExit;
+use devpilot_store::queue::{RetryAfter, Usage};
+
+/// What a preset's run said about itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunReport {
+    /// How the attempt ends (`None`: as its exit status says).
+    pub exit: Option<AgentExit>,
+    pub summary: Option<String>,
+    pub usage: Usage,
+    /// When a usage limit resets, if the CLI said.
+    pub retry_after: Option<RetryAfter>,
+}
+
+/// What the CLI printed: the start of its output (where codex names its session) and the end
+/// (where every CLI says how it ended).
+pub struct Printed<'a> {
+    pub head: &'a str,
+    pub tail: &'a str,
+}
+
+impl Preset {
+    /// Reads how this preset's run ended from what it printed and how it exited.
+    pub fn report(self, printed: &Printed<'_>, exit: &AgentExit) -> RunReport {
+        match self {
+            Preset::Claude => claude(printed.tail),
+            Preset::Codex => codex(printed),
+            Preset::Gemini => gemini(printed.tail, exit),
+            Preset::Aider => aider(printed.tail, exit),
+        }
+    }
+
+    /// Whether a line the CLI printed says it is only retrying a model call it cannot make
+    /// (codex's "Reconnecting…", litellm's retries): the API watchdog ends an attempt that
+    /// has printed nothing else for the preset's `api_timeout`.
+    pub fn is_retry_line(self, line: &str) -> bool {
+        let l = line.to_ascii_lowercase();
+        match self {
+            Preset::Codex => l.contains("reconnecting") || l.contains("stream disconnected"),
+            Preset::Aider => l.contains("retrying in") || l.contains("apiconnectionerror"),
+            Preset::Gemini => l.contains("retrying") || l.contains("attempt") && l.contains("failed"),
+            Preset::Claude => l.contains("retrying in") || l.contains("api_retry"),
+        }
+    }
+}
+
+/// claude's `--output-format json`: the last line that is its result object.
+fn claude(tail: &str) -> RunReport {
+    let Some(r) = last_object(tail, |v| v.get("type").and_then(Value::as_str) == Some("result")) else {
+        return RunReport::default();
+    };
+    let text = str_of(&r, "result");
+    let u = &r["usage"];
+    let tokens_in = ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
+        .iter()
+        .filter_map(|k| u.get(*k).and_then(Value::as_i64))
+        .reduce(|a, b| a + b);
+    let usage = Usage {
+        session: str_of(&r, "session_id"),
+        cost_usd: r.get("total_cost_usd").and_then(Value::as_f64),
+        tokens_in,
+        tokens_out: u.get("output_tokens").and_then(Value::as_i64),
+    };
+    let failed = r.get("is_error").and_then(Value::as_bool).unwrap_or(false)
+        || str_of(&r, "subtype").is_some_and(|s| s.starts_with("error"));
+    if !failed {
+        return RunReport { exit: None, summary: text, usage, retry_after: None };
+    }
+    let msg = text.unwrap_or_else(|| format!("claude ended with {}", str_of(&r, "subtype").unwrap_or_default()));
+    // Its `subtype` stays "success" on an API error: `is_error` and `api_error_status` say it.
+    let msg = match r.get("api_error_status").and_then(Value::as_i64) {
+        Some(429) if !msg.contains("429") => format!("{msg} (429)"),
+        _ => msg,
+    };
+    ended_badly("claude", msg, usage)
+}
+
+/// codex's `--json` events: the session from `thread.started`, the last agent message, the
+/// usage of every `turn.completed`, and a `turn.failed` or `error` that ended it.
+fn codex(printed: &Printed<'_>) -> RunReport {
+    let mut r = RunReport::default();
+    let mut failure: Option<String> = None;
+    let head = printed.head.lines();
+    // The tail may repeat the head's last lines (a short log): events are counted once, by
+    // reading the head only for its session.
+    for v in head.filter_map(object_line) {
+        if v["type"] == "thread.started" {
+            r.usage.session = r.usage.session.or_else(|| str_of(&v, "thread_id"));
+        }
+    }
+    for v in printed.tail.lines().filter_map(object_line) {
+        match v["type"].as_str().unwrap_or_default() {
+            "thread.started" => r.usage.session = r.usage.session.or_else(|| str_of(&v, "thread_id")),
+            "item.completed" if v["item"]["type"] == "agent_message" => r.summary = str_of(&v["item"], "text"),
+            "turn.completed" => {
+                let u = &v["usage"];
+                add(&mut r.usage.tokens_in, u.get("input_tokens").and_then(Value::as_i64));
+                add(&mut r.usage.tokens_out, u.get("output_tokens").and_then(Value::as_i64));
+                failure = None;
+            }
+            "turn.failed" => failure = str_of(&v["error"], "message").or(Some("the turn failed".into())),
+            // "Reconnecting…" is a retry, not the end: the API watchdog judges those.
+            "error" if !Preset::Codex.is_retry_line(&v.to_string()) => failure = str_of(&v, "message").or(failure),
+            _ => {}
+        }
+    }
+    match failure {
+        Some(msg) => {
+            let mut bad = ended_badly("codex", msg, r.usage);
+            bad.summary = bad.summary.or(r.summary);
+            bad
+        }
+        None => r,
+    }
+}
+
+/// gemini's `-o json`: one (pretty-printed) object with `response`, `stats` and `error`.
+fn gemini(tail: &str, exit: &AgentExit) -> RunReport {
+    let Some(v) = last_document(tail) else {
+        return match exit {
+            AgentExit::Failed(_) => RunReport { exit: gemini_status(exit), ..Default::default() },
+            _ => RunReport::default(),
+        };
+    };
+    let mut usage =
+        Usage { session: str_of(&v, "session_id").or_else(|| str_of(&v, "sessionId")), ..Default::default() };
+    if let Some(models) = v["stats"]["models"].as_object() {
+        for m in models.values() {
+            let t = &m["tokens"];
+            add(&mut usage.tokens_in, t.get("prompt").and_then(Value::as_i64));
+            add(&mut usage.tokens_out, t.get("candidates").and_then(Value::as_i64));
+        }
+    }
+    let summary = str_of(&v, "response");
+    match v.get("error").filter(|e| !e.is_null()) {
+        Some(e) => {
+            let msg = str_of(e, "message").unwrap_or_else(|| e.to_string());
+            let code = e.get("code").and_then(Value::as_i64);
+            let msg = match code {
+                Some(c) if !msg.contains(&c.to_string()) => format!("{msg} ({c})"),
+                _ => msg,
+            };
+            ended_badly("gemini", msg, usage)
+        }
+        None => RunReport { exit: gemini_status(exit), summary, usage, retry_after: None },
+    }
+}
+
+/// gemini exits with an HTTP status mod 256 (a 401 is 145): say which status it was.
+fn gemini_status(exit: &AgentExit) -> Option<AgentExit> {
+    let AgentExit::Failed(msg) = exit else { return None };
+    let code: i64 = msg.strip_prefix("agent exited with status ")?.parse().ok()?;
+    let http = (1..3).map(|k| code + 256 * k).find(|s| (400..600).contains(s))?;
+    let limit = http == 429;
+    Some(if limit {
+        AgentExit::TryLater
+    } else {
+        AgentExit::Failed(format!("gemini failed: exit status {code}, which gemini uses for HTTP {http}"))
+    })
+}
+
+/// aider has no structured output, and exits 0 when its model call fails: its known error
+/// lines decide.
+fn aider(tail: &str, exit: &AgentExit) -> RunReport {
+    const FAILED: [&str; 8] = [
+        "the api provider is not able to authenticate you",
+        "authenticationerror",
+        "apiconnectionerror",
+        "notfounderror",
+        "badrequesterror",
+        "the api provider's servers are down",
+        "internalservererror",
+        "serviceunavailableerror",
+    ];
+    const LIMITED: [&str; 3] = ["ratelimiterror", "the api provider has rate limited you", "quota"];
+    let lines: Vec<&str> = tail.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let hit = |needles: &[&str]| {
+        lines.iter().rev().find(|l| {
+            let l = l.to_ascii_lowercase();
+            needles.iter().any(|n| l.contains(n))
+        })
+    };
+    if let Some(line) = hit(&LIMITED) {
+        return RunReport {
+            exit: Some(AgentExit::TryLater),
+            summary: Some(format!("aider: {line}")),
+            retry_after: retry_after_in(line),
+            ..Default::default()
+        };
+    }
+    match hit(&FAILED) {
+        Some(line) => RunReport { exit: Some(AgentExit::Failed(format!("aider: {line}"))), ..Default::default() },
+        None => RunReport { exit: None, ..Default::default() },
+    }
+    .with_exit_kept(exit)
+}
+
+impl RunReport {
+    /// An aider run that failed on its own (a non-zero exit) keeps that failure.
+    fn with_exit_kept(mut self, exit: &AgentExit) -> Self {
+        if self.exit.is_none() && !matches!(exit, AgentExit::Success) {
+            self.exit = Some(exit.clone());
+        }
+        self
+    }
+}
+
+/// A run that ended on an error its CLI reported: parked when it names a usage or rate
+/// limit (until its reset, when it says one), else failed with its words.
+fn ended_badly(cli: &str, msg: String, usage: Usage) -> RunReport {
+    let lower = msg.to_ascii_lowercase();
+    let limited = ["usage limit", "rate limit", "rate_limit", "429", "quota", "too many requests"]
+        .iter()
+        .any(|n| lower.contains(n));
+    let msg = crate::agent::clean_text(&msg).chars().take(1000).collect::<String>();
+    if limited {
+        let retry_after = reset_epoch(&msg).or_else(|| retry_after_in(&msg));
+        return RunReport {
+            exit: Some(AgentExit::TryLater),
+            summary: Some(format!("{cli} hit a usage limit: {msg}")),
+            usage,
+            retry_after,
+        };
+    }
+    RunReport { exit: Some(AgentExit::Failed(format!("{cli}: {msg}"))), summary: None, usage, retry_after: None }
+}
+
+/// A reset time given as epoch seconds after a `|` (claude's "usage limit reached|1767225600").
+fn reset_epoch(msg: &str) -> Option<RetryAfter> {
+    let secs: i64 = msg.rsplit('|').next()?.trim().parse().ok()?;
+    (1_600_000_000..4_000_000_000).contains(&secs).then_some(RetryAfter::At(secs * 1000))
+}
+
+/// "retry after 30 seconds", "try again in 12s", "retry-after: 30": that long from now.
+fn retry_after_in(msg: &str) -> Option<RetryAfter> {
+    let lower = msg.to_ascii_lowercase();
+    let at = ["retry after", "try again in", "retry-after", "retry in", "retrying in"]
+        .iter()
+        .find_map(|k| lower.find(k).map(|i| i + k.len()))?;
+    let digits: String = lower[at..]
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let secs: f64 = digits.parse().ok()?;
+    let secs = if lower[at..].contains("ms") && !lower[at..].contains("s ") { secs / 1000.0 } else { secs };
+    (secs.is_finite() && secs > 0.0).then(|| RetryAfter::In(Duration::from_secs_f64(secs.min(86_400.0))))
+}
+
+/// The last line of `text` that is a JSON object `keep` accepts.
+fn last_object(text: &str, keep: impl Fn(&Value) -> bool) -> Option<Value> {
+    text.lines().rev().filter_map(object_line).find(|v| keep(v))
+}
+
+/// A line that is one JSON object.
+fn object_line(line: &str) -> Option<Value> {
+    let l = line.trim();
+    l.starts_with('{').then(|| serde_json::from_str::<Value>(l).ok()).flatten().filter(Value::is_object)
+}
+
+/// The last JSON object in `text` that starts at the beginning of a line and runs to the end
+/// of the text (a pretty-printed document, with whatever the CLI wrote before it).
+fn last_document(text: &str) -> Option<Value> {
+    let starts = text.match_indices('{').map(|(i, _)| i).filter(|&i| i == 0 || text.as_bytes()[i - 1] == b'\n');
+    let starts: Vec<usize> = starts.collect();
+    starts.into_iter().rev().find_map(|i| {
+        let mut de = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
+        match de.next() {
+            Some(Ok(v)) if v.is_object() && text[i + de.byte_offset()..].trim().is_empty() => Some(v),
+            _ => None,
+        }
+    })
+}
+
+fn str_of(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+fn add(total: &mut Option<i64>, n: Option<i64>) {
+    if let Some(n) = n {
+        *total = Some(total.unwrap_or(0) + n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(p: Preset, tail: &str, exit: AgentExit) -> RunReport {
+        p.report(&Printed { head: tail, tail }, &exit)
+    }
+
+    /// claude's result object: its text is the summary and its usage is kept; `is_error`
+    /// (with `subtype` still "success") fails the attempt with its words; a 429 parks it.
+    #[test]
+    fn claude_says_how_it_ended() {
+        let ok = r#"{"type":"result","subtype":"success","is_error":false,"result":"done writing","session_id":"b5f7","total_cost_usd":0.099672,"usage":{"input_tokens":24693,"cache_creation_input_tokens":0,"cache_read_input_tokens":7,"output_tokens":45}}"#;
+        let r = report(Preset::Claude, &format!("noise\n{ok}\n"), AgentExit::Success);
+        assert_eq!((r.exit, r.summary.as_deref()), (None, Some("done writing")));
+        assert_eq!(r.usage.session.as_deref(), Some("b5f7"));
+        assert_eq!((r.usage.cost_usd, r.usage.tokens_in, r.usage.tokens_out), (Some(0.099672), Some(24700), Some(45)));
+        let bad = r#"{"type":"result","subtype":"success","is_error":true,"result":"Invalid API key · Fix external API key","api_error_status":401}"#;
+        let r = report(Preset::Claude, bad, AgentExit::Failed("agent exited with status 1".into()));
+        assert_eq!(r.exit, Some(AgentExit::Failed("claude: Invalid API key · Fix external API key".into())));
+        let limited = r#"{"type":"result","is_error":true,"result":"API Error: Request rejected (429) · usage limit","api_error_status":429}"#;
+        assert_eq!(report(Preset::Claude, limited, AgentExit::Success).exit, Some(AgentExit::TryLater));
+        let reset = r#"{"type":"result","is_error":true,"result":"Claude AI usage limit reached|1796266907"}"#;
+        assert_eq!(
+            report(Preset::Claude, reset, AgentExit::Success).retry_after,
+            Some(RetryAfter::At(1_796_266_907_000))
+        );
+        // No result object (a user's own --output-format text): the exit status decides.
+        assert_eq!(report(Preset::Claude, "plain text\n", AgentExit::Success), RunReport::default());
+    }
+
+    /// codex's events: the thread id, the last agent message, the usage; a `turn.failed`
+    /// fails the attempt with its message, a 429 in it parks.
+    #[test]
+    fn codex_says_how_it_ended() {
+        let ok = [
+            r#"{"type":"thread.started","thread_id":"01a2-b3"}"#,
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"done writing"}}"#,
+            r#"{"type":"turn.completed","usage":{"input_tokens":31165,"cached_input_tokens":0,"output_tokens":105}}"#,
+        ]
+        .join("\n");
+        let r = report(Preset::Codex, &ok, AgentExit::Success);
+        assert_eq!(
+            (r.exit, r.summary.as_deref(), r.usage.session.as_deref()),
+            (None, Some("done writing"), Some("01a2-b3"))
+        );
+        assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(31165), Some(105)));
+        let failed = r#"{"type":"thread.started","thread_id":"t"}
+{"type":"error","message":"unexpected status 401 Unauthorized: Incorrect API key provided"}
+{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized: Incorrect API key provided"}}"#;
+        let r = report(Preset::Codex, failed, AgentExit::Failed("agent exited with status 1".into()));
+        assert_eq!(
+            r.exit,
+            Some(AgentExit::Failed("codex: unexpected status 401 Unauthorized: Incorrect API key provided".into()))
+        );
+        let limited =
+            r#"{"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}"#;
+        assert_eq!(report(Preset::Codex, limited, AgentExit::Success).exit, Some(AgentExit::TryLater));
+        assert!(Preset::Codex.is_retry_line(
+            r#"{"type":"error","message":"Reconnecting... waiting for network (Connection failed: error sending request)"}"#
+        ));
+        assert!(!Preset::Codex.is_retry_line(r#"{"type":"turn.started"}"#));
+    }
+
+    /// gemini's pretty-printed JSON: the response and tokens; its error fails the attempt;
+    /// with no JSON, an exit status that is an HTTP status mod 256 is named as one.
+    #[test]
+    fn gemini_says_how_it_ended() {
+        let ok = "Loaded cached credentials.\n{\n  \"session_id\": \"g-1\",\n  \"response\": \"done\",\n  \"stats\": {\n    \"models\": {\"m\": {\"tokens\": {\"prompt\": 10, \"candidates\": 3}}}\n  }\n}\n";
+        let r = report(Preset::Gemini, ok, AgentExit::Success);
+        assert_eq!(
+            (r.exit, r.summary.as_deref(), r.usage.tokens_in, r.usage.tokens_out),
+            (None, Some("done"), Some(10), Some(3))
+        );
+        assert_eq!(r.usage.session.as_deref(), Some("g-1"));
+        let err = "{\n  \"error\": {\"type\": \"FatalAuthenticationError\", \"message\": \"API key not valid\", \"code\": 401}\n}\n";
+        let r = report(Preset::Gemini, err, AgentExit::Failed("agent exited with status 145".into()));
+        assert_eq!(r.exit, Some(AgentExit::Failed("gemini: API key not valid (401)".into())));
+        let r = report(Preset::Gemini, "boom\n", AgentExit::Failed("agent exited with status 145".into()));
+        assert_eq!(
+            r.exit,
+            Some(AgentExit::Failed("gemini failed: exit status 145, which gemini uses for HTTP 401".into()))
+        );
+        let r = report(
+            Preset::Gemini,
+            "Quota exceeded. Please retry in 30s.\n",
+            AgentExit::Failed("agent exited with status 173".into()),
+        );
+        assert_eq!(r.exit, Some(AgentExit::TryLater));
+    }
+
+    /// aider exits 0 when its model call fails: its error lines fail the attempt, a rate
+    /// limit parks it, and a clean run is left to its exit status.
+    #[test]
+    fn aider_says_how_it_ended() {
+        let out = "Aider v0.86.2\nlitellm.AuthenticationError: AuthenticationError: OpenAIException - Incorrect API key\nThe API provider is not able to authenticate you. Check your API key.\n";
+        let r = report(Preset::Aider, out, AgentExit::Success);
+        assert_eq!(
+            r.exit,
+            Some(AgentExit::Failed(
+                "aider: The API provider is not able to authenticate you. Check your API key.".into()
+            ))
+        );
+        let r =
+            report(Preset::Aider, "litellm.RateLimitError: slow down. Retry after 20 seconds\n", AgentExit::Success);
+        assert_eq!((r.exit, r.retry_after), (Some(AgentExit::TryLater), Some(RetryAfter::In(Duration::from_secs(20)))));
+        assert_eq!(report(Preset::Aider, "Applied edit to hello.txt\n", AgentExit::Success).exit, None);
+    }
+}

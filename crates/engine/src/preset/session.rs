@@ -1,0 +1,299 @@
+//! The agent's conversation, carried across machines: where each CLI keeps a session, how it
+//! is bundled (its files, as text, gzip-compressed, base64) and how the next machine puts it
+//! back where its own CLI looks, with the old worktree path rewritten to the new one.
+//!
+//! - claude: `$CLAUDE_CONFIG_DIR` (or `~/.claude`) `/projects/<cwd, every character that is
+//!   not a letter or a digit made '-'>/<session>.jsonl`, resumed with `--resume <session>`.
+//! - codex: `$CODEX_HOME` (or `~/.codex`) `/sessions/YYYY/MM/DD/rollout-<time>-<session>.jsonl`,
+//!   resumed with `codex exec resume <session>`.
+//! - gemini: `~/.gemini/tmp/<slug of the cwd's name>/chats/session-<date>-<id8>.jsonl`,
+//!   loaded with `--session-file` (from any directory).
+//! - aider: `.aider.chat.history.md` in the worktree, read with `--restore-chat-history`.
+//!
+//! What comes back from the database was written by another machine, and a hostile agent
+//! there could have shaped its files: a restored file goes only below the CLI's own
+//! directory, by a relative path of plain names, never through a symlink, within the size
+//! cap, and only for the preset that wrote it.
+
+use std::io::{Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use super::{Conversation, Preset};
+
+/// The most of a session carried (uncompressed): a longer conversation starts fresh.
+pub const SESSION_CAP: usize = 16 << 20;
+
+/// Why a conversation is not carried or resumed; the history says so, and the agent starts
+/// fresh.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("{0}'s session file was not found")]
+    Missing(Preset),
+    #[error("the session is {0} bytes, more than the {SESSION_CAP} carried")]
+    TooLarge(usize),
+    #[error("the session was {saved}'s, and this machine runs {here}")]
+    OtherAgent { saved: String, here: Preset },
+    #[error("the session bundle is unreadable ({0})")]
+    Unreadable(String),
+    #[error("the session names a file outside {0}'s directory: {1}")]
+    Outside(Preset, String),
+    #[error("the worktree path is longer than claude's 200-character project name")]
+    PathTooLong,
+    #[error("cannot {what} {}: {source}", .path.display())]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+/// Where a preset's CLI keeps its state, as the agent's environment says.
+#[derive(Clone, Debug)]
+pub struct SessionPlace {
+    /// The CLI's directory (`~/.claude`, `~/.codex`, `~/.gemini`; aider's: the worktree).
+    pub root: PathBuf,
+    /// The directory the agent runs in.
+    pub cwd: PathBuf,
+}
+
+impl SessionPlace {
+    /// Where `preset` keeps its state for an agent in `cwd`, given a variable of the agent's
+    /// environment (`var`: the settings' own env first, then the runner's).
+    pub fn of(preset: Preset, cwd: &Path, var: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
+        let home = || var("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+        let root = match preset {
+            Preset::Claude => var("CLAUDE_CONFIG_DIR").map(PathBuf::from).or_else(|| Some(home()?.join(".claude"))),
+            Preset::Codex => var("CODEX_HOME").map(PathBuf::from).or_else(|| Some(home()?.join(".codex"))),
+            Preset::Gemini => Some(home()?.join(".gemini")),
+            Preset::Aider => Some(cwd.to_path_buf()),
+        }?;
+        Some(Self { root, cwd: cwd.to_path_buf() })
+    }
+}
+
+/// A session's files, relative to the CLI's directory, as text.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Bundle {
+    files: Vec<BundleFile>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct BundleFile {
+    path: String,
+    text: String,
+}
+
+/// A captured session, ready to store.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    pub session_id: String,
+    /// gzip, then base64.
+    pub bundle: String,
+    pub raw_size: usize,
+}
+
+/// The aider chat history's name, in the worktree.
+const AIDER_HISTORY: &str = ".aider.chat.history.md";
+
+impl Preset {
+    /// Bundles the session `id` this preset's CLI wrote while running in `place.cwd`, with
+    /// every one of `secrets` (the values of the API keys its CLI was given) blanked out:
+    /// a key the CLI wrote into its own files never reaches the table.
+    pub fn capture(self, place: &SessionPlace, id: &str, secrets: &[String]) -> Result<Captured, SessionError> {
+        let files = self.session_files(place, id)?;
+        let mut bundle = Bundle::default();
+        let mut raw = 0;
+        for rel in files {
+            let path = place.root.join(&rel);
+            let text = match crate::safe_fs::read_regular(&path, SESSION_CAP as u64) {
+                Ok(crate::safe_fs::Found::Read(b)) => String::from_utf8_lossy(&b).into_owned(),
+                Ok(crate::safe_fs::Found::Refused(why)) if why.contains("bytes") => {
+                    return Err(SessionError::TooLarge(SESSION_CAP + 1))
+                }
+                Ok(_) => continue,
+                Err(source) => return Err(SessionError::Io { what: "read", path, source }),
+            };
+            let text = secrets.iter().filter(|s| s.len() >= 8).fold(text, |t, s| t.replace(s.as_str(), "[redacted]"));
+            raw += text.len();
+            bundle.files.push(BundleFile { path: rel.to_string_lossy().into_owned(), text });
+        }
+        if bundle.files.is_empty() {
+            return Err(SessionError::Missing(self));
+        }
+        if raw > SESSION_CAP {
+            return Err(SessionError::TooLarge(raw));
+        }
+        let json = serde_json::to_vec(&bundle).map_err(|e| SessionError::Unreadable(e.to_string()))?;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let io = |source| SessionError::Io { what: "compress", path: place.root.clone(), source };
+        gz.write_all(&json).map_err(io)?;
+        let packed = gz.finish().map_err(io)?;
+        let bundle = base64::engine::general_purpose::STANDARD.encode(packed);
+        Ok(Captured { session_id: id.to_string(), bundle, raw_size: raw })
+    }
+
+    /// Puts a carried session back where this preset's CLI looks for it on this machine,
+    /// with the worktree path it was written under (`old_cwd`) rewritten to `place.cwd`, and
+    /// says how the CLI resumes it. Returns the bytes written.
+    pub fn restore(
+        self,
+        place: &SessionPlace,
+        id: &str,
+        old_cwd: &str,
+        bundle: &str,
+    ) -> Result<(Conversation, usize), SessionError> {
+        let bundle = unpack(bundle)?;
+        let new_cwd = place.cwd.to_string_lossy();
+        // A machine whose CLI never ran yet has no directory for it.
+        std::fs::create_dir_all(&place.root).map_err(|source| SessionError::Io {
+            what: "create",
+            path: place.root.clone(),
+            source,
+        })?;
+        let mut written = 0;
+        let mut file = None;
+        for f in &bundle.files {
+            let rel = self.placed(&f.path, old_cwd, &new_cwd)?;
+            // An empty path would "match" between every character.
+            let text = match old_cwd.len() > 1 && old_cwd != new_cwd {
+                true => f.text.replace(old_cwd, &new_cwd),
+                false => f.text.clone(),
+            };
+            crate::safe_fs::write_beneath(&place.root, &rel, &mut text.as_bytes(), 0o600)
+                .map_err(|source| SessionError::Io { what: "write", path: place.root.join(&rel), source })?;
+            written += text.len();
+            file.get_or_insert(place.root.join(&rel));
+        }
+        let file = match self {
+            Preset::Gemini => file,
+            _ => None,
+        };
+        Ok((Conversation::Resume { id: id.to_string(), file }, written))
+    }
+
+    /// The files of session `id`, relative to the CLI's directory.
+    fn session_files(self, place: &SessionPlace, id: &str) -> Result<Vec<PathBuf>, SessionError> {
+        let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain(id) {
+            return Err(SessionError::Unreadable(format!("'{id}' is not a session id")));
+        }
+        Ok(match self {
+            Preset::Claude => {
+                vec![PathBuf::from("projects")
+                    .join(claude_project(&place.cwd.to_string_lossy())?)
+                    .join(format!("{id}.jsonl"))]
+            }
+            Preset::Codex => find(&place.root, Path::new("sessions"), 4, &|name, _| {
+                name.starts_with("rollout-") && name.ends_with(&format!("{id}.jsonl"))
+            }),
+            Preset::Gemini => find(&place.root, Path::new("tmp"), 3, &|name, path| {
+                // `session-<date>-<first 8 of the id>.jsonl` (0.61), holding the whole id.
+                name.starts_with("session-") && name.contains(id.get(..8).unwrap_or(id)) && file_mentions(path, id)
+            }),
+            Preset::Aider => vec![PathBuf::from(AIDER_HISTORY)],
+        })
+    }
+
+    /// Where a carried file goes on this machine: checked to stay below the CLI's directory
+    /// and within its own part of it; claude's project directory renamed for the new path.
+    fn placed(self, rel: &str, old_cwd: &str, new_cwd: &str) -> Result<PathBuf, SessionError> {
+        let path = Path::new(rel);
+        let outside = || SessionError::Outside(self, rel.to_string());
+        if !path.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(outside());
+        }
+        let first = path.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned());
+        match (self, first.as_deref()) {
+            (Preset::Claude, Some("projects")) => {
+                let name = path.file_name().ok_or_else(outside)?;
+                let old = claude_project(old_cwd)?;
+                if path != Path::new("projects").join(&old).join(name) {
+                    return Err(outside());
+                }
+                Ok(PathBuf::from("projects").join(claude_project(new_cwd)?).join(name))
+            }
+            (Preset::Codex, Some("sessions")) | (Preset::Gemini, Some("tmp")) => Ok(path.to_path_buf()),
+            (Preset::Aider, Some(AIDER_HISTORY)) => Ok(path.to_path_buf()),
+            _ => Err(outside()),
+        }
+    }
+}
+
+/// claude's project directory for `cwd`: every character that is not an ASCII letter or
+/// digit becomes '-' (claude hashes a longer name; that is not carried).
+fn claude_project(cwd: &str) -> Result<String, SessionError> {
+    let name: String = cwd.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    if name.len() > 200 {
+        return Err(SessionError::PathTooLong);
+    }
+    Ok(name)
+}
+
+/// The files below `root/dir` (at most `depth` levels, never through a symlink) whose name
+/// and path `keep` accepts, relative to `root`.
+fn find(root: &Path, dir: &Path, depth: usize, keep: &dyn Fn(&str, &Path) -> bool) -> Vec<PathBuf> {
+    let mut found = vec![];
+    let Ok(entries) = std::fs::read_dir(root.join(dir)) else { return found };
+    for e in entries.flatten() {
+        let Ok(kind) = e.file_type() else { continue };
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = dir.join(&name);
+        if kind.is_dir() && depth > 0 {
+            found.extend(find(root, &rel, depth - 1, keep));
+        } else if kind.is_file() && keep(&name, &e.path()) {
+            found.push(rel);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Whether the small file at `path` mentions `id` (gemini names its files by time).
+fn file_mentions(path: &Path, id: &str) -> bool {
+    match crate::safe_fs::read_regular(path, SESSION_CAP as u64) {
+        Ok(crate::safe_fs::Found::Read(b)) => String::from_utf8_lossy(&b).contains(id),
+        _ => false,
+    }
+}
+
+/// A stored bundle, back to its files.
+fn unpack(bundle: &str) -> Result<Bundle, SessionError> {
+    let bad = |e: &dyn std::fmt::Display| SessionError::Unreadable(e.to_string());
+    let packed = base64::engine::general_purpose::STANDARD.decode(bundle.trim()).map_err(|e| bad(&e))?;
+    let mut json = vec![];
+    let gz = flate2::read::GzDecoder::new(packed.as_slice());
+    gz.take(SESSION_CAP as u64 + 1024 * 1024).read_to_end(&mut json).map_err(|e| bad(&e))?;
+    serde_json::from_slice(&json).map_err(|e| bad(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A claude session written under one worktree comes back under another: the project
+    /// directory renamed and the old path rewritten inside; a hostile path is refused.
+    #[test]
+    fn a_session_moves_between_worktrees() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (old_cwd, new_cwd) = ("/home/ann/wt/job-7", "/srv/bob/worktrees/job-7");
+        let here = SessionPlace { root: a.path().to_path_buf(), cwd: old_cwd.into() };
+        let dir = a.path().join("projects").join(claude_project(old_cwd).unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = format!("{{\"cwd\":\"{old_cwd}\",\"text\":\"part 1\",\"key\":\"sk-ant-secret-1\"}}\n");
+        std::fs::write(dir.join("abc-1.jsonl"), line).unwrap();
+        let c = Preset::Claude.capture(&here, "abc-1", &["sk-ant-secret-1".into()]).unwrap();
+        assert!(c.raw_size > 20);
+        let there = SessionPlace { root: b.path().to_path_buf(), cwd: new_cwd.into() };
+        let (talk, n) = Preset::Claude.restore(&there, "abc-1", old_cwd, &c.bundle).unwrap();
+        assert_eq!(talk, Conversation::Resume { id: "abc-1".into(), file: None });
+        let back =
+            std::fs::read_to_string(b.path().join("projects").join("-srv-bob-worktrees-job-7").join("abc-1.jsonl"))
+                .unwrap();
+        assert_eq!((back.contains(new_cwd), back.contains(old_cwd), n), (true, false, back.len()));
+        assert!(!back.contains("sk-ant-secret-1") && back.contains("[redacted]"), "{back}");
+        // Another preset's bundle, or a path that climbs out, is refused.
+        assert!(matches!(Preset::Codex.restore(&there, "abc-1", old_cwd, &c.bundle), Err(SessionError::Outside(..))));
+        assert!(Preset::Claude.placed("projects/../../.ssh/x", old_cwd, new_cwd).is_err());
+        assert!(Preset::Claude.capture(&here, "../x", &[]).is_err());
+        assert!(matches!(Preset::Claude.capture(&there, "nope", &[]), Err(SessionError::Missing(_))));
+    }
+}
