@@ -20,6 +20,9 @@ python3 scripts/layout_check.py
 bash tests/contrib/verify-units.sh
 
 cargo build --workspace --bins --locked
+# The real agent CLIs the agents_real tests run, pinned, installed once per machine into
+# ~/.cache/devpilot-agent-clis (npm and PyPI; about a minute the first time).
+bash scripts/agent_clis.sh
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${DEVPILOT_TEST_THREADS:-2}"
 
 # The real tray app in a headless desktop (Xvfb, D-Bus, tray host, notifications, keychain),

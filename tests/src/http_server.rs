@@ -256,7 +256,11 @@ fn write_answer(stream: &mut TcpStream, answer: &WireAnswer) -> io::Result<()> {
     let body: &[u8] = if answer.status == 304 { &[] } else { &answer.body };
     let mut head = format!("HTTP/1.1 {} {}\r\n", answer.status, reason(answer.status));
     if answer.status != 304 {
-        head.push_str(&format!("Content-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n", body.len()));
+        // A handler's own Content-Type (an event stream) replaces the JSON default.
+        if !answer.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+            head.push_str("Content-Type: application/json; charset=utf-8\r\n");
+        }
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     head.push_str("Connection: close\r\n");
     for (name, value) in &answer.headers {

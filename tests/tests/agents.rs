@@ -292,7 +292,9 @@ async fn presets_pass_the_prompt_as_one_argument(backend: Backend) {
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let prompt = format!("{title}\n\n--model evil\nline 2\n\nSource: https://x/7");
-    assert_eq!(argv[..6], ["-p", prompt.as_str(), "--permission-mode", "acceptEdits", "--model", "opus"], "{argv:?}");
+    let head = ["-p", prompt.as_str(), "--permission-mode", "acceptEdits", "--output-format", "json", "--session-id"];
+    assert_eq!(argv[..7], head, "{argv:?}");
+    assert!(uuid_like(&argv[7]) && argv[8..10] == ["--model", "opus"], "a new session, then the extras: {argv:?}");
     let (job, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!((job.state.as_str(), job.summary.as_deref()), ("completed", Some("model env yes")));
 
@@ -443,4 +445,10 @@ async fn sql_producers_are_routed_too(backend: Backend) {
     let extras = devpilot_store::queue::PollExtras { route: Some(&route), ..Default::default() };
     let got = db.queue.claim_next_with(&orch, "qualified", 1, &extras).await.unwrap().claims;
     assert_eq!(got.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![id]);
+}
+
+/// Whether `s` looks like a UUID (8-4-4-4-12 hex digits).
+fn uuid_like(s: &str) -> bool {
+    let parts: Vec<usize> = s.split('-').map(str::len).collect();
+    parts == [8, 4, 4, 4, 12] && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
 }

@@ -1,0 +1,99 @@
+//! What the model server shares with its protocols: the script of turns, and the record of
+//! every request.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+use crate::http_server::WireRequest;
+
+/// Which wire protocol a request spoke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    Anthropic,
+    OpenAiResponses,
+    Gemini,
+    OpenAiChat,
+}
+
+/// What the model answers to one main request.
+#[derive(Clone, Debug)]
+pub enum Turn {
+    /// A final answer: the CLI prints it and exits.
+    Text(String),
+    /// A tool call (`name`, `input` as the provider's tool schema wants it): the CLI runs the
+    /// tool and sends its result in its next request.
+    Tool { name: String, input: Value },
+    /// An HTTP error, as the provider sends one (a 401, a 429 with its reset headers).
+    Error { status: u16, headers: Vec<(String, String)>, body: Value },
+    /// No answer: the connection is held this long, then closed (the CLI waits on its
+    /// model, as on a slow one, until the test hands the job off).
+    Hold(std::time::Duration),
+}
+
+/// One request the server got.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub provider: Provider,
+    pub method: String,
+    pub path: String,
+    /// Header names in lowercase.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body (`Null` when there was none or it was not JSON).
+    pub body: Value,
+    /// Whether it took a scripted turn (a main request), or was answered on the side (a
+    /// model list, a token count, a title).
+    pub main: bool,
+}
+
+/// The script and the record, shared by the connection threads.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) script: VecDeque<Turn>,
+    pub(crate) requests: Vec<Recorded>,
+    /// A [`Turn::Hold`] the last request took.
+    pub(crate) hold: Option<std::time::Duration>,
+}
+
+impl State {
+    /// The next scripted turn; an exhausted script answers with a short final text.
+    pub(crate) fn next_turn(&mut self) -> Turn {
+        match self.script.pop_front() {
+            // The provider answers an empty text, which `route` then holds back.
+            Some(Turn::Hold(d)) => {
+                self.hold = Some(d);
+                Turn::Text(String::new())
+            }
+            Some(turn) => turn,
+            None => Turn::Text("(the model server's script is exhausted)".into()),
+        }
+    }
+}
+
+impl State {
+    /// Records a request `provider`'s protocol answered; `main` when it took a turn.
+    pub(crate) fn record(&mut self, provider: Provider, req: &WireRequest, body: &Value, main: bool) {
+        self.requests.push(Recorded {
+            provider,
+            method: req.method.clone(),
+            path: req.path.clone(),
+            headers: req.headers.clone(),
+            body: body.clone(),
+            main,
+        });
+    }
+}
+
+/// Numbers the ids every protocol hands out.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh id with `prefix` (`msg_…`, `toolu_…`, `resp_…`, `call_…`).
+pub(crate) fn fresh_id(prefix: &str) -> String {
+    format!("{prefix}{:024}", NEXT_ID.fetch_add(1, Ordering::SeqCst))
+}
+
+/// A rough count of the tokens in a request body (four bytes a token).
+pub(crate) fn estimate_tokens(body: &[u8]) -> u64 {
+    (body.len() as u64).div_ceil(4).max(1)
+}

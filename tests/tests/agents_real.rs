@@ -1,0 +1,473 @@
+//! The real agent CLIs (claude 2.1.332, codex 0.171.0, gemini 0.61.0, aider 0.86.2, installed
+//! pinned by `scripts/agent_clis.sh`), end to end and offline: real `devpilot run` processes
+//! run the presets in real git worktrees against the scripted model server on loopback
+//! ([`ModelServer`]), which speaks each provider's wire protocol and records every request.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use devpilot_store::job::JobState;
+use devpilot_store::queue::JobRow;
+use devpilot_tests::model_server::Recorded;
+use devpilot_tests::*;
+use serde_json::json;
+
+/// Where the pinned CLIs are (`scripts/agent_clis.sh` installs them; CI runs it first).
+fn clis() -> PathBuf {
+    let dir = std::env::var("DEVPILOT_AGENT_CLIS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/devpilot-agent-clis"));
+    let bin = dir.join("bin");
+    assert!(bin.join("claude").exists(), "the agent CLIs are not installed: run scripts/agent_clis.sh");
+    bin
+}
+
+/// One machine of a test: its DevPilot home (config, data), the HOME its CLIs see (outside
+/// the temp dir: codex refuses to set itself up under it), and its runner's environment.
+struct Machine {
+    name: &'static str,
+    home: PathBuf,
+    cli_home: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+/// The CLI homes of one test, removed at its end.
+fn cli_root() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("devpilot-cli-").tempdir_in("/var/tmp").expect("a dir in /var/tmp")
+}
+
+impl Machine {
+    /// A machine with `repo` configured (pushing on completion) and `extra` TOML, whose
+    /// CLIs talk to `model`.
+    fn new(db: &TestDb, root: &Path, name: &'static str, repo: &Path, model: &ModelServer, extra: &str) -> Self {
+        let home = db.dir.path().join(name);
+        let cli_home = root.join(name);
+        std::fs::create_dir_all(&cli_home).unwrap();
+        let toml = format!("{extra}\n[repos.webapp]\npath = \"{}\"\npush = true\n", repo.display());
+        write_config(&home, &toml);
+        codex_config(&cli_home, &model.url());
+        gemini_settings(&cli_home);
+        let path = format!("{}:{}", clis().display(), std::env::var("PATH").unwrap());
+        let env = [
+            ("PATH", path),
+            ("HOME", cli_home.display().to_string()),
+            ("CODEX_HOME", cli_home.join(".codex").display().to_string()),
+            ("ANTHROPIC_BASE_URL", model.url()),
+            ("ANTHROPIC_API_KEY", "sk-ant-test-key".to_string()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+            ("OPENAI_API_KEY", "sk-test-key".to_string()),
+            ("OPENAI_API_BASE", format!("{}/v1", model.url())),
+            ("GEMINI_API_KEY", "gemini-test-key".to_string()),
+            ("GOOGLE_GEMINI_BASE_URL", model.url()),
+        ];
+        let env = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        Machine { name, home, cli_home, env }
+    }
+
+    /// `devpilot run --agent PRESET` as this machine.
+    fn run(&self, db: &TestDb, orch: &str, preset: &str, extra: &[&str]) -> Runner {
+        let log_path = self.home.join(format!("runner-{}.log", self.name));
+        std::fs::create_dir_all(&self.home).unwrap();
+        let log = std::fs::File::create(&log_path).expect("runner log");
+        let mut c = devpilot(&self.home, &db.raw_url);
+        c.args(["run", "--orchestrator", orch, "--machine", self.name, "--agent", preset])
+            .args(fast_flags())
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::from(log));
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        let child = c.spawn().expect("spawn devpilot run");
+        Runner { child, machine: self.name.to_string(), log: log_path }
+    }
+}
+
+/// codex's config: the scripted server as a Responses provider, over HTTP (not WebSockets),
+/// with no retries of its own (so an error ends the turn at once).
+fn codex_config(cli_home: &Path, url: &str) {
+    let dir = cli_home.join(".codex");
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = format!(
+        "model_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"{url}/v1\"\n\
+         env_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\nsupports_websockets = false\n\
+         request_max_retries = 0\nstream_max_retries = 0\nstream_idle_timeout_ms = 20000\n"
+    );
+    std::fs::write(dir.join("config.toml"), toml).unwrap();
+}
+
+/// gemini's settings: API-key auth (the key and base URL come from the environment), and
+/// two tries of a model call rather than ten (a 429 ends in seconds, not minutes).
+fn gemini_settings(cli_home: &Path) {
+    let dir = cli_home.join(".gemini");
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = json!({"general": {"maxAttempts": 2}, "security": {"auth": {"selectedType": "gemini-api-key"}}});
+    std::fs::write(dir.join("settings.json"), settings.to_string()).unwrap();
+}
+
+async fn job(db: &TestDb, id: i64) -> JobRow {
+    db.queue.job(id).await.unwrap().unwrap().0
+}
+
+async fn wait_state(db: &TestDb, id: i64, states: &[JobState], limit: Duration) -> JobRow {
+    let done = wait_for(limit, || async { states.contains(&job(db, id).await.state) }).await;
+    let row = job(db, id).await;
+    assert!(done, "job {id} is {:?}, not one of {states:?}: {:?}", row.state, row.last_error);
+    row
+}
+
+/// Every text the model was sent in one request, flattened.
+fn texts(r: &Recorded) -> String {
+    r.body.to_string()
+}
+
+/// A repo on a bare remote, and a job for it with a prompt.
+fn job_on_a_repo(db: &TestDb, orch: &str, prompt: &str) -> (GitRemote, PathBuf, PathBuf, i64) {
+    let remote = GitRemote::new(db.dir.path());
+    let clone_a = remote.clone_to(&db.dir.path().join("laptop-src/webapp"));
+    let clone_b = remote.clone_to(&db.dir.path().join("desktop-src/webapp"));
+    let home = db.dir.path().join("producer");
+    write_config(&home, "");
+    let id = enqueue(
+        &home,
+        db,
+        orch,
+        &["--title", "ENG-9 Write the notes", "--prompt", prompt, "--repo", "webapp", "--max-attempts", "1"],
+    );
+    (remote, clone_a, clone_b, id)
+}
+
+/// The real claude edits a file in the job's worktree with its Write tool; the job completes
+/// with the model's final text as its summary, the cost and tokens claude reported, and its
+/// session id; the branch is pushed with the file. The model saw the prompt once, and no
+/// payload JSON (stdin is empty for a preset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_makes_a_real_edit() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("claude-edit"), cli_root(), ModelServer::start().unwrap());
+    let (remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write hello.txt saying hi.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, "");
+    let wt = worktree_of(&laptop.home, &orch, id);
+    let file = wt.join("hello.txt").display().to_string();
+    model.script([
+        Turn::Tool { name: "Write".into(), input: json!({"file_path": file, "content": "hi from the model\n"}) },
+        Turn::Text("I wrote hello.txt.".into()),
+    ]);
+    let _a = laptop.run(&db, &orch, "claude", &[]);
+    let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(60)).await;
+    assert_eq!(row.summary.as_deref(), Some("I wrote hello.txt."));
+    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
+    assert_eq!(remote.show(&branch, "hello.txt").as_deref(), Some("hi from the model\n"));
+    assert_eq!(row.agent.agent.as_deref(), Some("claude"));
+    assert!(row.agent.cost_usd.is_some_and(|c| c > 0.0), "{:?}", row.agent);
+    assert!(row.agent.tokens_in.is_some_and(|t| t > 0) && row.agent.tokens_out.is_some_and(|t| t > 0));
+    let session = row.agent.agent_session.clone().expect("the session id");
+    assert!(laptop.cli_home.join(".claude/projects").exists());
+    let main = model.main_requests();
+    assert_eq!(main.len(), 2, "a tool call, then the final text");
+    let first = texts(&main[0]);
+    assert_eq!(first.matches("Write hello.txt saying hi.").count(), 1, "the prompt once: {first}");
+    assert!(!first.contains("\\\"title\\\"") && !first.contains("ENG-9 Write the notes\\\""), "no payload JSON");
+    assert!(main[0].headers.iter().any(|(k, v)| k == "x-claude-code-session-id" && *v == session));
+}
+
+/// The real codex edits a file through its `exec` tool in the job's worktree; the job
+/// completes with its last agent message, its tokens and its thread id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_makes_a_real_edit() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("codex-edit"), cli_root(), ModelServer::start().unwrap());
+    let (remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write hello.txt saying hi.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, "");
+    let js = "const r = await tools.exec_command({cmd: \"printf 'hi from codex\\\\n' > hello.txt\"});\ntext(r);";
+    model.script([Turn::Tool { name: "exec".into(), input: json!(js) }, Turn::Text("hello.txt is written.".into())]);
+    let _a = laptop.run(&db, &orch, "codex", &[]);
+    let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(90)).await;
+    assert_eq!(row.summary.as_deref(), Some("hello.txt is written."));
+    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
+    assert_eq!(remote.show(&branch, "hello.txt").as_deref(), Some("hi from codex\n"));
+    assert_eq!(row.agent.agent.as_deref(), Some("codex"));
+    assert!(row.agent.tokens_in.is_some_and(|t| t > 0), "{:?}", row.agent);
+    let thread = row.agent.agent_session.clone().expect("the thread id");
+    let first = texts(&model.main_requests()[0]);
+    assert_eq!(first.matches("Write hello.txt saying hi.").count(), 1, "the prompt once");
+    assert!(model.main_requests()[0].headers.iter().any(|(_, v)| *v == thread));
+}
+
+/// The laptop's claude writes part 1 and is waiting on the model when the laptop hands the
+/// job off; the desktop claims it, restores the conversation under its own worktree path
+/// and resumes it: its first request carries the laptop's turn 1 (the Write of part 1).
+/// The desktop then writes part 2 and completes; history says the session was carried and
+/// resumed, with sizes, and the job says it resumed from the laptop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claude_conversation_travels() {
+    conversation_travels("claude", |wt, part| Turn::Tool {
+        name: "Write".into(),
+        input: json!({"file_path": wt.join(format!("part{part}.txt")), "content": format!("part {part}\n")}),
+    })
+    .await;
+}
+
+/// The same hand-off with codex: the desktop's first request carries the laptop's `exec`
+/// call that wrote part 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_codex_conversation_travels() {
+    conversation_travels("codex", |_, part| Turn::Tool {
+        name: "exec".into(),
+        input: json!(format!(
+            "const r = await tools.exec_command({{cmd: \"printf 'part {part}\\\\n' > part{part}.txt\"}});\ntext(r);"
+        )),
+    })
+    .await;
+}
+
+/// The same hand-off with gemini: its session file is carried and loaded on the desktop
+/// with `--session-file`; the desktop's first request carries the laptop's `write_file`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gemini_conversation_travels() {
+    conversation_travels("gemini", |wt, part| Turn::Tool {
+        name: "write_file".into(),
+        input: json!({"file_path": wt.join(format!("part{part}.txt")), "content": format!("part {part}\n")}),
+    })
+    .await;
+}
+
+async fn conversation_travels(preset: &str, write: impl Fn(&Path, u32) -> Turn) {
+    let db = TestDb::new(Backend::Postgres).await;
+    let (orch, root, model) = (db.orch(&format!("{preset}-travels")), cli_root(), ModelServer::start().unwrap());
+    let (remote, clone_a, clone_b, id) = job_on_a_repo(&db, &orch, "Write part1.txt, then part2.txt.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone_a, &model, "");
+    let desktop = Machine::new(&db, root.path(), "desktop", &clone_b, &model, "");
+    let (wt_a, wt_b) = (worktree_of(&laptop.home, &orch, id), worktree_of(&desktop.home, &orch, id));
+    model.script([write(&wt_a, 1), Turn::Hold(Duration::from_secs(120))]);
+    let a = laptop.run(&db, &orch, preset, &[]);
+    assert!(
+        wait_for(Duration::from_secs(60), || async { model.main_requests().len() >= 2 }).await,
+        "the laptop's {preset} wrote part 1 and waits on the model"
+    );
+    assert!(wt_a.join("part1.txt").exists());
+    let b = desktop.run(&db, &orch, preset, &[]);
+    model.script([write(&wt_b, 2), Turn::Text("Both parts are written.".into())]);
+    let (code, out, err) = run_cli(
+        &desktop.home,
+        &db.raw_url,
+        &["release", "--orchestrator", &orch, "--machine", "laptop", "--wait", "30s"],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(90)).await;
+
+    let main = model.main_requests();
+    let desktop_first = &main[2];
+    let sent = texts(desktop_first);
+    assert!(sent.contains("part 1") && sent.contains("part1.txt"), "the laptop's turn 1 arrived: {sent}");
+    assert!(!sent.contains(&wt_a.display().to_string()), "the worktree path was rewritten");
+    assert_eq!(row.summary.as_deref(), Some("Both parts are written."));
+    assert_eq!(row.agent.session_from.as_deref(), Some("laptop"));
+    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
+    assert_eq!(remote.show(&branch, "part1.txt").as_deref(), Some("part 1\n"));
+    assert_eq!(remote.show(&branch, "part2.txt").as_deref(), Some("part 2\n"));
+    let history = db.queue.history(id).await.unwrap();
+    let carried = history.iter().find(|e| e.kind == "session_carried").expect("session_carried");
+    let resumed = history.iter().find(|e| e.kind == "session_resumed").expect("session_resumed");
+    eprintln!("{preset}: {:?} / {:?}", carried.detail, resumed.detail);
+    assert!(carried.detail.as_deref().is_some_and(|d| d.contains("KiB raw")), "{carried:?}");
+    assert!(resumed.detail.as_deref().is_some_and(|d| d.contains("from laptop")), "{resumed:?}");
+    for key in ["sk-ant-test-key", "sk-test-key", "gemini-test-key"] {
+        assert!(!holds(&desktop.cli_home, key), "no API key travels with the session");
+    }
+    drop((a, b));
+}
+
+/// Whether any file below `dir` holds `text`.
+fn holds(dir: &Path, text: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries.flatten().any(|e| match e.file_type() {
+        Ok(t) if t.is_dir() => holds(&e.path(), text),
+        Ok(t) if t.is_file() => std::fs::read(e.path()).is_ok_and(|b| String::from_utf8_lossy(&b).contains(text)),
+        _ => false,
+    })
+}
+
+/// aider exits 0 when its model call fails: with the key rejected (401), the attempt fails
+/// with aider's own error line, never completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aider_with_a_rejected_key_fails() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("aider-401"), cli_root(), ModelServer::start().unwrap());
+    let (_remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write hello.txt.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, AIDER_SETTINGS);
+    model.script([unauthorized()]);
+    let _a = laptop.run(&db, &orch, "aider", &[]);
+    let row = wait_state(&db, id, &[JobState::Dead, JobState::Failed], Duration::from_secs(90)).await;
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.starts_with("aider: ") && error.to_lowercase().contains("authenticat"), "{error}");
+}
+
+/// The aider preset's settings: a model litellm sends to the OpenAI-compatible server.
+const AIDER_SETTINGS: &str =
+    "[agents.aider]\nargs = [\"--model\", \"openai/test-model\", \"--no-show-model-warnings\"]\n";
+
+/// A 401 as each provider sends one.
+fn unauthorized() -> Turn {
+    Turn::Error {
+        status: 401,
+        headers: vec![],
+        body: json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+    }
+}
+
+/// aider's hand-off commit carries its work but none of its own files (`.aider*`) and no
+/// `.gitignore` change; its chat history is carried to the desktop and restored there
+/// (`--restore-chat-history`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aider_hands_off_clean_and_carries_its_history() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("aider-clean"), cli_root(), ModelServer::start().unwrap());
+    let (remote, clone_a, clone_b, id) = job_on_a_repo(&db, &orch, "Say hello.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone_a, &model, AIDER_SETTINGS);
+    let desktop = Machine::new(&db, root.path(), "desktop", &clone_b, &model, AIDER_SETTINGS);
+    let wt_a = worktree_of(&laptop.home, &orch, id);
+    model.script([Turn::Hold(Duration::from_secs(120))]);
+    let a = laptop.run(&db, &orch, "aider", &[]);
+    assert!(wait_for(Duration::from_secs(60), || async { !model.main_requests().is_empty() }).await);
+    std::fs::write(wt_a.join("notes.txt"), "work in progress\n").unwrap();
+    assert!(wt_a.join(".aider.chat.history.md").exists(), "aider keeps its history in the worktree");
+    let b = desktop.run(&db, &orch, "aider", &[]);
+    model.script([Turn::Text("Hello!".into())]);
+    let (code, out, err) = run_cli(
+        &desktop.home,
+        &db.raw_url,
+        &["release", "--orchestrator", &orch, "--machine", "laptop", "--wait", "30s"],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    wait_state(&db, id, &[JobState::Completed], Duration::from_secs(90)).await;
+    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
+    let files = git(&clone_a, &["ls-tree", "-r", "--name-only", &format!("origin/{branch}")]);
+    assert!(files.contains("notes.txt"), "{files}");
+    assert!(!files.contains(".aider"), "no aider file in the commits: {files}");
+    let changed = git(&clone_a, &["diff", "--name-only", "origin/main", &format!("origin/{branch}")]);
+    assert!(!changed.contains(".gitignore"), "{changed}");
+    let history = db.queue.history(id).await.unwrap();
+    assert!(history.iter().any(|e| e.kind == "session_resumed"), "{history:?}");
+    let desktop_first = texts(&model.main_requests()[1]);
+    assert!(desktop_first.matches("Say hello.").count() >= 2, "the laptop's message came back: {desktop_first}");
+    let _ = remote;
+    drop((a, b));
+}
+
+/// codex never gives up on an API it cannot reach ("Reconnecting... waiting for network"):
+/// the API watchdog ends the attempt within `api_timeout`, with a message that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_with_its_api_unreachable_ends_within_the_bound() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("codex-dead"), cli_root(), ModelServer::start().unwrap());
+    let (_remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write hello.txt.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, "[agents.codex]\napi_timeout = \"4s\"\n");
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    codex_config(&laptop.cli_home, &closed);
+    let started = std::time::Instant::now();
+    let _a = laptop.run(&db, &orch, "codex", &[]);
+    // Failed, or parked when this machine has no network at all (as in CI here).
+    assert!(
+        wait_for(Duration::from_secs(60), || async {
+            db.queue.history(id).await.unwrap().iter().any(|e| ["parked", "failed", "dead"].contains(&e.kind.as_str()))
+        })
+        .await,
+        "the attempt ended"
+    );
+    let took = started.elapsed();
+    let row = job(&db, id).await;
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.contains("could not reach its model API for 4s"), "{error}");
+    assert!(took < Duration::from_secs(40), "ended within the bound: {took:?}");
+}
+
+/// A usage limit parks the job rather than failing it, and the retry on the same machine
+/// continues the conversation: claude writes part 1, meets a 429 (parked, its session
+/// saved); the retry resumes the session, and its first request carries the Write of part 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_limit_parks_and_the_retry_resumes_the_conversation() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("claude-429"), cli_root(), ModelServer::start().unwrap());
+    let (_remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write part1.txt, then finish.");
+    let extra = "[agents.claude.env]\nCLAUDE_CODE_MAX_RETRIES = \"0\"\n";
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, extra);
+    let wt = worktree_of(&laptop.home, &orch, id);
+    model.script([
+        Turn::Tool { name: "Write".into(), input: json!({"file_path": wt.join("part1.txt"), "content": "part 1\n"}) },
+        Turn::Error {
+            status: 429,
+            headers: vec![("retry-after".into(), "3600".into())],
+            body: json!({"type": "error", "error": {"type": "rate_limit_error", "message": "usage limit"}}),
+        },
+    ]);
+    let _a = laptop.run(&db, &orch, "claude", &[]);
+    let parked = || async { db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "parked") };
+    assert!(wait_for(Duration::from_secs(60), parked).await, "the 429 parks the job");
+    let row = job(&db, id).await;
+    assert_eq!((row.state, row.attempts), (JobState::Queued, 0), "parked, the attempt not counted");
+    assert!(row.last_error.as_deref().is_some_and(|e| e.contains("claude hit a usage limit")), "{row:?}");
+    model.script([Turn::Text("Resumed and finished.".into())]);
+    db.age_wait(id, Duration::from_secs(4 * 3600)).await;
+    let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(60)).await;
+    assert_eq!(row.summary.as_deref(), Some("Resumed and finished."));
+    let history = db.queue.history(id).await.unwrap();
+    let main = model.main_requests();
+    assert_eq!(main.len(), 3, "a Write, the 429, the retry's one request: {history:#?}");
+    let retry_first = texts(&main[2]);
+    assert!(retry_first.contains("part 1") && retry_first.contains("part1.txt"), "the session resumed");
+    assert!(history.iter().any(|e| e.kind == "session_carried"), "{history:?}");
+    assert!(history.iter().any(|e| e.kind == "session_resumed"), "{history:?}");
+}
+
+/// gemini exits with the HTTP status mod 256 (a 401 is 145) and says nothing on stdout: the
+/// attempt fails with its own error, never completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_with_a_rejected_key_fails() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("gemini-401"), cli_root(), ModelServer::start().unwrap());
+    let (_remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write hello.txt.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, "");
+    model.script([Turn::Error {
+        status: 401,
+        headers: vec![],
+        body: json!({"error": {"code": 401, "message": "API key not valid. Please pass a valid API key.", "status": "UNAUTHENTICATED"}}),
+    }]);
+    let _a = laptop.run(&db, &orch, "gemini", &[]);
+    let row = wait_state(&db, id, &[JobState::Dead, JobState::Failed], Duration::from_secs(90)).await;
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.starts_with("gemini") && error.contains("401"), "{error}");
+    assert!(!db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "completed"));
+}
+
+/// A 429 whose CLI says when to retry parks the job until then: gemini prints Google's
+/// "Please retry in 3600s", and the job waits about an hour, its attempt not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_a_reset_time_parks_the_job_until_then() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("gemini-429"), cli_root(), ModelServer::start().unwrap());
+    let (_remote, clone, _, id) = job_on_a_repo(&db, &orch, "Write hello.txt.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone, &model, "");
+    let quota = json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+        "message": "Quota exceeded for quota metric 'Generate Content requests'. Please retry in 3600s.",
+        "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "3600s"}]}});
+    model.script((0..4).map(|_| Turn::Error { status: 429, headers: vec![], body: quota.clone() }));
+    let _a = laptop.run(&db, &orch, "gemini", &[]);
+    assert!(
+        wait_for(Duration::from_secs(90), || async {
+            db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "parked")
+        })
+        .await,
+        "the 429 parks the job"
+    );
+    let row = job(&db, id).await;
+    let wait = row.wait().expect("the job waits").as_secs();
+    assert!((3500..=3700).contains(&wait), "parked until the reset: {wait} s");
+    assert_eq!((row.state, row.attempts), (JobState::Queued, 0), "{row:?}");
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.contains("gemini hit a usage limit") && error.contains("retry in 3600s"), "{error}");
+}
