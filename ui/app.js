@@ -209,6 +209,33 @@ async function act(cmd, id) {
   refreshJobs();
 }
 
+// What the agent CLI of a job's last attempt reported: "claude · session b5f7c2d1… · $0.10 ·
+// 24,693 in / 45 out tokens · resumed from laptop" (the whole session id on hover). Nothing
+// for a plain command, which reports none.
+function agentRun(a) {
+  const parts = [];
+  if (!a) return parts;
+  if (a.agent) parts.push(el('b', { class: 'agent-name', title: 'The preset that ran the last attempt' }, a.agent));
+  if (a.agent_session) {
+    const short = a.agent_session.length > 8 ? a.agent_session.slice(0, 8) + '…' : a.agent_session;
+    parts.push(el('code', { class: 'agent-session', title: `${a.agent || 'agent'} session ${a.agent_session}` }, 'session ' + short));
+  }
+  if (a.cost_usd != null) {
+    parts.push(el('span', { class: 'agent-cost', title: `$${a.cost_usd} as the CLI reported it, summed over attempts` }, usd(a.cost_usd)));
+  }
+  if (a.tokens_in != null || a.tokens_out != null) parts.push(`${count(a.tokens_in)} in / ${count(a.tokens_out)} out tokens`);
+  if (a.session_from) {
+    parts.push(el('span', { class: 'agent-resumed', title: 'This attempt resumed the conversation its agent had on that machine' }, 'resumed from ' + a.session_from));
+  }
+  return parts;
+}
+
+// "$0.10"; a fraction of a cent keeps its digits ("$0.0042").
+function usd(x) { return '$' + (x === 0 || x >= 0.01 ? x.toFixed(2) : x.toFixed(4)); }
+
+// 24693 as "24,693"; unknown as "?".
+function count(n) { return n == null ? '?' : n.toLocaleString('en-US'); }
+
 async function showJob(id) {
   openJob = id;
   try {
@@ -222,6 +249,9 @@ async function showJob(id) {
     if (j.worktree) where.push('worktree kept at ' + j.worktree);
     $('detail-meta').textContent = `${stateText(j)} · attempts ${j.attempts} · priority ${j.priority} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.unique_key ? ' · key ' + j.unique_key : ''}${where.length ? ' · ' + where.join(' · ') : ''}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
     if (d.unroutable) $('detail-meta').append(' · ', el('span', { class: 'warn' }, d.unroutable));
+    const run = agentRun(j.agent);
+    $('detail-agent').replaceChildren(...run.flatMap((p, i) => (i ? [' · ', p] : [p])));
+    $('detail-agent').hidden = !run.length;
     const res = $('detail-result');
     res.replaceChildren();
     if (j.summary) res.append(el('span', {}, j.summary));

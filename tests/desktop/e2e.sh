@@ -111,7 +111,7 @@ pgopts="-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1 -c ssl=on -c ssl
 runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "$pgopts" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw" E2E_CA_CERT="$TLS/ca.crt" E2E_OTHER_CA_CERT="$TLS/other-ca.crt"
 
-SCRIPTS=" e2e sleep_test window_cycle_test first_run_test wayland_test "
+SCRIPTS=" e2e sleep_test window_cycle_test job_detail_test first_run_test wayland_test "
 for name in ${E2E_ONLY:-}; do
   [[ "$SCRIPTS" == *" $name "* ]] || { echo "e2e: E2E_ONLY names '$name'; the scripts are:$SCRIPTS" >&2; exit 2; }
 done
@@ -121,6 +121,9 @@ run e2e
 run sleep_test
 # Closing the window pages its libraries out, and reopening brings it back whole.
 run window_cycle_test
+# A job's detail shows what its agent CLI reported (preset, session, cost, tokens, resumed
+# from): screenshot job-detail-resumed.png, which docs/ keeps a copy of.
+run job_detail_test
 # A new user on a desktop with no tray host: the window, its notice, the first-run guide,
 # closing asks; then a host arrives. It stops the session's panel, so it runs after the above.
 run first_run_test

@@ -241,8 +241,9 @@ async fn a_scheduled_job_is_claimed_when_due_not_at_the_idle_poll(backend: Backe
     assert!(claimed.at - row.run_at < 10_000, "soon after: {} ms late", claimed.at - row.run_at);
 }
 
-/// `devpilot status` says "retry in …" for a failed attempt waiting out its backoff;
-/// `devpilot prune` deletes finished jobs past the retention (or `--older-than`).
+/// `devpilot status` says "retry in …" for a failed attempt waiting out its backoff, and
+/// what a job's agent reported (preset, session, cost, tokens, resumed from), as text and
+/// in `--json`; `devpilot prune` deletes finished jobs past the retention (or `--older-than`).
 async fn status_shows_backoffs_and_prune_deletes_old_work(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (home, url, orch) = (db.dir.path(), db.raw_url.as_str(), db.orch("status"));
@@ -256,6 +257,38 @@ async fn status_shows_backoffs_and_prune_deletes_old_work(backend: Backend) {
     assert_eq!(code, 0, "{err}");
     let line = out.lines().find(|l| l.contains(&format!("#{}", ids[0]))).unwrap_or_default();
     assert!(line.contains("retry in ") && line.contains("after attempt 1 of 3: exit 1"), "{out}");
+
+    // What a preset's CLI reported (written as the engine writes it: plain columns) is in
+    // `status --json` under `agent`, and on a line under the job in `status`.
+    db.exec(&format!(
+        "UPDATE dispatch_queue SET agent = 'claude', agent_session = 'b5f7c2d1-9e4a-4f0b-8c3d-2a1e6f7b9c0d',
+                cost_usd = 0.0997, tokens_in = 24693, tokens_out = 45, session_from = 'laptop' WHERE id = {}",
+        ids[1]
+    ))
+    .await;
+    db.exec(&format!("UPDATE dispatch_queue SET agent = 'codex' WHERE id = {}", ids[0])).await;
+    let (code, out, err) = run_cli(home, url, &["status", "--orchestrator", &orch, "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let done = v["recent"].as_array().unwrap().iter().find(|j| j["id"] == ids[1]).unwrap();
+    assert_eq!(
+        done["agent"],
+        json!({"agent": "claude", "agent_session": "b5f7c2d1-9e4a-4f0b-8c3d-2a1e6f7b9c0d", "cost_usd": 0.0997,
+               "tokens_in": 24693, "tokens_out": 45, "session_from": "laptop"})
+    );
+    let (code, out, err) = run_cli(home, url, &["status", "--orchestrator", &orch], None);
+    assert_eq!(code, 0, "{err}");
+    let after = |id: i64| {
+        let mut lines = out.lines().skip_while(|l| !l.contains(&format!("#{id} "))).skip(1);
+        lines.next().unwrap_or_default().trim().to_string()
+    };
+    assert_eq!(
+        after(ids[1]),
+        "agent: claude · session b5f7c2d1… · $0.0997 · 24,693 in / 45 out tokens · resumed from laptop",
+        "{out}"
+    );
+    assert_eq!(after(ids[0]), "agent: codex", "{out}");
+    assert!(out.contains("recently finished:"), "{out}");
 
     db.age_finished(ids[1], 15 * DAY).await;
     db.age_finished(ids[2], Duration::from_secs(7200)).await;

@@ -57,7 +57,7 @@ fn fast(p: &Paths) {
 }
 
 /// With no agent on the embedded SQLite default, the demo agent runs a demo job to the end,
-/// and its log and history are readable.
+/// and its log, history and agent run (preset, session, cost, tokens) are readable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_job_runs_on_the_sqlite_default() {
     let dir = tempfile::tempdir().unwrap();
@@ -79,6 +79,23 @@ async fn demo_job_runs_on_the_sqlite_default() {
     assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);
     assert!(d.history.iter().any(|h| h.kind == "claimed"));
     assert_eq!(d.payload["source"], "devpilot-tray");
+    // What a preset's CLI reported reaches the window with the job, under `agent`.
+    assert_eq!(
+        serde_json::to_value(&d).unwrap()["job"]["agent"]["agent"],
+        serde_json::Value::Null,
+        "the demo is no preset"
+    );
+    let sql = format!(
+        "UPDATE dispatch_queue SET agent = 'claude', agent_session = 'b5f7c2d1', cost_usd = 0.0997, \
+         tokens_in = 24693, tokens_out = 45, session_from = 'laptop' WHERE id = {id}"
+    );
+    sea_orm::ConnectionTrait::execute_unprepared(e.queue().unwrap().connection(), &sql).await.unwrap();
+    let v = serde_json::to_value(e.job_detail(id).await.unwrap()).unwrap();
+    assert_eq!(
+        v["job"]["agent"],
+        serde_json::json!({"agent": "claude", "agent_session": "b5f7c2d1", "cost_usd": 0.0997,
+                           "tokens_in": 24693, "tokens_out": 45, "session_from": "laptop"})
+    );
     // A notification's Open asks for the result link when clicked: a pull request opened
     // after the completion is what it finds; a link that is not http(s) is never offered.
     let before = d.job.url.clone().filter(|u| u.starts_with("http"));

@@ -9,7 +9,7 @@ use devpilot_store::job::JobState;
 use devpilot_store::queue::{Counts, JobRow, MachineRow, Queue};
 
 use crate::open::open_queue;
-use crate::output::{human, shown};
+use crate::output::{agent_line, human, shown};
 
 pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
     let (queue, _) = open_queue(PoolSettings::default()).await?;
@@ -18,8 +18,8 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
     let machines = queue.machines(orchestrator).await?;
     let waiting = queue.waiting(orchestrator, 20).await?;
     let stuck = unroutable(&queue, orchestrator, &machines).await?;
+    let recent = queue.jobs(orchestrator, None, 20).await?;
     if json {
-        let recent = queue.jobs(orchestrator, None, 20).await?;
         let v = serde_json::json!({
             "orchestrator": orchestrator,
             "counts": counts,
@@ -36,6 +36,7 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
     print_running(&running);
     print_waiting(&waiting);
     print_unroutable(&stuck);
+    print_finished(&recent);
     print_machines(&machines);
     Ok(())
 }
@@ -86,6 +87,7 @@ fn print_running(running: &[JobRow]) {
             human(beat),
             j.attempts
         );
+        print_agent(j);
     }
 }
 
@@ -101,6 +103,32 @@ fn print_waiting(waiting: &[JobRow]) {
             _ => String::new(),
         };
         println!("  #{:<6} {:<30} {}{why}", j.id, shown(j.title.as_deref()), j.waiting_text().unwrap_or_default());
+        print_agent(j);
+    }
+}
+
+/// The last few finished jobs among `recent` (newest first), each with the start of its
+/// summary and what its agent reported.
+fn print_finished(recent: &[JobRow]) {
+    let finished: Vec<&JobRow> = recent.iter().filter(|j| j.state.is_finished()).take(5).collect();
+    if !finished.is_empty() {
+        println!("recently finished:");
+    }
+    for j in finished {
+        let summary = j.summary.as_deref().map(|s| s.lines().next().unwrap_or_default()).unwrap_or_default();
+        let mut summary: String = summary.chars().take(100).collect();
+        if !summary.is_empty() {
+            summary.insert_str(0, ": ");
+        }
+        println!("  #{:<6} {:<30} {}{}", j.id, shown(j.title.as_deref()), j.state, shown(Some(&summary)));
+        print_agent(j);
+    }
+}
+
+/// `agent: claude · session … · $0.0997 · …` under a job, when its agent reported any.
+fn print_agent(j: &JobRow) {
+    if let Some(line) = agent_line(&j.agent) {
+        println!("  {:<7} {line}", "");
     }
 }
 
