@@ -94,7 +94,8 @@ impl Preset {
     pub fn env_needs(self) -> &'static [&'static str] {
         match self {
             // https://code.claude.com/docs/en/settings#environment-variables
-            Preset::Claude => &["ANTHROPIC_*", "CLAUDE_CODE_*", "CLAUDE_CONFIG_DIR"],
+            // (and API_TIMEOUT_MS, its bound on one model request)
+            Preset::Claude => &["ANTHROPIC_*", "CLAUDE_CODE_*", "CLAUDE_CONFIG_DIR", "API_TIMEOUT_MS"],
             // https://developers.openai.com/codex/config-reference (OPENAI_API_KEY,
             // OPENAI_BASE_URL, CODEX_HOME)
             Preset::Codex => &["OPENAI_*", "CODEX_*"],
