@@ -471,3 +471,43 @@ async fn a_429_with_a_reset_time_parks_the_job_until_then() {
     let error = row.last_error.unwrap_or_default();
     assert!(error.contains("gemini hit a usage limit") && error.contains("retry in 3600s"), "{error}");
 }
+
+/// A session saved at a park on the laptop stays there: its work (part 1, never committed)
+/// stayed on the laptop, so the desktop that takes the job starts fresh, and the history
+/// says why. Its first request carries nothing of the laptop's conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_parked_elsewhere_starts_fresh() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let (orch, root, model) = (db.orch("parked-elsewhere"), cli_root(), ModelServer::start().unwrap());
+    let (_remote, clone_a, clone_b, id) = job_on_a_repo(&db, &orch, "Write part1.txt, then finish.");
+    let extra = "[agents.claude.env]\nCLAUDE_CODE_MAX_RETRIES = \"0\"\n";
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone_a, &model, extra);
+    let desktop = Machine::new(&db, root.path(), "desktop", &clone_b, &model, extra);
+    let wt = worktree_of(&laptop.home, &orch, id);
+    model.script([
+        Turn::Tool { name: "Write".into(), input: json!({"file_path": wt.join("part1.txt"), "content": "part 1\n"}) },
+        Turn::Error {
+            status: 429,
+            headers: vec![],
+            body: json!({"type": "error", "error": {"type": "rate_limit_error", "message": "usage limit"}}),
+        },
+    ]);
+    let a = laptop.run(&db, &orch, "claude", &[]);
+    // Parked (the session is saved just before the park is written): the laptop is done.
+    let parked = || async { db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "parked") };
+    assert!(wait_for(Duration::from_secs(60), parked).await, "the 429 parks the job");
+    assert!(db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "session_carried"));
+    drop(a);
+    model.script([Turn::Text("Started over.".into())]);
+    db.age_wait(id, Duration::from_secs(4 * 3600)).await;
+    let _b = desktop.run(&db, &orch, "claude", &[]);
+    let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(60)).await;
+    assert_eq!(row.summary.as_deref(), Some("Started over."));
+    let history = db.queue.history(id).await.unwrap();
+    let fresh = history.iter().find(|e| e.kind == "session_fresh").expect("session_fresh");
+    assert!(fresh.detail.as_deref().is_some_and(|d| d.contains("saved on laptop at a park")), "{fresh:?}");
+    let first = &model.main_requests()[2].body["messages"];
+    let roles: Vec<&str> = first.as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
+    assert!(!roles.contains(&"assistant"), "nothing of the laptop's conversation: {roles:?}");
+    assert_eq!(row.agent.session_from, None);
+}

@@ -77,6 +77,8 @@ pub struct Launch {
     pub worktree: Option<(PathBuf, String)>,
     /// A preset's conversation: new, or resumed from a carried session.
     pub talk: Conversation,
+    /// The machine whose conversation it resumes, when not this one.
+    pub moved_from: Option<String>,
 }
 
 /// Why an agent did not start.
@@ -222,7 +224,7 @@ impl AgentSpec {
             AgentSpec::Preset { preset, settings } => {
                 let prompt = match &launch.talk {
                     // The conversation goes on: one sentence says where it is now.
-                    Conversation::Resume { .. } => resume_sentence(claim.resumed_from.as_deref()),
+                    Conversation::Resume { .. } => resume_sentence(launch.moved_from.as_deref()),
                     Conversation::New { .. } => launch.spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload),
                 };
                 // The CLI's own defaults first (a bound on its retries): the user's

@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::agent::{AgentExit, AgentSpec, LogSpan};
+use crate::agent::{AgentEnv, AgentExit, AgentSpec, LogSpan};
 use crate::preset::outcome::{Printed, RunReport};
 use crate::preset::session::{SessionError, SessionPlace};
 use crate::preset::{Conversation, Preset, PresetSettings};
 use devpilot_store::job::event;
-use devpilot_store::queue::{Claim, Fence, MachineStore, NewSession};
+use devpilot_store::queue::{Claim, Fence, MachineStore, NewSession, SavedSession};
 use devpilot_store::retry::{self, Budget};
 
 /// One attempt's conversation.
@@ -24,77 +24,117 @@ pub(super) struct Talk {
     pub(super) conversation: Conversation,
     /// The values of the keys the CLI was given, blanked out of a carried session.
     secrets: Vec<String>,
+    /// The machine whose conversation this attempt resumed, when not this one.
+    pub(super) moved_from: Option<String>,
 }
 
 /// The id aider's chat history is carried under (it has no session id).
 const AIDER_SESSION: &str = "chat-history";
 
-/// Before a preset's agent starts in `cwd`: its conversation, restored from a carried
-/// session when there is one for this preset (the history says it was, or why not), and the
-/// job says which preset runs it. `None` for an agent that is not a preset.
-pub(super) async fn begin(store: &MachineStore, agent: &AgentSpec, claim: &Claim, cwd: &Path) -> Option<Talk> {
-    let AgentSpec::Preset { preset, settings } = agent else { return None };
-    let preset = *preset;
-    let place = SessionPlace::of(preset, cwd, &|k| var_of(settings, k));
-    let fence = claim.fence;
-    let mut from = None;
-    let conversation = match (store.load_session(fence.job).await, &place) {
-        (Ok(Some(saved)), Some(place)) => {
-            let started = Instant::now();
-            let restored = if saved.agent != preset.name() {
-                Err(SessionError::OtherAgent { saved: saved.agent.clone(), here: preset })
-            } else {
-                let (place, s) = (place.clone(), saved.clone());
-                let work = move || preset.restore(&place, &s.session_id, &s.cwd, &s.bundle);
-                tokio::task::spawn_blocking(work)
-                    .await
-                    .unwrap_or_else(|e| Err(SessionError::Unreadable(format!("the restore stopped: {e}"))))
-            };
-            match restored {
-                Ok((talk, bytes)) => {
-                    let took = started.elapsed().as_millis();
-                    let detail = format!(
-                        "{preset} session {} from {} resumed: {:.1} KiB restored in {took} ms",
-                        saved.session_id,
-                        saved.machine,
-                        bytes as f64 / 1024.0
-                    );
-                    tracing::info!(job = fence.job, "{detail}");
-                    store.note_agent(&fence, event::SESSION_RESUMED, &detail).await;
-                    from = Some(saved.machine);
-                    talk
-                }
-                Err(why) => {
-                    let detail = format!("the carried {} session was not resumed: {why}; starting fresh", saved.agent);
-                    tracing::warn!(job = fence.job, "{detail}");
-                    store.note_agent(&fence, event::SESSION_FRESH, &detail).await;
-                    fresh(preset)
-                }
-            }
-        }
-        (Err(e), _) => {
+/// Where an agent runs, and who for: what [`begin`] needs besides the claim.
+pub(super) struct Runs<'a> {
+    pub(super) store: &'a MachineStore,
+    pub(super) agent: &'a AgentSpec,
+    pub(super) env: &'a AgentEnv,
+    pub(super) cwd: &'a Path,
+}
+
+/// Before a preset's agent starts: its conversation, restored from a carried session when
+/// one may be resumed here (the history says it was, or why not), and the job says which
+/// preset runs it. `None` for an agent that is not a preset.
+pub(super) async fn begin(runs: Runs<'_>, claim: &Claim) -> Option<Talk> {
+    let AgentSpec::Preset { preset, settings } = runs.agent else { return None };
+    let (preset, fence) = (*preset, claim.fence);
+    let place = SessionPlace::of(preset, runs.cwd, &|k| var_of(settings, k));
+    let saved = match runs.store.load_session(fence.job).await {
+        Ok(s) => s,
+        Err(e) => {
             tracing::warn!(job = fence.job, error = %e, "could not read a carried session; starting fresh");
-            fresh(preset)
+            None
         }
-        _ => fresh(preset),
     };
-    let write = || store.record_agent_start(&fence, preset.name(), from.as_deref());
+    let (conversation, moved_from) = match (saved, &place) {
+        (Some(saved), Some(place)) => resume(runs.store, claim, preset, place, saved, &runs.env.machine).await,
+        _ => (fresh(preset), None),
+    };
+    let from = match &conversation {
+        Conversation::Resume { .. } => moved_from.clone().or(Some(runs.env.machine.clone())),
+        Conversation::New { .. } => None,
+    };
+    let write = || runs.store.record_agent_start(&fence, preset.name(), from.as_deref());
     if let Err(e) = retry::transient("recording the agent", Budget::NOTE, write).await {
         tracing::warn!(job = fence.job, error = %e, "could not record which agent runs the job");
     }
-    let secrets = secrets_of(preset, settings);
-    Some(Talk { preset, api_timeout: settings.api_timeout(), place, conversation, secrets })
+    let secrets = secrets_of(preset, settings, &runs.env.pass_env);
+    Some(Talk { preset, api_timeout: settings.api_timeout(), place, conversation, secrets, moved_from })
 }
 
-/// The values of the variables the preset's CLI gets whose names say they are secret (an
-/// API key, a token, a password).
-fn secrets_of(preset: Preset, settings: &PresetSettings) -> Vec<String> {
+/// Restores `saved` for this claim if it may be resumed here, and says so in the history
+/// (or why not). It may when it is this preset's, from the claim just before this one, and
+/// its work is here: saved on this machine, or handed off (and pushed) by the machine that
+/// saved it. A park or a deadline elsewhere left its work on that machine.
+async fn resume(
+    store: &MachineStore,
+    claim: &Claim,
+    preset: Preset,
+    place: &SessionPlace,
+    saved: SavedSession,
+    here: &str,
+) -> (Conversation, Option<String>) {
+    let fence = claim.fence;
+    let handed_off = claim.resumed_from.as_deref() == Some(saved.machine.as_str()) && claim.resume_branch.is_some();
+    let started = Instant::now();
+    let why_not = if saved.agent != preset.name() {
+        Some(SessionError::OtherAgent { saved: saved.agent.clone(), here: preset }.to_string())
+    } else if saved.claim_token != fence.token - 1 {
+        Some("it is from an earlier attempt than the last one".to_string())
+    } else if saved.machine != here && !handed_off {
+        Some(format!("it was saved on {} at a park or a deadline, and its work stayed there", saved.machine))
+    } else {
+        None
+    };
+    let restored = match why_not {
+        Some(why) => Err(why),
+        None => {
+            let (place, s) = (place.clone(), saved.clone());
+            let work = move || preset.restore(&place, &s.session_id, &s.cwd, &s.bundle);
+            let done = tokio::task::spawn_blocking(work).await;
+            done.map_err(|e| format!("the restore stopped: {e}")).and_then(|r| r.map_err(|e| e.to_string()))
+        }
+    };
+    match restored {
+        Ok((talk, bytes)) => {
+            let took = started.elapsed().as_millis();
+            let kib = bytes as f64 / 1024.0;
+            let detail = format!(
+                "{preset} session {} from {} resumed: {kib:.1} KiB restored in {took} ms",
+                saved.session_id, saved.machine
+            );
+            tracing::info!(job = fence.job, "{detail}");
+            store.note_agent(&fence, event::SESSION_RESUMED, &detail).await;
+            let moved = (saved.machine != here).then_some(saved.machine);
+            (talk, moved)
+        }
+        Err(why) => {
+            let detail = format!("the carried {} session was not resumed: {why}; starting fresh", saved.agent);
+            tracing::warn!(job = fence.job, "{detail}");
+            store.note_agent(&fence, event::SESSION_FRESH, &detail).await;
+            (fresh(preset), None)
+        }
+    }
+}
+
+/// The values of the variables the agent is given (the allowlist, its preset's variables,
+/// `pass_env`, the settings' env) whose names say they are secret: a key, a token, a
+/// password.
+fn secrets_of(preset: Preset, settings: &PresetSettings, pass_env: &[String]) -> Vec<String> {
     let secret =
         |name: &str| ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| name.to_ascii_uppercase().contains(w));
-    let from_env =
-        std::env::vars().filter(|(k, _)| preset.env_needs().iter().any(|p| crate::environ::matches(p, k)) && secret(k));
-    let from_settings = settings.env.iter().filter(|(k, _)| secret(k)).map(|(k, v)| (k.clone(), v.clone()));
-    from_env.chain(from_settings).map(|(_, v)| v).filter(|v| v.len() >= 8).collect()
+    let given = crate::environ::allowed(&[crate::environ::BASE, preset.env_needs()], pass_env)
+        .into_iter()
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()));
+    let from_settings = settings.env.iter().map(|(k, v)| (k.clone(), v.clone()));
+    given.chain(from_settings).filter(|(k, v)| secret(k) && v.len() >= 8).map(|(_, v)| v).collect()
 }
 
 /// A variable of the agent's environment: the settings' own, else the runner's.
@@ -164,9 +204,10 @@ impl Talk {
         }
     }
 
-    /// Resolves, with the outcome, when the CLI has printed nothing but retries of a model
-    /// call it cannot make for the preset's `api_timeout`: failed, or parked when this
-    /// machine has no network at all.
+    /// Resolves, with the outcome, when the last thing the CLI printed has been a retry of a
+    /// model call it cannot make for the preset's `api_timeout` (codex's "waiting for
+    /// network" loop never ends on its own, and prints ever more rarely): failed, or parked
+    /// when this machine has no network at all.
     pub(super) async fn api_stalled(&self, span: Option<LogSpan>) -> (AgentExit, String) {
         let Some(span) = span else { return std::future::pending().await };
         let mut since: Option<tokio::time::Instant> = None;

@@ -140,6 +140,9 @@ pub struct JobCtx {
 
 enum Outcome {
     Exited(AgentExit, Option<AgentResult>),
+    /// A watchdog stopped the agent, and its verdict stands (the CLI's own report is not
+    /// asked: it would only describe the stop).
+    Stopped(AgentExit, Option<AgentResult>),
     Cancelled(CancelReason),
 }
 
@@ -204,19 +207,8 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         }
     }
     let outcome = match outcome {
-        Outcome::Exited(exit, result) => match standing(&ctx, fence).await {
-            Standing::Held => {
-                let (exit, result) = match &talk {
-                    Some(t) => reported(&ctx, t, fence, span.as_ref(), exit, result).await,
-                    None => (exit, result),
-                };
-                Outcome::Exited(exit, with_summary(result, span.as_ref()))
-            }
-            // Past the deadline (say the runner was frozen while its agent finished) the
-            // outcome is not ours to write, even if the agent did the work.
-            Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
-            Standing::Lost => Outcome::Cancelled(CancelReason::LeaseLost),
-        },
+        Outcome::Exited(exit, result) => held(&ctx, fence, talk.as_ref(), span.as_ref(), exit, result).await,
+        Outcome::Stopped(exit, result) => held(&ctx, fence, None, span.as_ref(), exit, result).await,
         cancelled => cancelled,
     };
     // The conversation goes with the work: before the hand-off's commit (aider's history is
@@ -233,6 +225,31 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     }
     drop(scratch);
     let _ = ctx.done.send(JobDone { fence, agent_error: None });
+}
+
+/// The outcome of an agent that ended, if the claim is still ours: as its preset's CLI
+/// reported it (`talk`), else as it exited.
+async fn held(
+    ctx: &JobCtx,
+    fence: Fence,
+    talk: Option<&conversation::Talk>,
+    span: Option<&LogSpan>,
+    exit: AgentExit,
+    result: Option<AgentResult>,
+) -> Outcome {
+    match standing(ctx, fence).await {
+        Standing::Held => {
+            let (exit, result) = match talk {
+                Some(t) => reported(ctx, t, fence, span, exit, result).await,
+                None => (exit, result),
+            };
+            Outcome::Exited(exit, with_summary(result, span))
+        }
+        // Past the deadline (say the runner was frozen while its agent finished) the
+        // outcome is not ours to write, even if the agent did the work.
+        Standing::Expired => Outcome::Cancelled(CancelReason::LeaseExpired),
+        Standing::Lost => Outcome::Cancelled(CancelReason::LeaseLost),
+    }
 }
 
 /// Whether an outcome leaves the job to a next attempt that should continue the agent's
@@ -268,7 +285,7 @@ async fn reported(
     let said = report.summary.map(|s| crate::agent::clean_text(&s));
     if report.exit == Some(AgentExit::TryLater) {
         // A usage limit's words say why the job waits, not what it did.
-        result.parked_why = said;
+        result.parked_why = said.or(result.parked_why);
     } else {
         result.summary = result.summary.or(said);
     }
@@ -290,10 +307,12 @@ async fn launch_of(
         (None, Some(s)) => s.0.clone(),
         (None, None) => std::path::PathBuf::new(),
     };
-    let talk = conversation::begin(&ctx.store, &ctx.agent, claim, &cwd).await;
+    let runs = conversation::Runs { store: &ctx.store, agent: &ctx.agent, env: &ctx.env, cwd: &cwd };
+    let talk = conversation::begin(runs, claim).await;
     let conversation = talk.as_ref().map_or(Conversation::New { id: None }, |t| t.conversation.clone());
+    let moved_from = talk.as_ref().and_then(|t| t.moved_from.clone());
     let worktree = worktree.map(|w| (w.path.clone(), w.branch.clone()));
-    (Launch { spec, cwd, worktree, talk: conversation }, talk)
+    (Launch { spec, cwd, worktree, talk: conversation, moved_from }, talk)
 }
 
 /// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated), the
@@ -332,12 +351,12 @@ async fn supervise(
         why = ctx.watchdog.tripped(span) => {
             tracing::warn!(job = id, "{why}");
             agent.terminate(ctx.grace).await;
-            Outcome::Exited(AgentExit::Failed(why), None)
+            Outcome::Stopped(AgentExit::Failed(why), None)
         }
         (exit, why) = api => {
             tracing::warn!(job = id, "{why}");
             agent.terminate(ctx.kill_grace).await;
-            Outcome::Exited(exit, Some(AgentResult { parked_why: Some(why), ..Default::default() }))
+            Outcome::Stopped(exit, Some(AgentResult { parked_why: Some(why), ..Default::default() }))
         }
     }
 }
@@ -563,7 +582,7 @@ async fn report(
 ) -> Option<Event> {
     let (fence, id) = (job.fence(), job.id);
     match outcome {
-        Outcome::Exited(exit, result) => {
+        Outcome::Exited(exit, result) | Outcome::Stopped(exit, result) => {
             let result = result.unwrap_or_default();
             keep_result(ctx, fence, &result).await;
             report_exit(ctx, job, exit, result).await

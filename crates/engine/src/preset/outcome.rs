@@ -42,13 +42,14 @@ impl Preset {
         }
     }
 
-    /// Whether a line the CLI printed says it is only retrying a model call it cannot make
-    /// (codex's "Reconnecting…", litellm's retries): the API watchdog ends an attempt that
-    /// has printed nothing else for the preset's `api_timeout`.
+    /// Whether a line the CLI printed says it is only retrying a model call it cannot make:
+    /// the API watchdog ends an attempt that has printed nothing else for the preset's
+    /// `api_timeout`. For codex only its endless "waiting for network" loop: its counted
+    /// retries ("Reconnecting... 2/5") end on their own, in `turn.failed`.
     pub fn is_retry_line(self, line: &str) -> bool {
         let l = line.to_ascii_lowercase();
         match self {
-            Preset::Codex => l.contains("reconnecting") || l.contains("stream disconnected"),
+            Preset::Codex => l.contains("waiting for network"),
             Preset::Aider => l.contains("retrying in") || l.contains("apiconnectionerror"),
             Preset::Gemini => l.contains("retrying") || l.contains("attempt") && l.contains("failed"),
             Preset::Claude => l.contains("retrying in") || l.contains("api_retry"),
@@ -162,7 +163,8 @@ fn gemini(tail: &str, exit: &AgentExit) -> RunReport {
 fn gemini_status(exit: &AgentExit) -> Option<AgentExit> {
     let AgentExit::Failed(msg) = exit else { return None };
     let code: i64 = msg.strip_prefix("agent exited with status ")?.parse().ok()?;
-    let http = (1..3).map(|k| code + 256 * k).find(|s| (400..600).contains(s))?;
+    // Only 144..=255 can be a 4xx or 5xx status mod 256; gemini's own codes are lower.
+    let http = Some(code + 256).filter(|s| (400..600).contains(s))?;
     let limit = http == 429;
     Some(if limit {
         AgentExit::TryLater
@@ -171,28 +173,23 @@ fn gemini_status(exit: &AgentExit) -> Option<AgentExit> {
     })
 }
 
-/// aider has no structured output, and exits 0 when its model call fails: its known error
-/// lines decide.
+/// aider has no structured output, and exits 0 when its model call fails: its own closing
+/// sentences about the API decide, read from its last lines only (the model's reply and the
+/// diffs it printed above them may say anything), and only when nothing came after them
+/// (an error it retried and got past is followed by more output).
 fn aider(tail: &str, exit: &AgentExit) -> RunReport {
-    const FAILED: [&str; 8] = [
-        "the api provider is not able to authenticate you",
-        "authenticationerror",
-        "apiconnectionerror",
-        "notfounderror",
-        "badrequesterror",
-        "the api provider's servers are down",
-        "internalservererror",
-        "serviceunavailableerror",
+    const FAILED: [&str; 3] = [
+        "The API provider is not able to authenticate you",
+        "The API provider's servers are down or overloaded",
+        "The API provider could not find the model",
     ];
-    const LIMITED: [&str; 3] = ["ratelimiterror", "the api provider has rate limited you", "quota"];
+    const LIMITED: &str = "The API provider has rate limited you";
     let lines: Vec<&str> = tail.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let hit = |needles: &[&str]| {
-        lines.iter().rev().find(|l| {
-            let l = l.to_ascii_lowercase();
-            needles.iter().any(|n| l.contains(n))
-        })
+    let last = &lines[lines.len().saturating_sub(4)..];
+    let said = |needle: &str| {
+        last.iter().rev().find(|l| l.starts_with(needle) || l.starts_with("litellm.") && l.contains(needle))
     };
-    if let Some(line) = hit(&LIMITED) {
+    if let Some(line) = said(LIMITED) {
         return RunReport {
             exit: Some(AgentExit::TryLater),
             summary: Some(format!("aider: {line}")),
@@ -200,7 +197,7 @@ fn aider(tail: &str, exit: &AgentExit) -> RunReport {
             ..Default::default()
         };
     }
-    match hit(&FAILED) {
+    match FAILED.iter().find_map(|n| said(n)) {
         Some(line) => RunReport { exit: Some(AgentExit::Failed(format!("aider: {line}"))), ..Default::default() },
         None => RunReport { exit: None, ..Default::default() },
     }
@@ -243,20 +240,40 @@ fn reset_epoch(msg: &str) -> Option<RetryAfter> {
     (1_600_000_000..4_000_000_000).contains(&secs).then_some(RetryAfter::At(secs * 1000))
 }
 
-/// "retry after 30 seconds", "try again in 12s", "retry-after: 30": that long from now.
+/// "retry after 30 seconds", "try again in 4 days 23 hours", "retry in 6m0s", "Please retry
+/// in 3600s": that long from now, each number read with its unit (a bare number is seconds).
+/// No readable duration: `None`, and the job's backoff applies.
 fn retry_after_in(msg: &str) -> Option<RetryAfter> {
     let lower = msg.to_ascii_lowercase();
-    let at = ["retry after", "try again in", "retry-after", "retry in", "retrying in"]
+    let at = ["retry after", "try again in", "retry-after:", "retry in", "retrying in"]
         .iter()
         .find_map(|k| lower.find(k).map(|i| i + k.len()))?;
-    let digits: String = lower[at..]
-        .trim_start_matches(|c: char| !c.is_ascii_digit())
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let secs: f64 = digits.parse().ok()?;
-    let secs = if lower[at..].contains("ms") && !lower[at..].contains("s ") { secs / 1000.0 } else { secs };
-    (secs.is_finite() && secs > 0.0).then(|| RetryAfter::In(Duration::from_secs_f64(secs.min(86_400.0))))
+    let secs = duration_at(&lower[at..])?;
+    (secs > 0.0).then(|| RetryAfter::In(Duration::from_secs_f64(secs.min(31.0 * 86_400.0))))
+}
+
+/// The duration that `text` starts with, in seconds: numbers each followed by a unit
+/// (`ms`, `s`, `sec`, `m`, `min`, `h`, `hour`, `d`, `day`, plurals; none: seconds).
+fn duration_at(text: &str) -> Option<f64> {
+    let mut rest = text.trim_start();
+    let mut total: Option<f64> = None;
+    loop {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let Ok(n) = rest[..digits].parse::<f64>() else { break };
+        rest = rest[digits..].trim_start();
+        let unit_len = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ms" | "msec" | "milliseconds" | "millisecond" => 0.001,
+            "" | "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3600.0,
+            "d" | "day" | "days" => 86_400.0,
+            _ => break,
+        };
+        total = Some(total.unwrap_or(0.0) + n * scale);
+        rest = rest[unit_len..].trim_start_matches([',', ' ']).trim_start_matches("and ");
+    }
+    total.filter(|t| t.is_finite())
 }
 
 /// The last line of `text` that is a JSON object `keep` accepts.
@@ -398,9 +415,30 @@ mod tests {
                 "aider: The API provider is not able to authenticate you. Check your API key.".into()
             ))
         );
-        let r =
-            report(Preset::Aider, "litellm.RateLimitError: slow down. Retry after 20 seconds\n", AgentExit::Success);
-        assert_eq!((r.exit, r.retry_after), (Some(AgentExit::TryLater), Some(RetryAfter::In(Duration::from_secs(20)))));
+        let limited = "litellm.RateLimitError: slow down\nThe API provider has rate limited you. Try again later or check your quotas.\n";
+        let r = report(Preset::Aider, limited, AgentExit::Success);
+        assert_eq!((r.exit, r.retry_after), (Some(AgentExit::TryLater), None));
         assert_eq!(report(Preset::Aider, "Applied edit to hello.txt\n", AgentExit::Success).exit, None);
+        // A reply about rate limits, and an error aider retried and got past, are no failure.
+        let worked = "except RateLimitError: # quota\nThe API provider's servers are down or overloaded.\n\
+                      Retrying in 0.2 seconds...\nApplied edit to limits.py\nTokens: 2k sent, 30 received.\n\
+                      Cost: $0.01 message\nDone.\n";
+        assert_eq!(report(Preset::Aider, worked, AgentExit::Success).exit, None);
+    }
+
+    /// A reset time is read with its units; none readable leaves the backoff.
+    #[test]
+    fn reset_times_keep_their_units() {
+        let secs = |m: &str| match retry_after_in(m) {
+            Some(RetryAfter::In(d)) => Some(d.as_secs()),
+            _ => None,
+        };
+        assert_eq!(secs("You've hit your usage limit. Try again in 4 days 23 hours."), Some(4 * 86_400 + 23 * 3600));
+        assert_eq!(secs("Rate limit reached. Please try again in 6m0s."), Some(360));
+        assert_eq!(secs("Please retry in 3600s."), Some(3600));
+        assert_eq!(secs("retry-after: 30"), Some(30));
+        assert_eq!(secs("Retry after 500ms"), Some(0));
+        assert_eq!(secs("try again in a while"), None);
+        assert_eq!(secs("no hint at all"), None);
     }
 }

@@ -141,6 +141,8 @@ impl Preset {
         old_cwd: &str,
         bundle: &str,
     ) -> Result<(Conversation, usize), SessionError> {
+        // The id goes into the CLI's argv: a plain name, never something it reads as a flag.
+        plain_id(id)?;
         let bundle = unpack(bundle)?;
         let new_cwd = place.cwd.to_string_lossy();
         // A machine whose CLI never ran yet has no directory for it.
@@ -172,10 +174,7 @@ impl Preset {
 
     /// The files of session `id`, relative to the CLI's directory.
     fn session_files(self, place: &SessionPlace, id: &str) -> Result<Vec<PathBuf>, SessionError> {
-        let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !plain(id) {
-            return Err(SessionError::Unreadable(format!("'{id}' is not a session id")));
-        }
+        plain_id(id)?;
         Ok(match self {
             Preset::Claude => {
                 vec![PathBuf::from("projects")
@@ -211,10 +210,31 @@ impl Preset {
                 }
                 Ok(PathBuf::from("projects").join(claude_project(new_cwd)?).join(name))
             }
-            (Preset::Codex, Some("sessions")) | (Preset::Gemini, Some("tmp")) => Ok(path.to_path_buf()),
-            (Preset::Aider, Some(AIDER_HISTORY)) => Ok(path.to_path_buf()),
+            // Only the shapes `session_files` finds: `sessions/…/rollout-*.jsonl`,
+            // `tmp/<project>/chats/session-*`, the history file itself.
+            (Preset::Codex, Some("sessions")) if named(path, "rollout-", ".jsonl") => Ok(path.to_path_buf()),
+            (Preset::Gemini, Some("tmp"))
+                if path.components().count() == 4 && path.parent().is_some_and(|p| p.ends_with("chats")) =>
+            {
+                named(path, "session-", "").then(|| path.to_path_buf()).ok_or_else(outside)
+            }
+            (Preset::Aider, _) if path == Path::new(AIDER_HISTORY) => Ok(path.to_path_buf()),
             _ => Err(outside()),
         }
+    }
+}
+
+/// Whether the file name of `path` starts with `prefix` and ends with `suffix`.
+fn named(path: &Path, prefix: &str, suffix: &str) -> bool {
+    path.file_name().map(|n| n.to_string_lossy()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(suffix))
+}
+
+/// `id` if it is a plain session id: letters, digits, '-' and '_', not starting with '-'.
+fn plain_id(id: &str) -> Result<(), SessionError> {
+    let plain = id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    match plain && !id.is_empty() && !id.starts_with('-') && id.len() <= 200 {
+        true => Ok(()),
+        false => Err(SessionError::Unreadable(format!("'{}' is not a session id", id.escape_debug()))),
     }
 }
 
@@ -293,6 +313,11 @@ mod tests {
         // Another preset's bundle, or a path that climbs out, is refused.
         assert!(matches!(Preset::Codex.restore(&there, "abc-1", old_cwd, &c.bundle), Err(SessionError::Outside(..))));
         assert!(Preset::Claude.placed("projects/../../.ssh/x", old_cwd, new_cwd).is_err());
+        assert!(Preset::Aider.placed(".aider.chat.history.md/x", old_cwd, new_cwd).is_err());
+        assert!(Preset::Codex.placed("sessions/2026/12/03/notes.txt", old_cwd, new_cwd).is_err());
+        assert!(Preset::Gemini.placed("tmp/p/chats/session-1.jsonl", old_cwd, new_cwd).is_ok());
+        assert!(Preset::Gemini.placed("tmp/settings.json", old_cwd, new_cwd).is_err());
+        assert!(Preset::Claude.restore(&there, "--help", old_cwd, &c.bundle).is_err(), "an id is never a flag");
         assert!(Preset::Claude.capture(&here, "../x", &[]).is_err());
         assert!(matches!(Preset::Claude.capture(&there, "nope", &[]), Err(SessionError::Missing(_))));
     }
