@@ -17,6 +17,14 @@ want="claude=$CLAUDE codex=$CODEX gemini=$GEMINI aider=$AIDER node=$NODE22"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 
 echo "agent-clis: installing $want into $dir"
+# npm fetches the three node CLIs (and the node 22 claude needs). Debian's nodejs comes without
+# it; a NodeSource nodejs has it already.
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
 mkdir -p "$dir/npm" "$dir/bin"
 # One npm prefix for the three CLIs and the newer node that claude needs.
 npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \

@@ -27,6 +27,8 @@ PACKAGES=(
   python3-gi gir1.2-glib-2.0
   # the e2e's throwaway certificate authority for PostgreSQL over TLS (sslrootcert)
   openssl
+  # the real agent CLIs of the tests (scripts/agent_clis.sh): aider in its own virtualenv
+  python3-venv
 )
 
 missing=()
