@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::script::{estimate_tokens, fresh_id, Provider, State, Turn};
+use super::script::{estimate_tokens, fresh_id, named_events, Provider, State, Turn};
 use crate::http_server::{WireAnswer, WireRequest};
 
 /// Answers one Anthropic request.
@@ -151,23 +151,9 @@ impl Message {
     }
 }
 
-/// The streamed answer: every event at once, `event:` named by its `type`.
+/// The streamed answer: every event at once.
 fn sse_answer(message: &Message) -> WireAnswer {
-    let mut text = String::new();
-    for event in message.events() {
-        let kind = event["type"].as_str().unwrap_or("message");
-        text.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    WireAnswer {
-        status: 200,
-        headers: vec![
-            ("content-type".into(), "text/event-stream".into()),
-            ("cache-control".into(), "no-cache".into()),
-            ("request-id".into(), fresh_id("req_")),
-        ],
-        body: text.into_bytes(),
-        hold: None,
-    }
+    named_events(message.events(), "request-id")
 }
 
 /// The error type Anthropic names for a status.

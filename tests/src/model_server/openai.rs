@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::script::{fresh_id, Provider, State, Turn};
+use super::script::{fresh_id, named_events, Provider, State, Turn};
 use crate::http_server::{WireAnswer, WireRequest};
 
 /// Answers one OpenAI request.
@@ -126,21 +126,7 @@ fn merge(base: &Value, extra: Value) -> Value {
 
 /// The streamed answer: every event at once.
 fn sse_answer(model: &str, input_tokens: u64, item: Value) -> WireAnswer {
-    let mut text = String::new();
-    for event in events(model, input_tokens, &item) {
-        let kind = event["type"].as_str().unwrap_or("message");
-        text.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    WireAnswer {
-        status: 200,
-        headers: vec![
-            ("content-type".into(), "text/event-stream".into()),
-            ("cache-control".into(), "no-cache".into()),
-            ("x-request-id".into(), fresh_id("req_")),
-        ],
-        body: text.into_bytes(),
-        hold: None,
-    }
+    named_events(events(model, input_tokens, &item), "x-request-id")
 }
 
 /// The error type and code OpenAI names for a status.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
-use crate::http_server::WireRequest;
+use crate::http_server::{WireAnswer, WireRequest};
 
 /// Which wire protocol a request spoke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,4 +96,24 @@ pub(crate) fn fresh_id(prefix: &str) -> String {
 /// A rough count of the tokens in a request body (four bytes a token).
 pub(crate) fn estimate_tokens(body: &[u8]) -> u64 {
     (body.len() as u64).div_ceil(4).max(1)
+}
+
+/// A whole SSE stream in one answer, each event's `event:` named by its `type` (Anthropic's
+/// and OpenAI's style), with a fresh request id under `id_header`.
+pub(crate) fn named_events(events: impl IntoIterator<Item = Value>, id_header: &str) -> WireAnswer {
+    let mut text = String::new();
+    for event in events {
+        let kind = event["type"].as_str().unwrap_or("message");
+        text.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
+    }
+    WireAnswer {
+        status: 200,
+        headers: vec![
+            ("content-type".into(), "text/event-stream".into()),
+            ("cache-control".into(), "no-cache".into()),
+            (id_header.into(), fresh_id("req_")),
+        ],
+        body: text.into_bytes(),
+        hold: None,
+    }
 }
