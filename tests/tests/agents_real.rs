@@ -199,8 +199,10 @@ async fn codex_makes_a_real_edit() {
 /// The laptop's claude writes part 1 and is waiting on the model when the laptop hands the
 /// job off; the desktop claims it, restores the conversation under its own worktree path
 /// and resumes it: its first request carries the laptop's turn 1 (the Write of part 1).
-/// The desktop then writes part 2 and completes; history says the session was carried and
-/// resumed, with sizes, and the job says it resumed from the laptop.
+/// The desktop writes part 2 and hands off in turn; the tablet's first request carries both
+/// turns (the session the desktop continued travels, not the copy it was given). The tablet
+/// writes part 3 and completes; history says the session was carried and resumed, with
+/// sizes, and the job says it resumed from the desktop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_claude_conversation_travels() {
     conversation_travels("claude", |wt, part| Turn::Tool {
@@ -237,57 +239,81 @@ async fn the_gemini_conversation_travels() {
 async fn conversation_travels(preset: &str, write: impl Fn(&Path, u32) -> Turn) {
     let db = TestDb::new(Backend::Postgres).await;
     let (orch, root, model) = (db.orch(&format!("{preset}-travels")), cli_root(), ModelServer::start().unwrap());
-    let (remote, clone_a, clone_b, id) = job_on_a_repo(&db, &orch, "Write part1.txt, then part2.txt.");
+    let (remote, clone_a, clone_b, id) = job_on_a_repo(&db, &orch, "Write part1.txt, part2.txt, then part3.txt.");
+    let clone_c = remote.clone_to(&db.dir.path().join("tablet-src/webapp"));
     let laptop = Machine::new(&db, root.path(), "laptop", &clone_a, &model, "");
     let desktop = Machine::new(&db, root.path(), "desktop", &clone_b, &model, "");
-    let (wt_a, wt_b) = (worktree_of(&laptop.home, &orch, id), worktree_of(&desktop.home, &orch, id));
-    model.script([write(&wt_a, 1), Turn::Hold(Duration::from_secs(120))]);
+    let tablet = Machine::new(&db, root.path(), "tablet", &clone_c, &model, "");
+    let wt = |m: &Machine| worktree_of(&m.home, &orch, id);
+    model.script([write(&wt(&laptop), 1), Turn::Hold(Duration::from_secs(120))]);
     let a = laptop.run(&db, &orch, preset, &[]);
-    assert!(
-        wait_for(Duration::from_secs(60), || async { model.main_requests().len() >= 2 }).await,
-        "the laptop's {preset} wrote part 1 and waits on the model"
-    );
-    assert!(wt_a.join("part1.txt").exists());
+    holding(&model, 2, preset).await;
+    assert!(wt(&laptop).join("part1.txt").exists());
     let b = desktop.run(&db, &orch, preset, &[]);
-    model.script([write(&wt_b, 2), Turn::Text("Both parts are written.".into())]);
-    let (code, out, err) = run_cli(
-        &desktop.home,
-        &db.raw_url,
-        &["release", "--orchestrator", &orch, "--machine", "laptop", "--wait", "30s"],
-        None,
-    );
-    assert_eq!(code, 0, "{out}{err}");
+    model.script([write(&wt(&desktop), 2), Turn::Hold(Duration::from_secs(120))]);
+    hand_off(&db, &orch, &desktop, "laptop");
+    holding(&model, 4, preset).await;
+    assert!(wt(&desktop).join("part2.txt").exists());
+    let c = tablet.run(&db, &orch, preset, &[]);
+    model.script([write(&wt(&tablet), 3), Turn::Text("All three parts are written.".into())]);
+    hand_off(&db, &orch, &tablet, "desktop");
     let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(90)).await;
 
     let main = model.main_requests();
-    let desktop_first = &main[2];
-    let sent = texts(desktop_first);
-    assert!(sent.contains("part 1") && sent.contains("part1.txt"), "the laptop's turn 1 arrived: {sent}");
-    assert!(!sent.contains(&wt_a.display().to_string()), "the worktree path was rewritten");
-    assert_eq!(row.summary.as_deref(), Some("Both parts are written."));
-    assert_eq!(row.agent.session_from.as_deref(), Some("laptop"));
-    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
-    assert_eq!(remote.show(&branch, "part1.txt").as_deref(), Some("part 1\n"));
-    assert_eq!(remote.show(&branch, "part2.txt").as_deref(), Some("part 2\n"));
-    let history = db.queue.history(id).await.unwrap();
-    let carried = history.iter().find(|e| e.kind == "session_carried").expect("session_carried");
-    let resumed = history.iter().find(|e| e.kind == "session_resumed").expect("session_resumed");
-    eprintln!("{preset}: {:?} / {:?}", carried.detail, resumed.detail);
-    assert!(carried.detail.as_deref().is_some_and(|d| d.contains("KiB raw")), "{carried:?}");
-    assert!(resumed.detail.as_deref().is_some_and(|d| d.contains("from laptop")), "{resumed:?}");
-    for key in ["sk-ant-test-key", "sk-test-key", "gemini-test-key"] {
-        assert!(!holds(&desktop.cli_home, key), "no API key travels with the session");
+    let (desktop_first, tablet_first) = (texts(&main[2]), texts(&main[4]));
+    assert!(desktop_first.contains("part 1") && desktop_first.contains("part1.txt"), "turn 1 arrived: {desktop_first}");
+    assert!(!desktop_first.contains(&wt(&laptop).display().to_string()), "the worktree path was rewritten");
+    for part in ["part 1", "part1.txt", "part 2", "part2.txt"] {
+        assert!(tablet_first.contains(part), "the desktop's session travelled on, with {part}: {tablet_first}");
     }
-    drop((a, b));
+    assert_eq!(row.summary.as_deref(), Some("All three parts are written."));
+    assert_eq!(row.agent.session_from.as_deref(), Some("desktop"));
+    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
+    for part in 1..=3 {
+        assert_eq!(remote.show(&branch, &format!("part{part}.txt")), Some(format!("part {part}\n")));
+    }
+    let history = db.queue.history(id).await.unwrap();
+    let carried: Vec<_> = history.iter().filter(|e| e.kind == "session_carried").collect();
+    let resumed: Vec<_> = history.iter().filter(|e| e.kind == "session_resumed").collect();
+    eprintln!("{preset}: {carried:?} / {resumed:?}");
+    assert_eq!((carried.len(), resumed.len()), (2, 2), "two hand-offs, each carried and resumed");
+    assert!(carried.iter().all(|e| e.detail.as_deref().is_some_and(|d| d.contains("KiB raw"))), "{carried:?}");
+    for (e, from) in resumed.iter().zip(["from laptop", "from desktop"]) {
+        assert!(e.detail.as_deref().is_some_and(|d| d.contains(from)), "{e:?}");
+    }
+    for key in ["sk-ant-test-key", "sk-test-key", "gemini-test-key"] {
+        // Where the sessions go (codex's shell snapshots, with its environment, stay local).
+        for dir in [".claude/projects", ".codex/sessions", ".gemini/tmp"] {
+            for m in [&desktop, &tablet] {
+                assert_eq!(holder(&m.cli_home.join(dir), key), None, "no API key travels");
+            }
+        }
+    }
+    drop((a, b, c));
 }
 
-/// Whether any file below `dir` holds `text`.
-fn holds(dir: &Path, text: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else { return false };
-    entries.flatten().any(|e| match e.file_type() {
-        Ok(t) if t.is_dir() => holds(&e.path(), text),
-        Ok(t) if t.is_file() => std::fs::read(e.path()).is_ok_and(|b| String::from_utf8_lossy(&b).contains(text)),
-        _ => false,
+/// Waits until the model has had `n` requests: the agent wrote its part and waits on it.
+async fn holding(model: &ModelServer, n: usize, preset: &str) {
+    let got = wait_for(Duration::from_secs(60), || async { model.main_requests().len() >= n }).await;
+    assert!(got, "the {preset} agent wrote its part and waits on the model");
+}
+
+/// `devpilot release` of `machine`'s jobs, run on `on`, waiting for the hand-off.
+fn hand_off(db: &TestDb, orch: &str, on: &Machine, machine: &str) {
+    let args = ["release", "--orchestrator", orch, "--machine", machine, "--wait", "30s"];
+    let (code, out, err) = run_cli(&on.home, &db.raw_url, &args, None);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The first file below `dir` that holds `text`.
+fn holder(dir: &Path, text: &str) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries.flatten().find_map(|e| match e.file_type() {
+        Ok(t) if t.is_dir() => holder(&e.path(), text),
+        Ok(t) if t.is_file() => {
+            std::fs::read(e.path()).is_ok_and(|b| String::from_utf8_lossy(&b).contains(text)).then(|| e.path())
+        }
+        _ => None,
     })
 }
 

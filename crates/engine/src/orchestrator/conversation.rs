@@ -172,9 +172,13 @@ impl Talk {
     pub(super) async fn carry(&self, store: &MachineStore, fence: Fence, span: Option<&LogSpan>) {
         let (Some(place), Some(id)) = (self.place.clone(), self.session_id(span)) else { return };
         let (preset, started) = (self.preset, Instant::now());
+        let file = match &self.conversation {
+            Conversation::Resume { file, .. } => file.clone(),
+            Conversation::New { .. } => None,
+        };
         let work = {
             let (id, secrets) = (id.clone(), self.secrets.clone());
-            move || preset.capture(&place, &id, &secrets)
+            move || preset.capture(&place, &preset.continued_as(&place, &id, file.as_deref()), &secrets)
         };
         let captured = match tokio::task::spawn_blocking(work).await {
             Ok(Ok(c)) => c,
@@ -197,7 +201,8 @@ impl Talk {
                 raw = captured.raw_size,
                 stored = captured.bundle.len(),
                 took_ms,
-                "carried the {preset} session {id}"
+                "carried the {preset} session {}",
+                captured.session_id
             ),
             Ok(false) => tracing::info!(job = fence.job, "the claim is gone; the session is not carried"),
             Err(e) => tracing::warn!(job = fence.job, error = %e, "could not save the session"),

@@ -172,6 +172,16 @@ impl Preset {
         Ok((Conversation::Resume { id: id.to_string(), file }, written))
     }
 
+    /// The session an attempt that resumed session `id` continued as, which is the one to
+    /// carry on: gemini (0.61) imports the file given by `--session-file` into a new session
+    /// with a new id, whose first message names that file; the others keep the id.
+    pub fn continued_as(self, place: &SessionPlace, id: &str, file: Option<&Path>) -> String {
+        match (self, file) {
+            (Preset::Gemini, Some(file)) => gemini_import(place, file).unwrap_or_else(|| id.to_string()),
+            _ => id.to_string(),
+        }
+    }
+
     /// The files of session `id`, relative to the CLI's directory.
     fn session_files(self, place: &SessionPlace, id: &str) -> Result<Vec<PathBuf>, SessionError> {
         plain_id(id)?;
@@ -267,6 +277,28 @@ fn find(root: &Path, dir: &Path, depth: usize, keep: &dyn Fn(&str, &Path) -> boo
     found
 }
 
+/// The newest gemini session that imported `from` ("Imported session from <file>" is its
+/// first message): its id, from its first line.
+fn gemini_import(place: &SessionPlace, from: &Path) -> Option<String> {
+    let mark = format!("Imported session from {}", from.display());
+    let mut found = find(&place.root, Path::new("tmp"), 3, &|name, path| {
+        name.starts_with("session-") && file_mentions(path, &mark)
+    });
+    // `session-<unix ms>-<id8>.jsonl`: by name is by time.
+    found.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    found.iter().rev().find_map(|rel| {
+        let Ok(crate::safe_fs::Found::Read(b)) =
+            crate::safe_fs::read_regular(&place.root.join(rel), SESSION_CAP as u64)
+        else {
+            return None;
+        };
+        let first = b.split(|c| *c == b'\n').next()?;
+        let meta: serde_json::Value = serde_json::from_slice(first).ok()?;
+        let id = meta.get("sessionId")?.as_str()?;
+        plain_id(id).ok().map(|()| id.to_string())
+    })
+}
+
 /// Whether the small file at `path` mentions `id` (gemini names its files by time).
 fn file_mentions(path: &Path, id: &str) -> bool {
     match crate::safe_fs::read_regular(path, SESSION_CAP as u64) {
@@ -320,5 +352,30 @@ mod tests {
         assert!(Preset::Claude.restore(&there, "--help", old_cwd, &c.bundle).is_err(), "an id is never a flag");
         assert!(Preset::Claude.capture(&here, "../x", &[]).is_err());
         assert!(matches!(Preset::Claude.capture(&there, "nope", &[]), Err(SessionError::Missing(_))));
+    }
+
+    /// A gemini session resumed with `--session-file` goes on under a new id (its first
+    /// message names the file it imported): that session is the one carried next, not the
+    /// copy it was given; the other presets keep their id.
+    #[test]
+    fn a_resumed_gemini_session_is_carried_under_its_new_id() {
+        let home = tempfile::tempdir().unwrap();
+        let place = SessionPlace { root: home.path().to_path_buf(), cwd: "/w/job-7".into() };
+        let chats = home.path().join("tmp/job-7/chats");
+        std::fs::create_dir_all(&chats).unwrap();
+        let given = chats.join("session-2026-12-03T08-00-aaaaaaaa.jsonl");
+        std::fs::write(&given, "{\"sessionId\":\"aaaaaaaa-1\"}\n{\"type\":\"user\",\"content\":\"part 1\"}\n").unwrap();
+        let imported = |ms: u64, id: &str| {
+            let info = format!("{{\"type\":\"info\",\"content\":\"Imported session from {}\"}}", given.display());
+            let text = format!("{{\"sessionId\":\"{id}\"}}\n{info}\n{{\"type\":\"gemini\",\"content\":\"part 2\"}}\n");
+            std::fs::write(chats.join(format!("session-{ms}-{}.jsonl", &id[..8])), text).unwrap();
+        };
+        assert_eq!(Preset::Gemini.continued_as(&place, "aaaaaaaa-1", Some(&given)), "aaaaaaaa-1", "none yet");
+        imported(1_764_000_000_000, "bbbbbbbb-2");
+        imported(1_764_000_000_500, "cccccccc-3");
+        assert_eq!(Preset::Gemini.continued_as(&place, "aaaaaaaa-1", Some(&given)), "cccccccc-3", "the newest");
+        let c = Preset::Gemini.capture(&place, "cccccccc-3", &[]).unwrap();
+        assert_eq!(c.session_id, "cccccccc-3");
+        assert_eq!(Preset::Claude.continued_as(&place, "aaaaaaaa-1", Some(&given)), "aaaaaaaa-1");
     }
 }
