@@ -19,6 +19,7 @@ devpilot_tests::on_both_backends!(
     sigterm_hands_off_to_another_runner,
     bad_inputs_get_clear_messages,
     a_missing_agent_stops_claiming_until_it_is_back,
+    a_killed_runner_takes_its_agent_with_it,
 );
 
 fn fast_flags() -> Vec<&'static str> {
@@ -231,6 +232,31 @@ async fn sigterm_hands_off_to_another_runner(backend: Backend) {
     let (row, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!(row.attempts, 1, "the hand-off did not burn an attempt");
     drop(b);
+}
+
+/// kill -9 of a runner (the runner alone, not its process group) takes its agent with it
+/// (PR_SET_PDEATHSIG, which the spawner sets in the agent before it execs), so that a dead
+/// machine never leaves an agent working on a job the sweep hands to another.
+async fn a_killed_runner_takes_its_agent_with_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("orphan");
+    db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    let agent = RecordingAgent::new(db.dir.path(), "exec sleep 60");
+    let mut a = spawn_runner(db.dir.path(), &db.raw_url, &orch, "laptop", &fast_flags(), &agent.script, &[]);
+    assert!(wait_for(Duration::from_secs(20), || async { agent.records().iter().any(|r| r.kind == "start") }).await);
+    let pid = agent.records()[0].pid as libc::pid_t;
+    // A pidfd of the agent (not our child) becomes readable when it exits: the signal waited on.
+    // SAFETY: pidfd_open returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    assert!(fd >= 0, "the agent {pid} runs: {}", std::io::Error::last_os_error());
+    // SAFETY: plain kill(2) of our own child, the runner alone.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGKILL) };
+    assert!(a.wait_timeout(Duration::from_secs(10)).is_some(), "the runner died");
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll(2) on one descriptor we own, then close(2) of it.
+    let ready = unsafe { libc::poll(&mut p, 1, 10_000) };
+    unsafe { libc::close(fd) };
+    assert_eq!(ready, 1, "the agent {pid} outlived its killed runner");
 }
 
 /// The agent program disappears while a runner is up: the runner hands the job it just

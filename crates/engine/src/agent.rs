@@ -5,6 +5,7 @@
 //! `DEVPILOT_PAYLOAD_FILE`. Each agent runs in its own process group, so cancelling reaches
 //! the whole tree, and it dies with its runner (PR_SET_PDEATHSIG) so a killed runner can
 //! never leave an agent working on a job that the sweep has handed to someone else.
+//! [`crate::spawner`] starts it without copying the runner's memory.
 //!
 //! An agent may be hostile (a prompt can talk it into anything it is allowed to do), so:
 //! - it always runs in a directory of its own: the job's worktree, or a fresh scratch dir;
@@ -29,11 +30,14 @@
 //! and `DEVPILOT_RESUMED_FROM`) in its environment.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, Command};
+
+use crate::spawner::{AgentChild, Spawn, Stdin};
 
 use crate::preset::{Conversation, Preset, PresetSettings, PromptVia};
 use devpilot_store::error::{Error, Result};
@@ -293,34 +297,39 @@ impl AgentSpec {
         }
         .map_err(StartError::Machine)?;
         let files = JobFiles::write(env, claim, &line.prompt).map_err(StartError::Machine)?;
-        let mut cmd = Command::new(&prog);
-        cmd.args(&line.argv[1..]);
+        let stdin = stdin_for(&line, &files)?;
+        let mut args: Vec<OsString> = line.argv[1..].iter().map(OsString::from).collect();
         if let PromptVia::File(_) = &line.prompt {
-            cmd.arg(format!("--message-file={}", files.prompt_file.display()));
+            args.push(format!("--message-file={}", files.prompt_file.display()).into());
         }
-        stdin_for(&mut cmd, &line, &files)?;
-        cmd.env_clear()
-            .envs(crate::environ::allowed(&[crate::environ::BASE, line.needs], &env.pass_env))
-            .envs(line.env)
-            .env("DEVPILOT_JOB_ID", claim.fence.job.to_string())
-            .env("DEVPILOT_ATTEMPT", claim.attempt.to_string())
-            .env("DEVPILOT_CLAIM_TOKEN", claim.fence.token.to_string())
-            .env("DEVPILOT_ORCHESTRATOR_ID", &claim.orchestrator_id)
-            .env("DEVPILOT_MACHINE", &env.machine)
-            .env("DEVPILOT_PAYLOAD_FILE", &files.payload_file)
-            .env("DEVPILOT_RESULT_FILE", &files.result_file)
-            .current_dir(&launch.cwd)
-            .stdout(Stdio::from(log.try_clone().map_err(|e| StartError::Machine(e.into()))?))
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .process_group(0);
-        resume_env(&mut cmd, claim, launch);
-        die_with_parent(&mut cmd);
-        let mut child = match cmd.spawn() {
+        let mut vars: BTreeMap<OsString, OsString> =
+            crate::environ::allowed(&[crate::environ::BASE, line.needs], &env.pass_env).into_iter().collect();
+        vars.extend(line.env.into_iter().map(|(k, v)| (k.into(), v.into())));
+        let job_vars = [
+            ("DEVPILOT_JOB_ID", claim.fence.job.to_string()),
+            ("DEVPILOT_ATTEMPT", claim.attempt.to_string()),
+            ("DEVPILOT_CLAIM_TOKEN", claim.fence.token.to_string()),
+            ("DEVPILOT_ORCHESTRATOR_ID", claim.orchestrator_id.clone()),
+            ("DEVPILOT_MACHINE", env.machine.clone()),
+        ];
+        vars.extend(job_vars.map(|(k, v)| (k.into(), v.into())));
+        vars.insert("DEVPILOT_PAYLOAD_FILE".into(), files.payload_file.clone().into());
+        vars.insert("DEVPILOT_RESULT_FILE".into(), files.result_file.clone().into());
+        resume_env(&mut vars, claim, launch);
+        let spawn = Spawn {
+            program: prog,
+            args,
+            env: vars,
+            cwd: launch.cwd.clone(),
+            stdin,
+            stdout: log.try_clone().map_err(|e| StartError::Machine(e.into()))?,
+            stderr: log,
+        };
+        let (child, stdin) = match spawn.start() {
             Ok(c) => c,
             Err(e) => return Err(self.start_failed(&line.argv[0], e)),
         };
-        if let Some(mut stdin) = child.stdin.take() {
+        if let Some(mut stdin) = stdin {
             let body = files.body.clone();
             // The agent may ignore stdin; a closed pipe is not an error.
             tokio::spawn(async move {
@@ -357,50 +366,32 @@ fn start_demo(claim: &Claim, duration: Duration, mut log: std::fs::File) -> toki
 }
 
 /// Where the agent's stdin comes from, by how its prompt is passed.
-fn stdin_for(cmd: &mut Command, line: &CommandLine, files: &JobFiles) -> std::result::Result<(), StartError> {
-    match &line.prompt {
+fn stdin_for(line: &CommandLine, files: &JobFiles) -> std::result::Result<Stdin, StartError> {
+    Ok(match &line.prompt {
         // A long prompt on stdin comes from its private file: no writer to keep up
         // with a CLI that reads only once it has started.
         PromptVia::Stdin(_) => {
-            let prompt = std::fs::File::open(&files.prompt_file).map_err(|e| StartError::Machine(e.into()))?;
-            cmd.stdin(Stdio::from(prompt));
+            Stdin::File(std::fs::File::open(&files.prompt_file).map_err(|e| StartError::Machine(e.into()))?)
         }
-        PromptVia::File(_) => {
-            cmd.stdin(Stdio::null());
-        }
-        PromptVia::Argv if line.payload_on_stdin => {
-            cmd.stdin(Stdio::piped());
-        }
-        PromptVia::Argv => {
-            cmd.stdin(Stdio::null());
-        }
-    }
-    Ok(())
+        PromptVia::Argv if line.payload_on_stdin => Stdin::Pipe,
+        PromptVia::File(_) | PromptVia::Argv => Stdin::Null,
+    })
 }
 
 /// The job's worktree, and the branch and machine it resumes from, if any.
-fn resume_env(cmd: &mut Command, claim: &Claim, launch: &Launch) {
+fn resume_env(vars: &mut BTreeMap<OsString, OsString>, claim: &Claim, launch: &Launch) {
+    let mut set = |k: &str, v: &OsStr| {
+        vars.insert(k.into(), v.to_owned());
+    };
     if let Some((dir, branch)) = &launch.worktree {
-        cmd.env("DEVPILOT_WORKTREE", dir).env("DEVPILOT_BRANCH", branch);
+        set("DEVPILOT_WORKTREE", dir.as_os_str());
+        set("DEVPILOT_BRANCH", branch.as_ref());
     }
     if let Some(b) = &claim.resume_branch {
-        cmd.env("DEVPILOT_RESUME_BRANCH", b);
+        set("DEVPILOT_RESUME_BRANCH", b.as_ref());
     }
     if let Some(m) = &claim.resumed_from {
-        cmd.env("DEVPILOT_RESUMED_FROM", m);
-    }
-}
-
-/// The agent dies with the orchestrator (Linux).
-#[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
-fn die_with_parent(cmd: &mut Command) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl is async-signal-safe and touches only the child being exec'd.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+        set("DEVPILOT_RESUMED_FROM", m.as_ref());
     }
 }
 
@@ -554,7 +545,7 @@ impl AgentEnv {
 pub const RESULT_FILE_CAP: u64 = 64 * 1024;
 
 pub enum RunningAgent {
-    Process { child: Box<Child>, files: JobFiles, log: LogSpan },
+    Process { child: Box<AgentChild>, files: JobFiles, log: LogSpan },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
 }
 

@@ -8,6 +8,8 @@
 //!   [`orchestrator::Event`]s.
 //! - [`agent`]: starts an agent process per job (argv, payload on stdin and in a file),
 //!   reads what it says back (exit status, result file) and stops it (SIGTERM, then SIGKILL).
+//! - [`spawner`]: starts an agent process without copying the runner (a `CLONE_VM` child
+//!   that dies with its runner), and waits for it through a pidfd.
 //! - [`preset`]: the built-in agents (claude, codex, aider, gemini) and their argv.
 //! - [`worktree`]: a git worktree per job, and the hand-off that commits and pushes its work.
 //! - [`git`]: DevPilot's own git calls, which run nothing an agent planted (hooks, fsmonitor,
@@ -38,4 +40,5 @@ pub mod secrets;
 pub mod settings;
 pub mod sources;
 pub mod span;
+pub mod spawner;
 pub mod worktree;
