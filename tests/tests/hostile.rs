@@ -183,7 +183,7 @@ async fn an_unparsable_payload_never_runs_and_no_job_runs_in_the_runners_directo
     }
     assert_eq!(job(&db, ids[3]).await.state, JobState::Completed);
     let ran_in = std::fs::read_to_string(pwd.join(ids[3].to_string())).unwrap();
-    let scratch = home.join("data/devpilot/scratch");
+    let scratch = devpilot_engine::orchestrator::scratch_root(&home.join("data/devpilot"), &orch);
     assert!(ran_in.trim().starts_with(&scratch.display().to_string()), "ran in {ran_in}");
     assert!(!Path::new(ran_in.trim()).exists(), "the scratch dir is removed afterwards");
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -192,6 +192,8 @@ async fn an_unparsable_payload_never_runs_and_no_job_runs_in_the_runners_directo
     assert_eq!(mode(&logs.join(format!("job-{}.log", ids[3]))), 0o600, "the log is private");
     let payloads = devpilot_engine::orchestrator::payload_dir(&home.join("data/devpilot"));
     assert_eq!(mode(&payloads), 0o700, "the payload dir is private");
+    assert_eq!(mode(&scratch), 0o700, "the scratch root is private");
+    assert_eq!(mode(scratch.parent().unwrap()), 0o700, "the scratch root's parent is private");
 }
 
 /// The bash function an agent plants with: a script at `$2` that appends "`$1` ran" and the

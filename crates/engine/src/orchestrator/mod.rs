@@ -45,7 +45,7 @@ mod status;
 mod wishes;
 
 pub use self::clock::{BootClock, Clock};
-pub use self::config::{payload_dir, worktree_root, ClaimMode, RunConfig, CANCEL_GRACE, SWEEP_EVERY};
+pub use self::config::{payload_dir, scratch_root, worktree_root, ClaimMode, RunConfig, CANCEL_GRACE, SWEEP_EVERY};
 pub use self::handle::{Handle, StopMode};
 pub use self::lease::{call_bound, Timing};
 pub use self::maintenance::{file_retention, prune_files};

@@ -402,7 +402,7 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
     Ok(Place { log, spec, worktree: Some(wt), scratch: None })
 }
 
-/// The scratch directory of a job with no repo: `<data dir>/scratch/<orchestrator>/<id>-<token>`,
+/// The scratch directory of a job with no repo: `<scratch root>/<id>-<token>` ([`super::scratch_root`]),
 /// private, made new for each attempt and removed (without following links) when dropped.
 struct Scratch(std::path::PathBuf);
 
