@@ -163,6 +163,11 @@ impl Machine {
                 self.stop.as_ref().filter(|s| matches!(s.mode, StopMode::Drain { .. })).map(|s| s.deadline);
             let recheck = self.problem.as_ref().map(|p| p.recheck_at);
             let poll_due = self.poller.due();
+            // An idle machine polls the moment its poll is due: a timer would first wait for
+            // tokio's next 1 ms tick, most of a NOTIFY's pickup. A busy one keeps the tick,
+            // which gathers the slots that free up meanwhile into one claim.
+            let poll_now =
+                poll_due.is_some_and(|t| t <= Instant::now()) && self.slots.is_empty() && self.stop.is_none();
             tokio::select! {
                 biased;
                 Some(cmd) = inbox.cmd.recv() => self.command(cmd),
@@ -187,6 +192,7 @@ impl Machine {
                     Some(h) => self.hint(h),
                     None => hints_open = false,
                 },
+                _ = std::future::ready(()), if poll_now => self.poll(),
                 _ = tokio::time::sleep_until(poll_due.unwrap_or(never)), if poll_due.is_some() && self.stop.is_none() => self.poll(),
                 _ = self.work.wait(), if self.stop.is_some() => break,
             }
