@@ -8,13 +8,16 @@ const { performance } = require('perf_hooks')
 const pg = require('pg')
 
 const USAGE = `usage: PEER_DATABASE_URL=postgres://user:pw@host:port/db node peer.js <graphile|pgboss> <drain|pickup|idle>
-  [--url URL (else PEER_DATABASE_URL, which keeps a password out of the process list)] [--workers N] [--jobs J] [--mode single|batched] [--samples S] [--max-gap-ms G] [--window-secs W] [--timeout-secs T]`
+  [--url URL (else PEER_DATABASE_URL, which keeps a password out of the process list)] [--workers N] [--jobs J] [--mode single|batched] [--task noop|exec] [--samples S] [--max-gap-ms G] [--window-secs W] [--timeout-secs T]`
 
 // stdout carries only the result line: anything a library prints with console.log goes to stderr.
 const writeResult = (obj) => process.stdout.write(JSON.stringify(obj) + '\n', () => process.exit(0))
 console.log = console.info = console.error
 const log = (msg) => console.error(`[peer] ${msg}`)
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+// ESM packages export no package.json: read it from node_modules.
+const versionOf = (name) => JSON.parse(require('fs').readFileSync(require('path').join(__dirname, 'node_modules', name, 'package.json'), 'utf8')).version
 
 const TASK = 'noop' // graphile task identifier and pg-boss queue name
 const INSERT_CHUNK = 1000 // jobs per bulk-insert call while pre-filling (not timed)
@@ -24,16 +27,18 @@ const usageError = (msg) => Object.assign(new Error(`${msg}\n${USAGE}`), { usage
 
 function parseArgs (argv) {
   const [peer, measure, ...rest] = argv
-  const opts = { url: process.env.PEER_DATABASE_URL, workers: 8, jobs: 2000, mode: 'single', samples: undefined, maxGapMs: 30, windowSecs: 120, timeoutSecs: 900 }
-  const names = { '--url': 'url', '--workers': 'workers', '--jobs': 'jobs', '--mode': 'mode', '--samples': 'samples', '--max-gap-ms': 'maxGapMs', '--window-secs': 'windowSecs', '--timeout-secs': 'timeoutSecs' }
+  const opts = { url: process.env.PEER_DATABASE_URL, workers: 8, jobs: 2000, mode: 'single', task: 'noop', samples: undefined, maxGapMs: 30, windowSecs: 120, timeoutSecs: 900 }
+  const names = { '--url': 'url', '--workers': 'workers', '--jobs': 'jobs', '--mode': 'mode', '--task': 'task', '--samples': 'samples', '--max-gap-ms': 'maxGapMs', '--window-secs': 'windowSecs', '--timeout-secs': 'timeoutSecs' }
   for (let i = 0; i < rest.length; i += 2) {
     const key = names[rest[i]]
     if (!key || rest[i + 1] === undefined) throw usageError(`bad argument ${rest[i]}`)
-    opts[key] = key === 'url' || key === 'mode' ? rest[i + 1] : Number(rest[i + 1])
+    opts[key] = ['url', 'mode', 'task'].includes(key) ? rest[i + 1] : Number(rest[i + 1])
     if (typeof opts[key] === 'number' && !(Number.isInteger(opts[key]) && opts[key] > 0)) throw usageError(`${rest[i]} needs a positive integer`)
   }
   if (!Object.hasOwn(PEERS, peer) || !Object.hasOwn(MEASURES, measure) || !opts.url) throw usageError('missing or unknown peer, measure, or no --url / PEER_DATABASE_URL')
   if (!['single', 'batched'].includes(opts.mode)) throw usageError('--mode must be single or batched')
+  if (!['noop', 'exec'].includes(opts.task)) throw usageError('--task must be noop or exec')
+  if (opts.task === 'exec' && peer !== 'graphile') throw usageError('--task exec is for graphile')
   return { peer, measure, opts }
 }
 
@@ -42,7 +47,7 @@ const graphile = (() => {
   const gw = require('graphile-worker')
   const logger = new gw.Logger(() => (level, message) => { if (level === 'error') console.error(`[graphile] ${message}`) })
   return {
-    version: require('graphile-worker/package.json').version,
+    version: versionOf('graphile-worker'),
     // Completed jobs are deleted, so "drained" means the jobs table is empty.
     pendingSql: 'select exists (select 1 from graphile_worker._private_jobs) as pending',
 
@@ -90,12 +95,15 @@ const graphile = (() => {
 
 // ---------------------------------------------------------------- pg-boss
 const pgboss = (() => {
-  const PgBoss = require('pg-boss')
-  const POLL_MS = 100 // the smallest newJobCheckInterval pg-boss 9 accepts
+  const { PgBoss } = require('pg-boss')
+  const POLL_S = 0.5 // the smallest pollingIntervalSeconds pg-boss 12 accepts
+  // Its stats cache, which burstWhenReadyExceeds reads, refreshed every second (default 60 s).
+  const CACHE = { monitorIntervalSeconds: 1, queueCacheIntervalSeconds: 1, superviseIntervalSeconds: 1 }
   async function open (config) {
     const boss = new PgBoss(config)
     boss.on('error', (e) => console.error(`[pg-boss] ${e.message}`))
     await boss.start() // installs the schema and starts its maintenance and cron workers
+    await boss.createQueue(TASK) // pg-boss 10+ works only on queues created first
     return {
       boss,
       // stop() resolves before the graceful shutdown ends; 'stopped' follows once the pool is closed.
@@ -103,26 +111,23 @@ const pgboss = (() => {
     }
   }
   return {
-    version: require('pg-boss/package.json').version,
+    version: versionOf('pg-boss'),
     pendingSql: `select exists (select 1 from pgboss.job where name = '${TASK}' and state < 'completed') as pending`,
 
     async prepareDrain (url, { workers, jobs, mode }, task) {
-      const { boss, stop } = await open({ connectionString: url, max: workers })
+      const { boss, stop } = await open({ connectionString: url, max: workers, ...CACHE })
       for (let i = 0; i < jobs; i += INSERT_CHUNK) {
-        await boss.insert(Array.from({ length: Math.min(INSERT_CHUNK, jobs - i) }, () => ({ name: TASK, data: {} })))
+        await boss.insert(TASK, Array.from({ length: Math.min(INSERT_CHUNK, jobs - i) }, () => ({ data: {} })))
       }
-      // A pg-boss worker loop waits out newJobCheckInterval after every fetch, even a full one, so
-      // each loop makes at most 1000/POLL_MS fetches a second.
+      // A worker waits out its polling interval after a fetch unless a burst trigger holds: a full
+      // batch (batched), or a cached backlog of at least one job (one job per fetch).
       const options = mode === 'batched'
-        ? { batchSize: BATCH, newJobCheckInterval: POLL_MS }
-        : { teamSize: 1, teamConcurrency: 1, newJobCheckInterval: POLL_MS }
-      const shape = mode === 'batched'
-        ? `batchSize:${BATCH} (handler gets the array; pg-boss completes them all when it resolves)`
-        : 'teamSize:1, teamConcurrency:1 (one job per fetch)'
+        ? { batchSize: BATCH, localConcurrency: workers, pollingIntervalSeconds: POLL_S, burstWhenBatchFull: true }
+        : { batchSize: 1, localConcurrency: workers, pollingIntervalSeconds: POLL_S, burstWhenReadyExceeds: 1 }
       return {
-        config: `new PgBoss({max:${workers}}) + ${workers} x work('${TASK}', {${shape}, newJobCheckInterval:${POLL_MS}}); pool shared with its maintenance/cron workers`,
+        config: `new PgBoss({max:${workers}, monitor/queueCache/supervise every 1 s}) + work('${TASK}', ${JSON.stringify(options).replace(/"/g, '')}); pool shared with its maintenance workers`,
         connections: workers,
-        start: async () => { for (let i = 0; i < workers; i++) await boss.work(TASK, options, task) },
+        start: async () => { await boss.work(TASK, options, task) },
         stop
       }
     },
@@ -131,7 +136,7 @@ const pgboss = (() => {
       const { boss, stop } = await open(url)
       await boss.work(TASK, task)
       return {
-        config: 'new PgBoss(url) defaults: pool max 10, work() teamSize:1, newJobCheckInterval:2000 (polling only, no LISTEN), maintenanceIntervalSeconds:120 (its worker polls every 60 s), monitorStateIntervalSeconds:off, cron worker every 4 s, cronMonitorIntervalSeconds:60, clockMonitorIntervalSeconds:600; jobs added with boss.send',
+        config: 'new PgBoss(url) defaults: pool max 10, work() batchSize:1, pollingIntervalSeconds:2, useListenNotify:false (polling only); jobs added with boss.send',
         connections: 10,
         add: () => boss.send(TASK, {}),
         stop
@@ -175,9 +180,14 @@ async function statementTotals (url) {
 
 async function drain (peer, opts) {
   let handled = 0
-  const task = opts.mode === 'batched' && peer === pgboss
+  // pg-boss 10+ hands its handler an array of jobs, in both modes. The exec task runs a process
+  // per job, as an agent would: `/bin/true` through child_process.execFile, awaited.
+  const execFile = require('util').promisify(require('child_process').execFile)
+  const task = peer === pgboss
     ? async (jobs) => { handled += jobs.length }
-    : async () => { handled++ }
+    : opts.task === 'exec'
+      ? async () => { await execFile('/bin/true'); handled++ }
+      : async () => { handled++ }
   const run = await peer.prepareDrain(opts.url, opts, task)
   const client = new pg.Client(opts.url)
   await client.connect()
@@ -204,7 +214,7 @@ async function drain (peer, opts) {
     .sort((a, b) => b.total_ms - a.total_ms)
   const statements = top.reduce((n, s) => n + s.calls, 0)
   return {
-    mode: opts.mode, workers: opts.workers, jobs: opts.jobs, secs: round(secs, 3), jobs_per_s: round(opts.jobs / secs, 1), handled,
+    mode: opts.mode, task: opts.task === 'exec' ? "execFile('/bin/true')" : 'no-op', workers: opts.workers, jobs: opts.jobs, secs: round(secs, 3), jobs_per_s: round(opts.jobs / secs, 1), handled,
     postgres_cpu_ms_per_1k_jobs: round((cpu / opts.jobs) * 1000, 1), statements_per_job: round(statements / opts.jobs, 3),
     top: top.slice(0, 6), connections: run.connections, config: run.config
   }

@@ -16,11 +16,23 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/peer.js")
 }
 
+/// The node the peers run on: npm's `node` package, pinned beside them (Graphile Worker 0.18
+/// and pg-boss 12 need node 22; Debian 12 has 18).
+pub fn node() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/node_modules/node/bin/node")
+}
+
+/// What `node --version` says of [`node`].
+pub fn node_version() -> String {
+    let out = std::process::Command::new(node()).arg("--version").output().map(|o| o.stdout).unwrap_or_default();
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
 /// Runs one measurement of one peer in a new, empty database. The URL (with the cluster's
 /// password) goes through the environment, never the argument list.
-async fn run_peer(env: &Env, peer: &str, measure: &str, args: &[String], limit: Duration) -> Value {
+pub async fn run_peer(env: &Env, peer: &str, measure: &str, args: &[String], limit: Duration) -> Value {
     let url = env.empty_db(&format!("peer_{peer}")).await;
-    let child = tokio::process::Command::new("node")
+    let child = tokio::process::Command::new(node())
         .arg(script())
         .args([peer, measure])
         .args(args)
@@ -28,7 +40,7 @@ async fn run_peer(env: &Env, peer: &str, measure: &str, args: &[String], limit: 
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("node: run scripts/bench.sh, which installs it");
+        .expect("node 22: run scripts/bench.sh, which installs it in bench/peers");
     let out = match tokio::time::timeout(limit, child.wait_with_output()).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return json!({ "error": e.to_string() }),
@@ -51,10 +63,7 @@ pub async fn all(env: &Env, plan: &Plan) -> Value {
         for mode in ["single", "batched"] {
             for workers in [8usize, 32] {
                 let reps = if workers == 32 { plan.repeats } else { 1 };
-                // pg-boss 9 sleeps its polling interval (at least 100 ms) after every fetch, even
-                // a full one: one job per fetch drains at ~10 jobs/s per worker, so fewer jobs.
-                let jobs =
-                    if peer == "pgboss" && mode == "single" { plan.drain_jobs_pg / 6 } else { plan.drain_jobs_pg };
+                let jobs = plan.drain_jobs_pg;
                 let mut runs = vec![];
                 for _ in 0..reps {
                     let args = [
@@ -77,7 +86,7 @@ pub async fn all(env: &Env, plan: &Plan) -> Value {
             }
         }
         out[peer] = json!({ "drain": drains });
-        // pg-boss has no LISTEN: its pickup is its polling interval (2 s), so fewer samples
+        // pg-boss by default does not LISTEN (useListenNotify is off): its pickup is its polling interval (2 s), so fewer samples
         // say it, and gaps of up to 2 s so that jobs arrive at random points of the interval
         // (5-30 ms after the last pickup would always wait almost a whole interval).
         let (samples, gap) =
@@ -97,8 +106,6 @@ pub async fn all(env: &Env, plan: &Plan) -> Value {
     log(format!("  idle statements/min: graphile {}, pg-boss {}", g["statements_per_min"], b["statements_per_min"]));
     out["graphile"]["idle"] = g;
     out["pgboss"]["idle"] = b;
-    out["versions"] = json!({
-        "node": String::from_utf8_lossy(&std::process::Command::new("node").arg("--version").output().map(|o| o.stdout).unwrap_or_default()).trim(),
-    });
+    out["versions"] = json!({ "node": node_version() });
     out
 }
