@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The DevPilot dispatch benchmark: one command, one throwaway PostgreSQL, every measurement
-# (a-h of issue 4, the peers and the fleet of issue 11) side by side. Builds in release mode,
-# then writes bench/REPORT.md, bench/report.json and the charts. Takes about 25 minutes on
+# (a-h of issue 4, the peers and the fleet of issue 11, issue 25's alternated rounds) side by side. Builds in release mode,
+# then writes bench/REPORT.md, bench/report.json and the charts. Takes about 30 minutes on
 # 2 cores.
 #
 #   scripts/bench.sh            # the full run
 #   scripts/bench.sh --quick    # a short run that only checks the machinery
 #
 # Needs the PostgreSQL server binaries (initdb, pg_ctl, pgbench) under /usr/lib/postgresql
-# (or DEVPILOT_PG_BIN), PgBouncer, and Node for the peers (Graphile Worker and pg-boss,
-# pinned in bench/peers/package-lock.json); it installs what is missing. Run as root, it
+# (or DEVPILOT_PG_BIN), PgBouncer, and npm for the peers (Graphile Worker and pg-boss, and the
+# node 22 they need, all pinned in bench/peers/package-lock.json); it installs what is missing. Run as root, it
 # starts the cluster as the `postgres` user.
 set -euo pipefail
 cd "$(dirname "$0")/.."

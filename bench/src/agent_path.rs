@@ -24,9 +24,18 @@ fn children_cpu_ms() -> f64 {
     ms(u.ru_utime) + ms(u.ru_stime)
 }
 
-/// One drain of `jobs` by `procs` × `devpilot run --concurrency conc -- /bin/sh -c 'exit 0'`.
+/// The agent of (e): a shell that exits 0.
+pub const SHELL_AGENT: &[&str] = &["/bin/sh", "-c", "exit 0"];
+
+/// One drain of `jobs` by `procs` × `devpilot run --concurrency conc -- agent…`.
 /// `runtime_dir`: the processes' `XDG_RUNTIME_DIR` (a login session's tmpfs), or none.
-async fn once(env: &Env, procs: usize, conc: usize, jobs: i64, runtime_dir: Option<&std::path::Path>) -> Value {
+pub async fn once(
+    env: &Env,
+    (procs, conc): (usize, usize),
+    agent: &[&str],
+    jobs: i64,
+    runtime_dir: Option<&std::path::Path>,
+) -> Value {
     let url = env.fresh(Backend::Pg).await;
     prefill_url(&url, jobs).await;
     let home = env.tmp.join(format!("cli{}", env.next()));
@@ -39,7 +48,8 @@ async fn once(env: &Env, procs: usize, conc: usize, jobs: i64, runtime_dir: Opti
         children.push(
             tokio::process::Command::new(devpilot_bin())
                 .args(["run", "--until-empty", "--orchestrator", ORCH, "--machine", &format!("cli-{p}")])
-                .args(["--concurrency", &conc.to_string(), "--", "/bin/sh", "-c", "exit 0"])
+                .args(["--concurrency", &conc.to_string(), "--"])
+                .args(agent)
                 .env("DEVPILOT_DATABASE_URL", &url)
                 .env("XDG_CONFIG_HOME", h.join("config"))
                 .env("XDG_DATA_HOME", h.join("data"))
@@ -67,7 +77,7 @@ async fn once(env: &Env, procs: usize, conc: usize, jobs: i64, runtime_dir: Opti
     // next drain's file creation (ext4 scans past recently deleted inodes).
     json!({
         "jobs": jobs, "completed": done, "failed_processes": failed, "secs": secs,
-        "jobs_per_s": done as f64 / secs, "processes": procs, "concurrency": conc,
+        "jobs_per_s": done as f64 / secs, "processes": procs, "concurrency": conc, "agent": agent.join(" "),
         "cpu_ms_per_job": { "devpilot_and_agents": cpu / done.max(1) as f64, "postgres": pg / done.max(1) as f64 },
     })
 }
@@ -76,26 +86,36 @@ async fn once(env: &Env, procs: usize, conc: usize, jobs: i64, runtime_dir: Opti
 /// as in a login session (payload files in `XDG_RUNTIME_DIR`, a tmpfs; the bench makes one
 /// in /dev/shm when it runs without) and without one (payload files in the data dir).
 pub async fn measure(env: &Env, plan: &Plan) -> Value {
-    let session = match std::env::var_os("XDG_RUNTIME_DIR") {
+    let session = session_dir();
+    let mut out = json!({ "processes": 4, "concurrency": 8, "agent": "/bin/sh -c 'exit 0'" });
+    for (key, rt) in [("session", Some(session.as_path())), ("no_runtime_dir", None)] {
+        let mut runs = vec![];
+        for _ in 0..plan.repeats {
+            runs.push(once(env, (4, 8), SHELL_AGENT, plan.agent_jobs, rt).await);
+        }
+        let rate = median(runs.iter().filter_map(|r| r["jobs_per_s"].as_f64()).collect());
+        log(format!("  devpilot run ×4, concurrency 8, /bin/sh agent ({key}): {rate:.0} jobs/s"));
+        out[key] = json!({ "jobs_per_s": rate, "runs": runs });
+    }
+    drop_session_dir(&session);
+    out
+}
+
+/// A login session's runtime dir: `XDG_RUNTIME_DIR`, or a private tmpfs dir made like one.
+pub fn session_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) => PathBuf::from(d),
         None => {
             let d = tempfile::Builder::new().prefix("devpilot-bench-rt-").tempdir_in("/dev/shm").unwrap().keep();
             std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
             d
         }
-    };
-    let mut out = json!({ "processes": 4, "concurrency": 8, "agent": "/bin/sh -c 'exit 0'" });
-    for (key, rt) in [("session", Some(session.as_path())), ("no_runtime_dir", None)] {
-        let mut runs = vec![];
-        for _ in 0..plan.repeats {
-            runs.push(once(env, 4, 8, plan.agent_jobs, rt).await);
-        }
-        let rate = median(runs.iter().filter_map(|r| r["jobs_per_s"].as_f64()).collect());
-        log(format!("  devpilot run ×4, concurrency 8, /bin/sh agent ({key}): {rate:.0} jobs/s"));
-        out[key] = json!({ "jobs_per_s": rate, "runs": runs });
     }
+}
+
+/// Removes a runtime dir [`session_dir`] made (never the user's own).
+pub fn drop_session_dir(d: &std::path::Path) {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        let _ = std::fs::remove_dir_all(&session);
+        let _ = std::fs::remove_dir_all(d);
     }
-    out
 }

@@ -14,6 +14,9 @@
 //! - [`report`]: the Markdown report, the JSON file and the chart.
 //! - [`report_fmt`]: the number helpers both parts of the report use.
 //! - [`report_peers`]: the report's side-by-side with the peers, the ratios and their chart.
+//! - [`versus`]: (v) issue 25's comparisons, in alternated rounds: the agent path against the
+//!   machine's spawn limit and Graphile Worker, the no-op drains and pickup against Graphile.
+//! - [`report_versus`]: the report's section (v), its targets and every run.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
 //!   `/bin/true`) agent, driven by the parent over stdin/stdout, for the multi-process drains.
 
@@ -30,6 +33,8 @@ mod peers;
 mod report;
 mod report_fmt;
 mod report_peers;
+mod report_versus;
+mod versus;
 mod worker;
 
 use std::path::PathBuf;

@@ -5,13 +5,13 @@
 //! - `drain`: (d) the full job cycle and (e) the same with `/bin/true` as the agent.
 //! - `latency`: (f) pickup latency. `idle`: (g) the idle cost of one machine.
 //!
-//! The agent path as a user runs it, the peers and the fleet are in [`crate::agent_path`],
-//! [`crate::peers`] and [`crate::fleet`]; (h) repeats b to f on SQLite.
+//! The agent path as a user runs it, the peers, the fleet and (v) are in [`crate::agent_path`],
+//! [`crate::peers`], [`crate::fleet`] and [`crate::versus`]; (h) repeats b to f on SQLite.
 
 mod claims;
-mod drain;
+pub(crate) mod drain;
 mod idle;
-mod latency;
+pub(crate) mod latency;
 mod pgbench;
 mod sources;
 
@@ -68,6 +68,12 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
         env.pg.stop();
         return (out, vec![env.pg.dir.clone(), env.tmp.clone()]);
     }
+    if std::env::var("DEVPILOT_BENCH_ONLY").as_deref() == Ok("versus") {
+        // For working on section (v) alone (a partial report).
+        out["versus"] = crate::versus::measure(&env, &plan).await;
+        env.pg.stop();
+        return (out, vec![env.pg.dir.clone(), env.tmp.clone()]);
+    }
     if std::env::var("DEVPILOT_BENCH_ONLY").as_deref() == Ok("fleet") {
         // For working on the fleet measurements alone (a partial report).
         let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
@@ -89,6 +95,8 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     out["k"] = sources::sources(&env, &plan).await;
     log("(p) the peers: Graphile Worker and pg-boss on the same cluster");
     out["peers"] = crate::peers::all(&env, &plan).await;
+    log("(v) issue 25: alternated rounds against Graphile Worker and the machine's spawn limit");
+    out["versus"] = crate::versus::measure(&env, &plan).await;
     let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
     log("(i) one PostgreSQL, thousands of machines: an idle pooled fleet");
     out["fleet_idle"] = crate::fleet::idle(&env, fleet_plan).await;
