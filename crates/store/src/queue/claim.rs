@@ -18,7 +18,7 @@ use crate::error::Result;
 
 /// The herd-free pick: the claimable rows that are due, highest priority first, then by when
 /// they became claimable (`run_at`: enqueue, scheduled start or end of a retry backoff), then
-/// by id; skipping rows another claimer holds. `limit` is the placeholder of the batch size.
+/// by id; skipping rows another claimer holds. `limit` is the batch size: a placeholder, or the number itself.
 /// The order is exactly the key of the partial index `dispatch_queue_pick`, so the index
 /// serves it with no sort, and no other index can (ordering by `id` alone once let the
 /// planner walk the primary key past every claimed row; see the claim-order migration).
@@ -224,15 +224,20 @@ impl Queue {
     ) -> Result<Polled> {
         let d = self.dialect();
         // PostgreSQL's text, so `$n` as it is. $1 orchestrator, $2 machine, then the presence
-        // values ($3..$12, as in PRESENCE_UPSERT), then the limit and the staleness threshold.
+        // values ($3..$12, as in PRESENCE_UPSERT), then the staleness threshold.
         let mut values: Vec<Value> = vec![orchestrator_id.into(), machine.into()];
         let mut ctes = String::new();
         if let Some(p) = &extras.presence {
             values.extend(presence_values(p).into_iter().skip(2));
             ctes = format!("presence AS ({} RETURNING 1), ", self.sql(&PRESENCE_UPSERT));
         }
-        values.push(i64::from(limit).into());
-        let limit_at = d.p(values.len());
+        // The limit is written into the text, never a parameter: a prepared statement whose
+        // generic plan knows its LIMIT claims what it picked by the primary key, so after five
+        // calls PostgreSQL keeps that plan and stops planning the poll at every call (0.9 ms
+        // of its 3.1). With `LIMIT $n` the generic plan guessed a tenth of the table and
+        // hashed a scan of all of it, so every call was planned anew (`bench/NOTES.md`). One
+        // prepared statement per number of free slots a machine has had: a handful.
+        let limit_at = limit.to_string();
         let stale = match extras.stale_after {
             Some(after) => {
                 values.push(millis(after).into());
