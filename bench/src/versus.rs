@@ -95,9 +95,9 @@ pub async fn measure(env: &Env, plan: &Plan) -> Value {
         push("ours_cli_4x8", agent_path::once(env, (4, WORKERS / 4), true_agent, plan.agent_jobs, rt).await);
         push("graphile_exec_local", graphile(env, plan.agent_jobs, true, true).await);
         let jobs = plan.drain_jobs_pg;
-        push("ours_batched", drain::drain(env, Backend::Pg, WORKERS, 1, true, "noop", jobs, false).await);
+        push("ours_batched", drain::drain(env, Backend::Pg, WORKERS, 1, true, "noop", jobs, true).await);
         push("graphile_batched", graphile(env, jobs, true, false).await);
-        push("ours_single", drain::drain(env, Backend::Pg, WORKERS, 1, false, "noop", jobs, false).await);
+        push("ours_single", drain::drain(env, Backend::Pg, WORKERS, 1, false, "noop", jobs, true).await);
         push("graphile_single", graphile(env, jobs, false, false).await);
         push("ours_pickup", latency::latency(env, Backend::Pg, true, plan.latency_samples).await);
         let args = ["--samples".to_string(), plan.latency_samples.to_string(), "--max-gap-ms".into(), "30".into()];
