@@ -29,17 +29,15 @@
 //! `DEVPILOT_WORKTREE` and `DEVPILOT_BRANCH` (and, after a hand-off, `DEVPILOT_RESUME_BRANCH`
 //! and `DEVPILOT_RESUMED_FROM`) in its environment.
 
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
-
 use tokio::io::AsyncWriteExt;
 
-use crate::spawner::{AgentChild, Spawn, Stdin};
-
 use crate::preset::{Conversation, Preset, PresetSettings, PromptVia};
+use crate::spawner::{AgentChild, Spawn, Stdin};
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Claim, RetryAfter};
 use devpilot_store::spec::JobSpec;

@@ -118,7 +118,7 @@ impl Spawn {
         }
         let ptrs = |s: &[CString]| s.iter().map(|c| c.as_ptr()).chain([std::ptr::null()]).collect::<Vec<_>>();
         let mut prepared = Prepared {
-            path: path_cstring(&self.program)?,
+            path: owned[0].clone(),
             cwd: path_cstring(&self.cwd)?,
             argv: ptrs(&owned[..argc]),
             envp: ptrs(&owned[argc..]),
