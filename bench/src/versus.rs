@@ -79,6 +79,12 @@ async fn graphile(env: &Env, jobs: i64, batched: bool, exec: bool) -> Value {
     run_peer(env, "graphile", "drain", &args, Duration::from_secs(600)).await
 }
 
+/// `DEVPILOT_BENCH_VERSUS=drains`: only the no-op drains, for trying a store change in a
+/// few minutes. A full run never sets it.
+fn drains_only() -> bool {
+    std::env::var("DEVPILOT_BENCH_VERSUS").as_deref() == Ok("drains")
+}
+
 /// Every figure, `plan.repeats` alternated rounds: `{ runs: {name: [...]}, medians: {...} }`.
 pub async fn measure(env: &Env, plan: &Plan) -> Value {
     let session = agent_path::session_dir();
@@ -88,6 +94,14 @@ pub async fn measure(env: &Env, plan: &Plan) -> Value {
     for round in 1..=plan.repeats {
         log(format!("  round {round} of {}", plan.repeats));
         let mut push = |k, v: Value| runs.entry(k).or_default().push(v);
+        if drains_only() {
+            let jobs = plan.drain_jobs_pg;
+            push("ours_batched", drain::drain(env, Backend::Pg, WORKERS, 1, true, "noop", jobs, true).await);
+            push("graphile_batched", graphile(env, jobs, true, false).await);
+            push("ours_single", drain::drain(env, Backend::Pg, WORKERS, 1, false, "noop", jobs, true).await);
+            push("graphile_single", graphile(env, jobs, false, false).await);
+            continue;
+        }
         push("spawn_limit", spawn_limit(plan.agent_jobs));
         push("xargs", xargs(plan.agent_jobs));
         push("ours_cli_1x32", agent_path::once(env, (1, WORKERS), true_agent, plan.agent_jobs, rt).await);

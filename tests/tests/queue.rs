@@ -10,7 +10,7 @@ use std::time::Duration;
 use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{FailOutcome, Fence, JobOptions, MachineStatus};
+use devpilot_store::queue::{FailOutcome, Fence, JobOptions, MachineStatus, PollExtras};
 use devpilot_tests::{wait_for, Backend, TestDb};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -32,6 +32,8 @@ devpilot_tests::on_every_backend!(
     poll_carries_presence_and_the_stale_test,
     claims_landing_after_claiming_stops_are_handed_back,
     a_stopped_machine_stays_stopped,
+    a_poll_carries_completions,
+    a_machine_completes_in_the_poll_that_fills_the_slot,
 );
 
 /// The article's proof: five claims race for one row on five connections; exactly one gets the
@@ -379,7 +381,7 @@ async fn enqueue_rejects_non_object_payload(backend: Backend) {
 /// statement, so the stale answer is exact; SQLite writes presence separately and always
 /// answers "maybe stale" so the caller sweeps as before.
 async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
-    use devpilot_store::queue::{PollExtras, Presence};
+    use devpilot_store::queue::Presence;
     let db = TestDb::new(backend).await;
     let orch = db.orch("fold");
     let presence = |status| Presence {
@@ -399,6 +401,7 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
         presence: Some(presence(MachineStatus::Online)),
         stale_after: Some(Duration::from_secs(30)),
         route: None,
+        done: &[],
     };
     let p = db.queue.claim_next_with(&orch, "idle-box", 2, &extras).await.unwrap();
     assert!(p.claims.is_empty());
@@ -415,6 +418,7 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
         presence: Some(presence(MachineStatus::Paused)),
         stale_after: Some(Duration::from_secs(30)),
         route: None,
+        done: &[],
     };
     let p = db.queue.claim_next_with(&orch, "idle-box", 1, &extras).await.unwrap();
     assert_eq!(p.claims.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![ids[1]]);
@@ -598,4 +602,86 @@ async fn the_poll_is_planned_once() {
         .try_get::<i64>("", "n")
         .unwrap();
     assert!(plans >= 1, "the poll was planned at every call ({plans} generic plans used)");
+}
+
+/// A poll that carries completions writes them as `complete_many` would: each ends completed
+/// (or cancelled, when a cancel was asked), with its history, and a fence that lost its claim
+/// is refused and noted. On PostgreSQL it is one statement: the completion and the next
+/// claim share a transaction's clock. A retry after a lost answer finds its own completion.
+async fn a_poll_carries_completions(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("carry");
+    let ids = db.queue.enqueue_many(&orch, &vec![json!({}); 5]).await.unwrap();
+    let held = db.queue.claim_next(&orch, "m", 3).await.unwrap();
+    let f: Vec<Fence> = held.iter().map(|c| c.fence).collect();
+    assert_eq!(f.iter().map(|f| f.job).collect::<Vec<_>>(), ids[..3]);
+    db.queue.cancel(ids[1], "alice").await.unwrap();
+    // Job 3's claim is swept and taken by another machine: this machine's fence is stale.
+    db.age_job(ids[2], Duration::from_secs(60)).await;
+    db.queue.sweep(Some(&orch), Duration::from_secs(30)).await.unwrap();
+    let other = db.queue.claim_by_id(ids[2], &orch, "other").await.unwrap().unwrap();
+
+    let extras = PollExtras { done: &f, ..Default::default() };
+    let p = db.queue.claim_next_with(&orch, "m", 1, &extras).await.unwrap();
+    let mut ended = p.completed.clone();
+    ended.sort_by_key(|(f, _)| *f);
+    assert_eq!(ended, vec![(f[0], JobState::Completed), (f[1], JobState::Cancelled)]);
+    assert_eq!(p.claims.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![ids[3]], "and it claimed");
+    assert_eq!(db.queue.job(ids[2]).await.unwrap().unwrap().0.claimed_by.as_deref(), Some("other"));
+
+    let kinds = |id: i64| {
+        let q = db.queue.clone();
+        async move { q.history(id).await.unwrap().into_iter().map(|e| (e.kind, e.machine)).collect::<Vec<_>>() }
+    };
+    let m = || Some("m".to_string());
+    assert_eq!(kinds(ids[0]).await, vec![("claimed".into(), m()), ("completed".into(), m())]);
+    let alice = Some("alice".to_string());
+    assert_eq!(
+        kinds(ids[1]).await,
+        vec![("claimed".into(), m()), ("cancel_requested".into(), alice), ("cancelled".into(), m())]
+    );
+    let refused = kinds(ids[2]).await;
+    assert!(refused.contains(&("completion_rejected".into(), m())), "{refused:?}");
+    assert_eq!(db.queue.job(other.fence.job).await.unwrap().unwrap().0.state, JobState::Running);
+    if backend == Backend::Postgres {
+        let at = |id: i64, kind: &'static str| {
+            let q = db.queue.clone();
+            async move { q.history(id).await.unwrap().into_iter().find(|e| e.kind == kind).unwrap().at }
+        };
+        assert_eq!(at(ids[0], "completed").await, at(ids[3], "claimed").await, "one statement, one clock");
+    }
+
+    // The same completion again (its first answer was lost): ours already, nothing new.
+    let again = [f[0]];
+    let extras = PollExtras { done: &again, ..Default::default() };
+    let p = db.queue.claim_next_with(&orch, "m", 1, &extras).await.unwrap();
+    assert_eq!(p.completed, vec![(f[0], JobState::Completed)]);
+    assert_eq!(kinds(ids[0]).await.len(), 2, "no second completion, no rejection note");
+}
+
+/// A machine whose agent succeeded frees the slot at once, and the poll that fills it writes
+/// the completion: with one slot, every completion rides a poll, none takes a statement of
+/// its own.
+async fn a_machine_completes_in_the_poll_that_fills_the_slot(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("ride");
+    let mut c = cfg(&db, &orch, AgentSpec::NoOp);
+    c.concurrency = 1;
+    let ids = db.queue.enqueue_many(&orch, &vec![json!({}); 10]).await.unwrap();
+    let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
+    let q = db.queue.clone();
+    let o = orch.clone();
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let (q, o) = (q.clone(), o.clone());
+            async move { q.counts(&o).await.unwrap().completed == 10 }
+        })
+        .await
+    );
+    assert_eq!(h.stats().completions_carried.load(Ordering::Relaxed), 10, "every completion rode a poll");
+    for id in ids {
+        let kinds: Vec<String> = db.queue.history(id).await.unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["claimed", "completed"]);
+    }
+    h.stop(StopMode::HandOff).await;
 }

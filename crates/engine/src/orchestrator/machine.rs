@@ -110,6 +110,8 @@ pub(super) struct Machine {
     pub(super) stats: Arc<Stats>,
     pub(super) wishes: Wishes,
     pub(super) slots: HashMap<i64, Slot>,
+    /// Completions offered to the next poll ([`runner::Rider`]).
+    pub(super) riders: Vec<runner::Rider>,
     pub(super) poller: Poller,
     pub(super) keeper: mpsc::UnboundedSender<Order>,
     pub(super) maintenance: Maintenance,
@@ -154,6 +156,10 @@ impl Machine {
         let _stop_pushes = pushes.drop_guard();
         self.publish();
         loop {
+            if !self.riders.is_empty() && !self.can_carry() {
+                // No poll is about to carry them: their tasks complete on their own, now.
+                self.riders.clear();
+            }
             let never = Instant::now() + FAR;
             let pause_ends = match self.wishes.paused {
                 Some(Paused::Until(t)) => Some(t),

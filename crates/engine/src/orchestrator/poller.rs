@@ -14,7 +14,7 @@ use super::config::ClaimMode;
 use super::stats::Stats;
 use super::status::{Event, PresenceFields};
 use devpilot_store::error::Result;
-use devpilot_store::queue::{Claim, MachineStore, PollExtras, Polled, Presence, Route};
+use devpilot_store::queue::{Claim, Fence, MachineStore, PollExtras, Polled, Presence, Route};
 
 /// Effectively never: a command, a hint or a finished job wakes the poller first.
 pub const FAR: Duration = Duration::from_secs(86_400);
@@ -130,6 +130,8 @@ pub struct ClaimRequest {
     pub route: Arc<Route>,
     pub stats: Arc<Stats>,
     pub events: broadcast::Sender<Event>,
+    /// Completions riding this poll (claim mode `pick` only).
+    pub done: Vec<Fence>,
 }
 
 impl ClaimRequest {
@@ -137,11 +139,11 @@ impl ClaimRequest {
         self.stats.claim_queries.fetch_add(1, Ordering::Relaxed);
         if self.mode == ClaimMode::ById {
             let claims = claim_by_ids(&self).await?;
-            return Ok(Polled { claims, stale: false, next_due: None });
+            return Ok(Polled { claims, stale: false, next_due: None, completed: vec![] });
         }
         let presence: Option<Presence<'_>> =
             self.presence.as_ref().map(|f| f.presence(self.store.orchestrator_id(), self.store.machine(), &self.route));
-        let extras = PollExtras { presence, stale_after: self.stale_after, route: Some(&self.route) };
+        let extras = PollExtras { presence, stale_after: self.stale_after, route: Some(&self.route), done: &self.done };
         self.store.poll(self.free, &extras).await
     }
 }

@@ -105,12 +105,28 @@ impl Cancel {
     }
 }
 
-/// What a job's task tells the machine when it ends.
+/// What a job's task tells the machine when it ends, and earlier when its agent succeeded:
+/// then the slot takes its next job while the completion is written.
 #[derive(Debug)]
 pub struct JobDone {
     pub fence: Fence,
     /// The agent could not start: the machine must stop claiming until it can.
     pub agent_error: Option<Error>,
+    /// The agent succeeded: the slot is free now, and the completion may ride the poll
+    /// that fills it.
+    pub rider: Option<Rider>,
+    /// A rider went earlier, so the slot is free already: only the lease is let go.
+    pub slot_freed: bool,
+}
+
+/// A completion offered to the poll that fills its slot, so that a machine with both to do
+/// sends one statement. The machine answers with how the claim ended (`None`: fenced off),
+/// or drops the offer (no poll was about to go, or it failed), and then the job's task
+/// completes on its own through the [`Completer`].
+#[derive(Debug)]
+pub struct Rider {
+    pub fence: Fence,
+    pub reply: oneshot::Sender<Option<JobState>>,
 }
 
 /// Everything a job's task needs; shared by every job started under the same settings.
@@ -216,6 +232,8 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     if let (Some(t), true) = (&talk, carries(&outcome)) {
         t.carry(&ctx.store, fence, span.as_ref()).await;
     }
+    // A success offers its completion to the next poll ([`ride`]), which frees its slot.
+    let rode = matches!(outcome, Outcome::Exited(AgentExit::Success, _) | Outcome::Stopped(AgentExit::Success, _));
     let ev = match (&ctx.workspaces, &worktree) {
         (Some(ws), Some(wt)) => report_with_worktree(&ctx, ws, wt, job, outcome).await,
         _ => report(&ctx, job, outcome, None).await,
@@ -224,7 +242,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         let _ = ctx.events.send(ev);
     }
     drop(scratch);
-    let _ = ctx.done.send(JobDone { fence, agent_error: None });
+    let _ = ctx.done.send(JobDone { fence, agent_error: None, rider: None, slot_freed: rode });
 }
 
 /// The outcome of an agent that ended, if the claim is still ours: as its preset's CLI
@@ -455,7 +473,7 @@ async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
             None
         }
     };
-    let _ = ctx.done.send(JobDone { fence, agent_error });
+    let _ = ctx.done.send(JobDone { fence, agent_error, rider: None, slot_freed: false });
 }
 
 /// With no summary in the result file, the last line the agent printed.
@@ -624,7 +642,11 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
     let (fence, id) = (job.fence(), job.id);
     match exit {
         AgentExit::Success => {
-            match retry::transient("completing", Budget::WRITE, || ctx.completer.complete(fence)).await {
+            let ended = match ride(ctx, fence).await {
+                Some(ended) => Ok(ended),
+                None => retry::transient("completing", Budget::WRITE, || ctx.completer.complete(fence)).await,
+            };
+            match ended {
                 Ok(Some(JobState::Cancelled)) => Some(Event::Cancelled { job }),
                 Ok(Some(_)) => Some(Event::Completed { job, summary: result.summary, url: result.url }),
                 Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
@@ -651,6 +673,15 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
             }
         }
     }
+}
+
+/// Offers the completion of claim `fence` to the poll that fills its slot ([`Rider`]): the
+/// slot is free from now on. `None`: the machine did not carry it.
+async fn ride(ctx: &JobCtx, fence: Fence) -> Option<Option<JobState>> {
+    let (reply, answer) = oneshot::channel();
+    let rider = Some(Rider { fence, reply });
+    ctx.done.send(JobDone { fence, agent_error: None, rider, slot_freed: false }).ok()?;
+    answer.await.ok()
 }
 
 /// Records a loss once the database answers again, on a task of its own: the job's task ends

@@ -21,10 +21,21 @@ use devpilot_store::queue::{Claim, Polled};
 
 impl Machine {
     pub(super) fn job_done(&mut self, done: JobDone) {
+        if done.slot_freed {
+            // The end of a job whose rider freed its slot: its completion is written.
+            let _ = self.keeper.send(Order::Forget(done.fence));
+            return;
+        }
         if self.slots.get(&done.fence.job).is_some_and(|s| s.job.fence() == done.fence) {
             self.slots.remove(&done.fence.job);
         }
-        let _ = self.keeper.send(Order::Forget(done.fence));
+        match done.rider {
+            // The lease is kept until the completion is written: the job's end lets it go.
+            Some(rider) => self.riders.push(rider),
+            None => {
+                let _ = self.keeper.send(Order::Forget(done.fence));
+            }
+        }
         if let Some(e) = &done.agent_error {
             self.set_problem(e);
         }
@@ -58,9 +69,20 @@ impl Machine {
         }
     }
 
+    /// Whether completions can ride the next poll: one is about to go (none in flight) and it
+    /// will claim. Otherwise they are dropped at once, and their tasks complete on their own
+    /// (see [`super::runner::Rider`]): a completion never waits for a poll that may not come.
+    pub(super) fn can_carry(&self) -> bool {
+        self.cfg.claim_mode == ClaimMode::Pick
+            && self.accepting()
+            && self.poller.due().is_some()
+            && (self.slots.len() as u32) < self.cfg.concurrency
+    }
+
     pub(super) fn poll(&mut self) {
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let free = self.cfg.concurrency.saturating_sub(self.slots.len() as u32);
+        let riders = std::mem::take(&mut self.riders);
         self.maintenance.prune_tick();
         self.sources.tick();
         if !self.accepting() || free == 0 {
@@ -90,10 +112,19 @@ impl Machine {
             route: Arc::new(self.cfg.route()),
             stats: self.stats.clone(),
             events: self.events.clone(),
+            done: riders.iter().map(|r| r.fence).collect(),
         };
         let (tx, hold, sent) = (self.net_tx.clone(), self.work.token(), self.clock.now());
+        let stats = self.stats.clone();
         tokio::spawn(async move {
             let result = req.run().await;
+            if let Ok(p) = &result {
+                stats.completions_carried.fetch_add(riders.len() as u64, Ordering::Relaxed);
+                for r in riders {
+                    let ended = p.completed.iter().find(|(f, _)| *f == r.fence).map(|(_, s)| *s);
+                    let _ = r.reply.send(ended);
+                }
+            }
             let _ = tx.send(Net::Polled { result, asked: free, sent, hold });
         });
     }

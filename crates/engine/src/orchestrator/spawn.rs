@@ -78,6 +78,7 @@ pub fn spawn_into(
         status,
         stats,
         slots: HashMap::new(),
+        riders: Vec::new(),
         keeper: orders,
         maintenance,
         sweep_cfg,

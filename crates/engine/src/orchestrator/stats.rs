@@ -16,4 +16,6 @@ pub struct Stats {
     pub presence_writes: AtomicU64,
     pub heartbeats: AtomicU64,
     pub lost_races: AtomicU64,
+    /// Completions written by the poll that filled their slot ([`super::runner::Rider`]).
+    pub completions_carried: AtomicU64,
 }

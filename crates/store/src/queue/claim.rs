@@ -7,7 +7,9 @@ use std::time::Duration;
 use sea_orm::{FromQueryResult, Value};
 
 use super::call::{outbox_cte, HISTORY_RETURNING};
-use super::dialect::{Dialect, Sql, POSTGRES};
+use super::dialect::{kind_of_end, Dialect, Sql, POSTGRES};
+use super::fence::{pair_list, Fence};
+use super::fenced::completion_sql;
 use super::history::{Detail, History, ATTEMPT};
 use super::options::{millis, ms_duration};
 use super::pool::Queue;
@@ -15,6 +17,7 @@ use super::presence::{presence_values, PollExtras, PRESENCE_UPSERT};
 use super::route::Route;
 use super::rows::{decode, decode_first, ids_of, Claim, Polled};
 use crate::error::Result;
+use crate::job::{event, JobState};
 
 /// The herd-free pick: the claimable rows that are due, highest priority first, then by when
 /// they became claimable (`run_at`: enqueue, scheduled start or end of a retry backoff), then
@@ -110,8 +113,47 @@ fn claim_next_routed(d: &Dialect, route: &Route, values: &mut Vec<Value>) -> Str
 struct PollRow {
     stale: bool,
     next_due: Option<i64>,
+    /// The completions it carried that ended their claims ([`Ended`]), as JSON; NULL when
+    /// it carried none or none was ours any more.
+    ended: Option<serde_json::Value>,
     /// NULL on the one row of a poll that claimed nothing.
     id: Option<i64>,
+}
+
+/// One completion a poll carried, as its `ended` column says it.
+#[derive(serde::Deserialize)]
+struct Ended {
+    id: i64,
+    claim_token: i64,
+    state: JobState,
+}
+
+/// What `ended` says: the fences and their end states.
+fn ended_of_json(ended: Option<serde_json::Value>) -> Result<Vec<(Fence, JobState)>> {
+    let Some(v) = ended else { return Ok(vec![]) };
+    let rows: Vec<Ended> =
+        serde_json::from_value(v).map_err(|e| crate::error::Error::Invalid(format!("a poll's completions: {e}")))?;
+    Ok(rows.into_iter().map(|e| (Fence { job: e.id, token: e.claim_token }, e.state)).collect())
+}
+
+/// The completions riding a poll on PostgreSQL ($2 is the machine): the fenced UPDATE of
+/// `complete_many` as a CTE `done` added to `ctes`, its pairs added to `values`. Returns the
+/// poll's `ended` column and the history rows to add to the claims'. Its rows are this
+/// machine's running claims and the pick's are unclaimed ones, so no row changes twice.
+fn carried(d: &Dialect, done: &[Fence], values: &mut Vec<Value>, ctes: &mut String) -> (String, String) {
+    if done.is_empty() {
+        return ("NULL::json".into(), String::new());
+    }
+    let (pairs, more) = pair_list(d, done, values.len());
+    values.extend(more);
+    ctes.push_str(&format!("done AS ({}), ", completion_sql(d, &pairs)));
+    let ended = "(SELECT json_agg(json_build_object('id', id, 'claim_token', claim_token, 'state', state)) FROM done)";
+    let history = format!(
+        " UNION ALL SELECT id, orchestrator_id, {kind}, $2, claim_token, NULL, {now} FROM done",
+        kind = kind_of_end(event::COMPLETED),
+        now = d.now
+    );
+    (ended.into(), history)
 }
 
 /// How long until the next waiting job is due (SQLite's half of a poll).
@@ -186,6 +228,11 @@ impl Queue {
     /// still never fail a poll. SQLite has no data-modifying CTEs: there the presence row is
     /// written by its own statement and `stale` is always true when asked (sweep as before).
     ///
+    /// A machine whose agents succeeded names their claims in `extras.done`: they are
+    /// completed as [`Queue::complete_many`] completes them, on PostgreSQL in this same
+    /// statement (a data-modifying CTE), on SQLite in the statement before it. So a machine
+    /// with a completion and a free slot sends one statement for both.
+    ///
     /// On both backends the claims and their "claimed" events commit together.
     pub async fn claim_next_with(
         &self,
@@ -199,6 +246,8 @@ impl Queue {
         if self.dialect().postgres {
             return self.poll_postgres(orchestrator_id, machine, limit, extras, route).await;
         }
+        // No data-modifying CTEs: the completions go first, in their own statement.
+        let completed = if extras.done.is_empty() { vec![] } else { self.complete_many(extras.done, machine).await? };
         if let Some(p) = &extras.presence {
             if let Err(e) = self.heartbeat_machine(p).await {
                 tracing::debug!(error = %e, "presence update failed");
@@ -210,7 +259,7 @@ impl Queue {
         // wait of zero), not skipped: on SQLite no NOTIFY would tell.
         let next_due =
             if (claims.len() as u32) < limit { self.next_waiting(orchestrator_id, route).await? } else { None };
-        Ok(Polled { claims, stale: extras.stale_after.is_some(), next_due })
+        Ok(Polled { claims, stale: extras.stale_after.is_some(), next_due, completed })
     }
 
     /// PostgreSQL's [`Queue::claim_next_with`]: the poll in one statement.
@@ -252,12 +301,13 @@ impl Queue {
             None => "false".to_string(),
         };
         let route_sql = route.sql(d, &mut values);
+        let (ended, ended_history) = carried(d, extras.done, &mut values, &mut ctes);
         let sql = format!(
             "WITH {ctes}picked AS MATERIALIZED ({pick}), claimed AS ({claim}), history AS (
                  INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
-                 SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {now} FROM claimed
+                 SELECT id, orchestrator_id, {kind}, $2, claim_token, {detail}, {now} FROM claimed{ended_history}
                  {HISTORY_RETURNING}), {outbox}
-             SELECT c.*, s.stale, s.next_due FROM (SELECT {stale} AS stale,
+             SELECT c.*, s.stale, s.next_due, s.ended FROM (SELECT {stale} AS stale, {ended} AS ended,
                     CASE WHEN (SELECT COUNT(*) FROM claimed) < {limit_at} THEN ({next_waiting} AND run_at > {now}) END AS next_due) s
                LEFT JOIN claimed c ON true",
             pick = pick(d, &route_sql, &limit_at),
@@ -275,11 +325,15 @@ impl Queue {
             if row.id.is_some() {
                 claims.push(Claim::from_query_result(r, "")?);
             }
-            head.get_or_insert((row.stale, row.next_due));
+            head.get_or_insert((row.stale, row.next_due, row.ended));
         }
-        let (stale, next_due) = head.unwrap_or((false, None));
+        let (stale, next_due, ended) = head.unwrap_or((false, None, None));
         claims.sort_by_key(|c| c.fence.job);
-        Ok(Polled { claims, stale, next_due: next_due.map(ms_duration) })
+        let mut completed = ended_of_json(ended)?;
+        if completed.len() < extras.done.len() {
+            completed = self.settle_completions(extras.done, completed, machine).await?;
+        }
+        Ok(Polled { claims, stale, next_due: next_due.map(ms_duration), completed })
     }
 
     /// How long until the next claimable job of the orchestrator that `route` may take is

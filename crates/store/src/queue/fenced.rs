@@ -3,7 +3,7 @@
 
 use sea_orm::{FromQueryResult, Value};
 
-use super::dialect::{backoff_ms, kind_of_end, unless_cancelled, Sql};
+use super::dialect::{backoff_ms, kind_of_end, unless_cancelled, Dialect, Sql};
 use super::fence::{pair_list, Fence};
 use super::history::{Detail, History};
 use super::options::{jitter, millis, truncate, Backoff, RetryAfter};
@@ -11,6 +11,24 @@ use super::pool::Queue;
 use super::rows::{decode, decode_first, ended_of, FailOutcome, Renewed, Stated};
 use crate::error::Result;
 use crate::job::{event, JobState};
+
+/// The fenced completion of the claims in `pairs` (`(id, claim_token)` parameters, see
+/// [`pair_list`]): each ends `completed`, or `cancelled` when a cancel was asked for. It
+/// returns what [`Queue::change`] needs. Also the completions that ride a poll.
+pub(super) fn completion_sql(d: &Dialect, pairs: &str) -> String {
+    format!(
+        "UPDATE dispatch_queue
+            SET state = {ends}, finished_at = {now}, claimed_at = NULL,
+                completed_at = CASE WHEN cancel_requested_at IS NULL THEN {now} ELSE NULL END,
+                last_error = CASE WHEN cancel_requested_at IS NULL THEN NULL
+                                  ELSE 'cancelled by ' || COALESCE(cancel_requested_by, '?') END
+          WHERE (id, claim_token) IN ({pairs}) AND {running}
+         RETURNING id, claim_token, orchestrator_id, claimed_by, state",
+        ends = unless_cancelled("'completed'"),
+        now = d.now,
+        running = d.running
+    )
+}
 
 /// A renewed claim, and whether a cancel or a release was asked of it.
 #[derive(FromQueryResult)]
@@ -92,21 +110,21 @@ impl Queue {
         }
         let d = self.dialect();
         let (pairs, values) = pair_list(d, done, 0);
-        let update = format!(
-            "UPDATE dispatch_queue
-                SET state = {ends}, finished_at = {now}, claimed_at = NULL,
-                    completed_at = CASE WHEN cancel_requested_at IS NULL THEN {now} ELSE NULL END,
-                    last_error = CASE WHEN cancel_requested_at IS NULL THEN NULL
-                                      ELSE 'cancelled by ' || COALESCE(cancel_requested_by, '?') END
-              WHERE (id, claim_token) IN ({pairs}) AND {running}
-             RETURNING id, claim_token, orchestrator_id, claimed_by, state",
-            ends = unless_cancelled("'completed'"),
-            now = d.now,
-            running = d.running
-        );
         let history = History { kind: &kind_of_end(event::COMPLETED), machine: Some(machine), detail: Detail::None };
-        let rows = self.change(&update, values, &history).await?;
-        let mut accepted = ended_of(&rows)?;
+        let rows = self.change(&completion_sql(d, &pairs), values, &history).await?;
+        self.settle_completions(done, ended_of(&rows)?, machine).await
+    }
+
+    /// The answer to completions `done` of which `accepted` were written: each of the others
+    /// is either this machine's own earlier completion (a retry after a lost reply) or fenced
+    /// off, and then noted as such.
+    pub(super) async fn settle_completions(
+        &self,
+        done: &[Fence],
+        mut accepted: Vec<(Fence, JobState)>,
+        machine: &str,
+    ) -> Result<Vec<(Fence, JobState)>> {
+        let d = self.dialect();
         let mut rejected: Vec<Fence> = done.iter().copied().filter(|p| !accepted.iter().any(|(a, _)| a == p)).collect();
         if !rejected.is_empty() {
             // A retry after a lost reply (say, the server restarted just after committing)

@@ -52,7 +52,7 @@
 //!   checks of keys and orchestrator ids.
 //! - `enqueue.rs`: adding jobs, deduped by key (the producer's INSERT).
 //! - `claim.rs`: the claims: by id, the herd-free pick-and-claim, a poll with its
-//!   housekeeping, and when the next waiting job is due.
+//!   housekeeping and the completions it carries, and when the next waiting job is due.
 //! - `fenced.rs`: a holder's writes, fenced by [`Fence`]: renew, complete, fail, park,
 //!   release, and what it records on the job (result, worktree, log tail).
 //! - `machine.rs`: [`MachineStore`], the queue bound to one orchestrator and one machine:

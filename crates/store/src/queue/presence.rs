@@ -7,6 +7,7 @@ use sea_orm::{ColIdx, QueryResult, TryGetError, TryGetable, Value};
 use serde::{Deserialize, Serialize};
 
 use super::dialect::Sql;
+use super::fence::Fence;
 use super::pool::Queue;
 use super::route::{names_json, Names, Route};
 use super::rows::decode;
@@ -167,6 +168,9 @@ pub struct PollExtras<'a> {
     pub stale_after: Option<Duration>,
     /// What this machine may pick (none: only jobs with no repo and no labels).
     pub route: Option<&'a Route>,
+    /// This machine's claims whose agents succeeded: completed in the same statement as
+    /// the claim that takes their slots ([`Polled::completed`](super::Polled::completed)).
+    pub done: &'a [Fence],
 }
 
 impl Queue {

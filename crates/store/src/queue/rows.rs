@@ -185,6 +185,10 @@ pub struct Polled {
     pub claims: Vec<Claim>,
     pub stale: bool,
     pub next_due: Option<Duration>,
+    /// The completions the poll carried ([`PollExtras::done`](super::PollExtras::done))
+    /// that ended the claim, with the state each ended in; a fence missing here was fenced
+    /// off (and noted as such), as [`Queue::complete_many`](super::Queue::complete_many) says.
+    pub completed: Vec<(Fence, JobState)>,
 }
 
 /// Counts of an orchestrator's jobs by state.
