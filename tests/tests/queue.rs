@@ -605,9 +605,11 @@ async fn the_poll_is_planned_once() {
 }
 
 /// A poll that carries completions writes them as `complete_many` would: each ends completed
-/// (or cancelled, when a cancel was asked), with its history, and a fence that lost its claim
-/// is refused and noted. On PostgreSQL it is one statement: the completion and the next
-/// claim share a transaction's clock. A retry after a lost answer finds its own completion.
+/// (or cancelled, when a cancel was asked), with its history. On PostgreSQL it is one
+/// statement: the completion and the next claim share a transaction's clock. A fence the
+/// poll did not end is only left out of its answer, with nothing more sent after the commit
+/// (a failure there would have failed a poll whose claims were already made); its task's
+/// `complete_many` then notes a lost claim, or finds its own earlier completion.
 async fn a_poll_carries_completions(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("carry");
@@ -640,8 +642,13 @@ async fn a_poll_carries_completions(backend: Backend) {
         kinds(ids[1]).await,
         vec![("claimed".into(), m()), ("cancel_requested".into(), alice), ("cancelled".into(), m())]
     );
-    let refused = kinds(ids[2]).await;
-    assert!(refused.contains(&("completion_rejected".into(), m())), "{refused:?}");
+    let rejected = |id: i64| {
+        let q = db.queue.clone();
+        async move { q.history(id).await.unwrap().iter().filter(|e| e.kind == "completion_rejected").count() }
+    };
+    assert_eq!(rejected(ids[2]).await, 0, "the poll sends nothing after its commit");
+    assert!(db.queue.complete_many(&f[2..], "m").await.unwrap().is_empty());
+    assert_eq!(rejected(ids[2]).await, 1, "its task's complete_many notes the lost claim");
     assert_eq!(db.queue.job(other.fence.job).await.unwrap().unwrap().0.state, JobState::Running);
     if backend == Backend::Postgres {
         let at = |id: i64, kind: &'static str| {
@@ -655,7 +662,8 @@ async fn a_poll_carries_completions(backend: Backend) {
     let again = [f[0]];
     let extras = PollExtras { done: &again, ..Default::default() };
     let p = db.queue.claim_next_with(&orch, "m", 1, &extras).await.unwrap();
-    assert_eq!(p.completed, vec![(f[0], JobState::Completed)]);
+    assert!(p.completed.is_empty(), "this poll did not end it");
+    assert_eq!(db.queue.complete_many(&again, "m").await.unwrap(), vec![(f[0], JobState::Completed)]);
     assert_eq!(kinds(ids[0]).await.len(), 2, "no second completion, no rejection note");
 }
 

@@ -120,13 +120,14 @@ pub struct JobDone {
 }
 
 /// A completion offered to the poll that fills its slot, so that a machine with both to do
-/// sends one statement. The machine answers with how the claim ended (`None`: fenced off),
-/// or drops the offer (no poll was about to go, or it failed), and then the job's task
-/// completes on its own through the [`Completer`].
+/// sends one statement. The machine answers with the state the poll ended the claim in, or
+/// drops the offer (no poll was about to go, the poll failed, or it did not end the claim),
+/// and then the job's task completes on its own through the [`Completer`], which also says
+/// whether the claim was fenced off.
 #[derive(Debug)]
 pub struct Rider {
     pub fence: Fence,
-    pub reply: oneshot::Sender<Option<JobState>>,
+    pub reply: oneshot::Sender<JobState>,
 }
 
 /// Everything a job's task needs; shared by every job started under the same settings.
@@ -643,7 +644,7 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
     match exit {
         AgentExit::Success => {
             let ended = match ride(ctx, fence).await {
-                Some(ended) => Ok(ended),
+                Some(state) => Ok(Some(state)),
                 None => retry::transient("completing", Budget::WRITE, || ctx.completer.complete(fence)).await,
             };
             match ended {
@@ -677,7 +678,7 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
 
 /// Offers the completion of claim `fence` to the poll that fills its slot ([`Rider`]): the
 /// slot is free from now on. `None`: the machine did not carry it.
-async fn ride(ctx: &JobCtx, fence: Fence) -> Option<Option<JobState>> {
+async fn ride(ctx: &JobCtx, fence: Fence) -> Option<JobState> {
     let (reply, answer) = oneshot::channel();
     let rider = Some(Rider { fence, reply });
     ctx.done.send(JobDone { fence, agent_error: None, rider, slot_freed: false }).ok()?;

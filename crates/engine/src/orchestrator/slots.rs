@@ -97,6 +97,8 @@ impl Machine {
         // sends one statement per poll: presence in the same statement, and a read-only
         // stale-lease test whose answer decides whether a sweep is worth a statement.
         let by_id = self.cfg.claim_mode == ClaimMode::ById;
+        // The claim by id carries nothing (`can_carry` says so too): its riders go back now.
+        let riders = if by_id { Vec::new() } else { riders };
         let presence = (!by_id && self.presence_due()).then(|| self.presence_fields());
         let stale_after = (!by_id && self.maintenance.take_due()).then_some(self.cfg.claim_timeout);
         if by_id {
@@ -119,10 +121,12 @@ impl Machine {
         tokio::spawn(async move {
             let result = req.run().await;
             if let Ok(p) = &result {
-                stats.completions_carried.fetch_add(riders.len() as u64, Ordering::Relaxed);
                 for r in riders {
-                    let ended = p.completed.iter().find(|(f, _)| *f == r.fence).map(|(_, s)| *s);
-                    let _ = r.reply.send(ended);
+                    // A rider the poll did not end is dropped: its task completes on its own.
+                    if let Some((_, state)) = p.completed.iter().find(|(f, _)| *f == r.fence) {
+                        stats.completions_carried.fetch_add(1, Ordering::Relaxed);
+                        let _ = r.reply.send(*state);
+                    }
                 }
             }
             let _ = tx.send(Net::Polled { result, asked: free, sent, hold });

@@ -229,9 +229,11 @@ impl Queue {
     /// written by its own statement and `stale` is always true when asked (sweep as before).
     ///
     /// A machine whose agents succeeded names their claims in `extras.done`: they are
-    /// completed as [`Queue::complete_many`] completes them, on PostgreSQL in this same
+    /// completed by [`Queue::complete_many`]'s fenced UPDATE, on PostgreSQL in this same
     /// statement (a data-modifying CTE), on SQLite in the statement before it. So a machine
-    /// with a completion and a free slot sends one statement for both.
+    /// with a completion and a free slot sends one statement for both. The poll says which
+    /// it ended and nothing more: a fence it did not end goes to `complete_many`, which tells
+    /// a fenced-off claim (and notes it) from one this machine had ended already.
     ///
     /// On both backends the claims and their "claimed" events commit together.
     pub async fn claim_next_with(
@@ -247,7 +249,8 @@ impl Queue {
             return self.poll_postgres(orchestrator_id, machine, limit, extras, route).await;
         }
         // No data-modifying CTEs: the completions go first, in their own statement.
-        let completed = if extras.done.is_empty() { vec![] } else { self.complete_many(extras.done, machine).await? };
+        let completed =
+            if extras.done.is_empty() { vec![] } else { self.complete_fenced(extras.done, machine).await? };
         if let Some(p) = &extras.presence {
             if let Err(e) = self.heartbeat_machine(p).await {
                 tracing::debug!(error = %e, "presence update failed");
@@ -329,10 +332,13 @@ impl Queue {
         }
         let (stale, next_due, ended) = head.unwrap_or((false, None, None));
         claims.sort_by_key(|c| c.fence.job);
-        let mut completed = ended_of_json(ended)?;
-        if completed.len() < extras.done.len() {
-            completed = self.settle_completions(extras.done, completed, machine).await?;
-        }
+        // Committed: from here nothing may fail the poll, or its claims would be neither run
+        // nor held until the sweep. A carried completion the answer does not name is left to
+        // its job's task ([`Polled::completed`]).
+        let completed = ended_of_json(ended).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not read which carried completions ended; their jobs complete them");
+            vec![]
+        });
         Ok(Polled { claims, stale, next_due: next_due.map(ms_duration), completed })
     }
 

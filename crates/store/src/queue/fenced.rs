@@ -108,17 +108,24 @@ impl Queue {
         if done.is_empty() {
             return Ok(vec![]);
         }
+        let accepted = self.complete_fenced(done, machine).await?;
+        self.settle_completions(done, accepted, machine).await
+    }
+
+    /// The fenced UPDATE of [`Queue::complete_many`] alone, with its history: the claims it
+    /// ended, and no word on the others.
+    pub(super) async fn complete_fenced(&self, done: &[Fence], machine: &str) -> Result<Vec<(Fence, JobState)>> {
         let d = self.dialect();
         let (pairs, values) = pair_list(d, done, 0);
         let history = History { kind: &kind_of_end(event::COMPLETED), machine: Some(machine), detail: Detail::None };
         let rows = self.change(&completion_sql(d, &pairs), values, &history).await?;
-        self.settle_completions(done, ended_of(&rows)?, machine).await
+        ended_of(&rows)
     }
 
     /// The answer to completions `done` of which `accepted` were written: each of the others
     /// is either this machine's own earlier completion (a retry after a lost reply) or fenced
     /// off, and then noted as such.
-    pub(super) async fn settle_completions(
+    async fn settle_completions(
         &self,
         done: &[Fence],
         mut accepted: Vec<(Fence, JobState)>,

@@ -186,8 +186,10 @@ pub struct Polled {
     pub stale: bool,
     pub next_due: Option<Duration>,
     /// The completions the poll carried ([`PollExtras::done`](super::PollExtras::done))
-    /// that ended the claim, with the state each ended in; a fence missing here was fenced
-    /// off (and noted as such), as [`Queue::complete_many`](super::Queue::complete_many) says.
+    /// that it ended, with the state each ended in. A fence missing here was not ended by
+    /// this poll (fenced off, or ended by an earlier try): complete it with
+    /// [`Queue::complete_many`](super::Queue::complete_many), which says which and notes a
+    /// fenced one.
     pub completed: Vec<(Fence, JobState)>,
 }
 
