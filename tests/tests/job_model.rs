@@ -439,9 +439,10 @@ async fn the_migration_upgrades_a_queue_that_holds_jobs(backend: Backend) {
     use devpilot_migrations::{Migrator, MigratorTrait};
     let db = TestDb::new(backend).await;
     let orch = db.orch("upgrade");
-    // Down past the agents, channels, HOT-renewal, caps, presence-order, sources, GitHub and
-    // sessions migrations too: all nine come back up over the rows below.
-    Migrator::down(db.admin(), Some(9)).await.unwrap();
+    // Down past every migration from the job model on (the agents, channels, … sessions and
+    // later ones too): all of them come back up over the rows below. Counted, so a new
+    // migration does not move the target.
+    Migrator::down(db.admin(), Some(Migrator::migrations().len() as u32 - 3)).await.unwrap();
     for (state, created) in [("queued", 3_000), ("queued", 2_000), ("completed", 9_000), ("cancelled", 9_000)] {
         db.exec(&format!(
             "INSERT INTO dispatch_queue (orchestrator_id, payload, state, created_at, completed_at)

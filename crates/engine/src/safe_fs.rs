@@ -7,7 +7,8 @@
 //! - a write below a root walks the path one directory at a time with `O_NOFOLLOW` from the
 //!   root's real path, refuses a symlink at any step, and creates the file new (`O_EXCL`)
 //!   after unlinking a regular file in its place: nothing is written through a link, and
-//!   nothing lands outside the root ([`write_beneath`]);
+//!   nothing lands outside the root ([`write_beneath`]); what another machine sent is only
+//!   ever created, never put in place of a file that is there ([`create_beneath`]);
 //! - a file of DevPilot's own is created new, private and without following links
 //!   ([`create_private`]), in a directory only this user can enter ([`private_dir`]);
 //! - a file an agent wrote is read only if it is a regular file, opened without following
@@ -94,8 +95,28 @@ pub fn write_beneath(root: &Path, rel: &Path, from: &mut dyn Read, mode: u32) ->
         Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(e.into()),
     }
+    create_in(&dir, name, from, mode)
+}
+
+/// Writes `from` (read to its end) to `rel` below `root`, with `mode`, as a new file: if
+/// anything is there already (a file, a symlink, a directory), the error is `AlreadyExists`
+/// and nothing is replaced or written. For what another machine sent (a carried session),
+/// which must never overwrite a file of this one.
+pub fn create_beneath(root: &Path, rel: &Path, from: &mut dyn Read, mode: u32) -> io::Result<u64> {
+    let (dirs, name) = split_relative(rel)?;
+    let dir = walk(root, &dirs, true)?;
+    create_in(&dir, name, from, mode).map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists => {
+            io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists; it is not replaced", rel.display()))
+        }
+        _ => e,
+    })
+}
+
+/// Creates `name` in `dir` new (`O_EXCL`, never through a symlink) and copies `from` into it.
+fn create_in(dir: &OwnedFd, name: &std::ffi::OsStr, from: &mut dyn Read, mode: u32) -> io::Result<u64> {
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut file = File::from(rustix::fs::openat(&dir, name, flags, Mode::from_raw_mode(mode))?);
+    let mut file = File::from(rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(mode))?);
     let n = io::copy(from, &mut file)?;
     file.flush()?;
     Ok(n)
@@ -259,6 +280,29 @@ mod tests {
         assert!(!root.join(".env").exists(), "the file it wrote is removed");
         assert!(remove_beneath(&root, Path::new("conf/victim.txt")).is_err(), "not through a symlinked dir");
         assert!(victim.exists());
+    }
+
+    /// What another machine sent is only created: a file, a hard link or a symlink already at
+    /// the path is left as it is, and the write says so.
+    #[test]
+    fn a_create_never_replaces_what_is_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim.jsonl");
+        std::fs::write(&victim, "mine\n").unwrap();
+        let root = tmp.path().join("cli");
+        std::fs::create_dir_all(root.join("sessions")).unwrap();
+        std::fs::write(root.join("sessions/other.jsonl"), "theirs\n").unwrap();
+        std::fs::hard_link(&victim, root.join("sessions/linked.jsonl")).unwrap();
+        symlink(&victim, root.join("sessions/link.jsonl")).unwrap();
+        for name in ["other.jsonl", "linked.jsonl", "link.jsonl"] {
+            let mut data: &[u8] = b"carried\n";
+            let e = create_beneath(&root, &Path::new("sessions").join(name), &mut data, 0o600).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{name}: {e}");
+        }
+        assert_eq!(std::fs::read_to_string(root.join("sessions/other.jsonl")).unwrap(), "theirs\n");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
+        let mut data: &[u8] = b"carried\n";
+        assert_eq!(create_beneath(&root, Path::new("sessions/new/s.jsonl"), &mut data, 0o600).unwrap(), 8);
     }
 
     /// A FIFO, a symlink to /dev/zero and an oversized file are refused, without blocking.

@@ -33,11 +33,20 @@ pub struct SavedSession {
     pub session_id: String,
     /// The worktree (or scratch dir) the session was written under, on `machine`.
     pub cwd: String,
-    pub bundle: String,
+    /// `None` when the stored bundle is over [`SESSION_BUNDLE_CAP`]: it is never read.
+    pub bundle: Option<String>,
     /// The session's size before compression.
     pub raw_size: i64,
     pub saved_at: i64,
 }
+
+/// The most a carried session's `bundle` holds, in bytes of base64 text. The database
+/// refuses a longer one (`m20261209_000002_session_caps`), and the read leaves one that is
+/// there already unread, so a claim never fetches or decodes more than this.
+pub const SESSION_BUNDLE_CAP: usize = 16 << 20;
+
+/// The most a carried session's `cwd` holds, in bytes (the longest path Linux takes).
+pub const SESSION_CWD_CAP: usize = 4096;
 
 /// The preset $3 and the resumed machine $4 of claim ($1, $2), at its start.
 static AGENT_START: Sql = Sql::new(|d| {
@@ -76,12 +85,21 @@ static SAVE_SESSION: Sql = Sql::new(|d| {
     )
 });
 
-/// The session saved for job $1, if the job is still live.
+/// The session saved for job $1, if the job is still live. A bundle over the cap (a row
+/// from before the cap, or written with the trigger dropped) comes back NULL: its length is
+/// read, not its text. The session id and the path come back cut to one byte past their
+/// caps, so the restore refuses them without fetching more.
 static LOAD_SESSION: Sql = Sql::new(|d| {
+    // `octet_length` reads a value's size, not the value: PostgreSQL's from the TOAST
+    // header, SQLite's (3.43+, bundled) from the record header.
     format!(
-        "SELECT s.job_id, s.claim_token, s.machine, s.agent, s.session_id, s.cwd, s.bundle, s.raw_size, s.saved_at
+        "SELECT s.job_id, s.claim_token, s.machine, s.agent, substr(s.session_id, 1, 201) AS session_id,
+                substr(s.cwd, 1, {cwd}) AS cwd, CASE WHEN octet_length(s.bundle) <= {cap} THEN s.bundle END AS bundle,
+                s.raw_size, s.saved_at
            FROM job_sessions s JOIN dispatch_queue q ON q.id = s.job_id
           WHERE s.job_id = $1 AND q.{live}",
+        cwd = SESSION_CWD_CAP + 1,
+        cap = SESSION_BUNDLE_CAP,
         live = d.live
     )
 });
@@ -111,6 +129,14 @@ impl Queue {
     /// Saves the agent's conversation for the next claimer, fenced by `fence`, and says so
     /// in the job's history (`session_carried`, with the sizes). `false`: the claim is gone.
     pub async fn save_session(&self, fence: &Fence, machine: &str, s: &NewSession<'_>) -> Result<bool> {
+        // The table refuses them too; this says why before anything is sent.
+        if s.bundle.len() > SESSION_BUNDLE_CAP || s.cwd.len() > SESSION_CWD_CAP {
+            let (bundle, cwd) = (s.bundle.len(), s.cwd.len());
+            return Err(crate::error::Error::Invalid(format!(
+                "the session bundle ({bundle} bytes) or its path ({cwd} bytes) is over the cap \
+                 ({SESSION_BUNDLE_CAP} and {SESSION_CWD_CAP} bytes); it is not carried"
+            )));
+        }
         let values: Vec<Value> = vec![
             fence.job.into(),
             fence.token.into(),
