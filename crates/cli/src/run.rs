@@ -85,6 +85,9 @@ pub struct RunArgs {
     /// How long a hand-off may spend pushing the work in progress (default: the settings', 4s).
     #[arg(long)]
     pub handoff_push_timeout: Option<String>,
+    /// The longest a parked job waits, whatever its agent asked for (default: the settings', 7d).
+    #[arg(long)]
+    pub max_park: Option<String>,
     /// Variables of this environment agents and setup commands get besides the allowlist
     /// (names or PREFIX* patterns, e.g. MY_TOKEN,AWS_*; adds to the settings' pass_env).
     #[arg(long, value_name = "NAMES")]
@@ -110,6 +113,7 @@ impl RunArgs {
             (&self.retry_backoff, &mut s.retry_backoff),
             (&self.retry_backoff_max, &mut s.retry_backoff_max),
             (&self.handoff_push_timeout, &mut s.handoff_push_timeout),
+            (&self.max_park, &mut s.max_park),
         ] {
             if let Some(text) = flag {
                 *span = Span::parse(text)?;

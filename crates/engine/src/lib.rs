@@ -24,6 +24,7 @@
 //! - [`config`]: where the app keeps its files, and the settings file (read, set aside, saved).
 //! - [`database`]: which database this machine uses (environment, settings, keychain, default).
 //! - [`secrets`]: the database password in the OS keychain.
+//! - [`redact`]: the secrets this process knows, taken out of agent text before it leaves.
 //! - [`seal`]: a runner takes its secrets out of its environment at start and is not
 //!   dumpable, so a same-user agent cannot read them from `/proc`.
 
@@ -34,6 +35,7 @@ pub mod environ;
 pub mod git;
 pub mod orchestrator;
 pub mod preset;
+pub mod redact;
 pub mod safe_fs;
 pub mod seal;
 pub mod secrets;

@@ -103,6 +103,9 @@ pub struct Settings {
     pub max_runtime: Option<Span>,
     /// How long a hand-off may spend pushing the work in progress.
     pub handoff_push_timeout: Span,
+    /// The longest a parked job waits (exit 75), whatever reset time or `retry_after` its
+    /// agent gave: an agent cannot put its job away for years.
+    pub max_park: Span,
     /// Variables of the environment that agents and setup commands get besides the
     /// allowlist (the base variables, and what a preset's CLI reads): names or `PREFIX*`
     /// patterns, e.g. `["MY_TOKEN", "AWS_*"]`.
@@ -145,6 +148,7 @@ impl Default for Settings {
             idle_timeout: None,
             max_runtime: None,
             handoff_push_timeout: Span::default_of("4s"),
+            max_park: Span::default_of("7d"),
             pass_env: vec![],
             poll_only: false,
             dispatch_enabled: true,
@@ -194,6 +198,9 @@ impl Settings {
         self.repos()?;
         for (name, source) in &self.sources {
             source.validate(name)?;
+        }
+        if self.max_park.get() < Duration::from_secs(60) {
+            return Err(Error::Invalid(format!("max park '{}' must be at least a minute", self.max_park)));
         }
         for limit in [&self.idle_timeout, &self.max_runtime].into_iter().flatten() {
             if limit.get() < Duration::from_secs(1) {
@@ -312,6 +319,7 @@ mod tests {
         assert!(bad(&|s| s.agent = Some("echo 'unclosed".into())).contains("agent command"));
         assert!(bad(&|s| s.database_url = Some("postgres://u:pw@h/d".into())).contains("keychain"));
         assert!(bad(&|s| s.idle_timeout = Some(span("10ms"))).contains("watchdog"));
+        assert!(bad(&|s| s.max_park = span("30s")).contains("max park"));
         assert!(bad(&|s| s.labels = vec!["a b".into()]).contains("label"));
         assert!(bad(&|s| {
             s.repos.insert("web".into(), RepoSettings::default());

@@ -16,12 +16,14 @@
 //!   unprepared statements of pooled mode, and driver errors in plain words.
 //! - [`error`]: the one error type, with database errors classified by SQLSTATE.
 //! - [`retry`]: the one retry policy (backoff for transient errors only).
+//! - [`redact`]: the values of a machine's secrets, replaced in text before it is stored.
 
 pub mod db;
 pub mod error;
 pub mod job;
 pub mod listen;
 pub mod queue;
+pub mod redact;
 pub mod retry;
 pub mod spec;
 

@@ -75,6 +75,8 @@ pub struct RunConfig {
     /// The bound on a hand-off's push of the work in progress.
     pub push_bound: Duration,
     pub watchdog: Watchdog,
+    /// The longest a park may wait, whatever the agent asked for.
+    pub max_park: Duration,
     /// The tracker sources this machine polls and delivers for (the enabled ones).
     pub sources: BTreeMap<String, crate::sources::SourceSettings>,
     /// The attempts a job the intake adds gets.
@@ -143,6 +145,7 @@ impl RunConfig {
                 idle: s.idle_timeout.as_ref().map(Span::get),
                 max_runtime: s.max_runtime.as_ref().map(Span::get),
             },
+            max_park: s.max_park.get(),
             sources: s.sources.iter().filter(|(_, x)| x.enabled).map(|(n, x)| (n.clone(), x.clone())).collect(),
             max_attempts: s.max_attempts.max(1),
             keys: crate::sources::KeyStore::Keychain { service: crate::secrets::SERVICE.into() },
@@ -151,6 +154,7 @@ impl RunConfig {
 
     /// What the sources service runs with.
     pub fn sources_cfg(&self) -> crate::sources::SourcesCfg {
+        use crate::sources::RepoRemote;
         crate::sources::SourcesCfg {
             orchestrator_id: self.orchestrator_id.clone(),
             machine: self.machine.clone(),
@@ -158,6 +162,11 @@ impl RunConfig {
             max_attempts: self.max_attempts,
             keys: self.keys.clone(),
             pull_requests: self.repos.iter().map(|(n, r)| (n.clone(), r.pull_request)).collect(),
+            remotes: self
+                .repos
+                .iter()
+                .map(|(n, r)| (n.clone(), RepoRemote { clone: r.path.clone(), remote: r.remote.clone() }))
+                .collect(),
         }
     }
 

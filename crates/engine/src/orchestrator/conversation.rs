@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use crate::agent::{AgentEnv, AgentExit, AgentSpec, LogSpan};
 use crate::preset::outcome::{Printed, RunReport};
-use crate::preset::session::{SessionError, SessionPlace};
+use crate::preset::session::{SessionError, SessionPlace, AIDER_SESSION};
 use crate::preset::{Conversation, Preset, PresetSettings};
 use devpilot_store::job::event;
-use devpilot_store::queue::{Claim, Fence, MachineStore, NewSession, SavedSession};
+use devpilot_store::queue::{Claim, Fence, MachineStore, NewSession, SavedSession, SESSION_BUNDLE_CAP};
 use devpilot_store::retry::{self, Budget};
 
 /// One attempt's conversation.
@@ -27,9 +27,6 @@ pub(super) struct Talk {
     /// The machine whose conversation this attempt resumed, when not this one.
     pub(super) moved_from: Option<String>,
 }
-
-/// The id aider's chat history is carried under (it has no session id).
-const AIDER_SESSION: &str = "chat-history";
 
 /// Where an agent runs, and who for: what [`begin`] needs besides the claim.
 pub(super) struct Runs<'a> {
@@ -90,26 +87,24 @@ async fn resume(
         Some("it is from an earlier attempt than the last one".to_string())
     } else if saved.machine != here && !handed_off {
         Some(format!("it was saved on {} at a park or a deadline, and its work stayed there", saved.machine))
+    } else if saved.bundle.is_none() {
+        Some(format!("it is stored as more than the {SESSION_BUNDLE_CAP} bytes a session may be, so it was not read"))
     } else {
         None
     };
     let restored = match why_not {
         Some(why) => Err(why),
-        None => {
-            let (place, s) = (place.clone(), saved.clone());
-            let work = move || preset.restore(&place, &s.session_id, &s.cwd, &s.bundle);
-            let done = tokio::task::spawn_blocking(work).await;
-            done.map_err(|e| format!("the restore stopped: {e}")).and_then(|r| r.map_err(|e| e.to_string()))
-        }
+        None => restore(preset, place, &saved, here).await,
     };
     match restored {
         Ok((talk, bytes)) => {
             let took = started.elapsed().as_millis();
             let kib = bytes as f64 / 1024.0;
-            let detail = format!(
-                "{preset} session {} from {} resumed: {kib:.1} KiB restored in {took} ms",
-                saved.session_id, saved.machine
-            );
+            let how = match bytes {
+                0 => "its file was still here".to_string(),
+                _ => format!("{kib:.1} KiB restored in {took} ms"),
+            };
+            let detail = format!("{preset} session {} from {} resumed: {how}", saved.session_id, saved.machine);
             tracing::info!(job = fence.job, "{detail}");
             store.note_agent(&fence, event::SESSION_RESUMED, &detail).await;
             let moved = (saved.machine != here).then_some(saved.machine);
@@ -124,6 +119,28 @@ async fn resume(
     }
 }
 
+/// Puts `saved` back for `preset` on this machine, off the async runtime. Back on the machine
+/// that saved it (after a park or a deadline), the CLI's own file is still where the restore
+/// would put it: that one is resumed as it is, never replaced.
+async fn restore(
+    preset: Preset,
+    place: &SessionPlace,
+    saved: &SavedSession,
+    here: &str,
+) -> Result<(Conversation, usize), String> {
+    let (place, s) = (place.clone(), saved.clone());
+    let work = move || preset.restore(&place, &s.session_id, &s.cwd, s.bundle.as_deref().unwrap_or_default());
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(SessionError::Exists(file))) if saved.machine == here => {
+            let file = (preset == Preset::Gemini).then_some(file);
+            Ok((Conversation::Resume { id: saved.session_id.clone(), file }, 0))
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("the restore stopped: {e}")),
+    }
+}
+
 /// The values of the variables the agent is given (the allowlist, its preset's variables,
 /// `pass_env`, the settings' env) whose names say they are secret: a key, a token, a
 /// password.
@@ -134,7 +151,14 @@ fn secrets_of(preset: Preset, settings: &PresetSettings, pass_env: &[String]) ->
         .into_iter()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()));
     let from_settings = settings.env.iter().map(|(k, v)| (k.clone(), v.clone()));
-    given.chain(from_settings).filter(|(k, v)| secret(k) && v.len() >= 8).map(|(_, v)| v).collect()
+    let mut out: Vec<String> =
+        given.chain(from_settings).filter(|(k, v)| secret(k) && v.len() >= 8).map(|(_, v)| v).collect();
+    // And by value, every secret this machine knows ([`crate::redact`]); the longest first,
+    // so one that contains another goes whole.
+    out.extend(crate::redact::known().values().iter().cloned());
+    out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    out.dedup();
+    out
 }
 
 /// A variable of the agent's environment: the settings' own, else the runner's.

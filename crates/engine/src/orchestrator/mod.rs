@@ -26,6 +26,7 @@
 //! [`CancellationToken`](tokio_util::sync::CancellationToken) that every job's cancel
 //! descends from; and a stop (or a hand-off) is over when its tracker has no task left.
 
+mod bounds;
 mod clock;
 mod config;
 mod conversation;

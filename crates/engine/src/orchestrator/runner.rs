@@ -11,10 +11,12 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::bounds;
 use super::conversation;
 use super::lease::{Order, Standing};
 use super::status::{Event, JobRef, LossReason};
 use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
+use crate::preset::trust::ProjectConfig;
 use crate::preset::Conversation;
 use crate::worktree::{Workspaces, Worktree};
 use devpilot_store::error::{Error, Result};
@@ -151,6 +153,8 @@ pub struct JobCtx {
     pub keeper: mpsc::UnboundedSender<Order>,
     /// The retry backoff of jobs that carry none of their own.
     pub backoff: Backoff,
+    /// The longest a park may wait, whatever the agent asked for.
+    pub max_park: Duration,
     /// Where a job with no repo gets a scratch directory of its own to run in.
     pub scratch_root: std::path::PathBuf,
 }
@@ -330,8 +334,9 @@ async fn launch_of(
     let talk = conversation::begin(runs, claim).await;
     let conversation = talk.as_ref().map_or(Conversation::New { id: None }, |t| t.conversation.clone());
     let moved_from = talk.as_ref().and_then(|t| t.moved_from.clone());
+    let config = worktree.map_or(ProjectConfig::Trusted, |w| ProjectConfig::from(&w.start));
     let worktree = worktree.map(|w| (w.path.clone(), w.branch.clone()));
-    (Launch { spec, cwd, worktree, talk: conversation, moved_from }, talk)
+    (Launch { spec, cwd, worktree, talk: conversation, moved_from, config }, talk)
 }
 
 /// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated), the
@@ -418,6 +423,11 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
         ws.finish(&wt, false).await;
         return Err(NotReady::Job(e.to_string()));
     }
+    // A CLI that would load an agent's project configuration never starts.
+    if let Some(why) = ctx.agent.preset().and_then(|p| p.refusal(&wt)) {
+        ws.finish(&wt, false).await;
+        return Err(NotReady::Job(why));
+    }
     Ok(Place { log, spec, worktree: Some(wt), scratch: None })
 }
 
@@ -461,6 +471,8 @@ async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
             Some(e)
         }
         NotReady::Job(msg) => {
+            // A setup's output is in it: the machine's secrets go before it is logged.
+            let msg = ctx.store.redactor().redact(&msg).into_owned();
             tracing::warn!(job = id, "{msg}");
             if let Some(ev) = report_exit(ctx, job, AgentExit::Failed(msg), AgentResult::default()).await {
                 let _ = ctx.events.send(ev);
@@ -602,7 +614,7 @@ async fn report(
     let (fence, id) = (job.fence(), job.id);
     match outcome {
         Outcome::Exited(exit, result) | Outcome::Stopped(exit, result) => {
-            let result = result.unwrap_or_default();
+            let (exit, result) = bounds::redacted(ctx.store.redactor(), exit, result.unwrap_or_default());
             keep_result(ctx, fence, &result).await;
             report_exit(ctx, job, exit, result).await
         }
@@ -664,8 +676,10 @@ async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentRe
             }
         }
         AgentExit::TryLater => {
-            let after = result.retry_after.unwrap_or(RetryAfter::Backoff);
-            let park = || ctx.store.park(&fence, after, ctx.backoff, result.parked_why.as_deref());
+            let asked = result.retry_after.unwrap_or(RetryAfter::Backoff);
+            let (after, cap_note) = bounds::capped(asked, ctx.max_park, bounds::now_ms());
+            let why = bounds::park_reason(result.parked_why, cap_note);
+            let park = || ctx.store.park(&fence, after, ctx.backoff, why.as_deref());
             match retry::transient("parking", Budget::WRITE, park).await {
                 Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
                 Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),

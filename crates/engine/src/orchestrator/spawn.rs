@@ -53,8 +53,11 @@ pub fn spawn_into(
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let stats = Arc::new(Stats::default());
     let handle = Handle { cmd: cmd_tx, events: events.clone(), status: status.subscribe(), stats: stats.clone() };
+    // What its agents are given is known before any of them runs: the store redacts it.
+    crate::redact::learn_agent_env(&cfg.agent, &cfg.pass_env);
     let store =
-        MachineStore::new(queue.with_call_timeout(call_bound(cfg.heartbeat)), &cfg.orchestrator_id, &cfg.machine);
+        MachineStore::new(queue.with_call_timeout(call_bound(cfg.heartbeat)), &cfg.orchestrator_id, &cfg.machine)
+            .with_redactor(crate::redact::known().clone());
     let (news_tx, news_rx) = mpsc::unbounded_channel();
     let (orders, orders_rx) = mpsc::unbounded_channel();
     tokio::spawn(
@@ -145,6 +148,7 @@ pub(super) fn job_ctx(
         done,
         keeper,
         backoff: cfg.backoff,
+        max_park: cfg.max_park,
         scratch_root: cfg.scratch_root.clone(),
     }
 }

@@ -72,6 +72,7 @@ pub fn start_machine(
     cfg: RunConfig,
     wiring: Wiring,
 ) -> (Handle, tokio::task::JoinHandle<()>) {
+    crate::redact::known().learn_all(url.password());
     let hints = if url.pooled() { None } else { devpilot_store::listen::spawn(url, &cfg.orchestrator_id, &queue) };
     spawn_into(queue, cfg, hints, wiring.status, wiring.events, wiring.clock)
 }

@@ -79,6 +79,16 @@ impl KeyStore {
     /// `kind`'s credential, if this machine has one. A keychain that cannot be reached is
     /// logged and counts as no key: the source says so, and the rest of the machine works on.
     pub async fn key(&self, kind: SourceKind) -> Option<ApiKey> {
+        let key = self.find(kind).await;
+        // Whatever this machine holds, no agent text it sends out may carry.
+        if let Some(k) = &key {
+            crate::redact::known().learn(k.secret());
+        }
+        key
+    }
+
+    /// Where [`KeyStore::key`] looks: the given key, the variable, the keychain.
+    async fn find(&self, kind: SourceKind) -> Option<ApiKey> {
         if let KeyStore::Given(k) = self {
             return Some(k.clone());
         }

@@ -34,8 +34,9 @@ pub enum WorktreeError {
     SetupWait { argv: String, source: std::io::Error },
     #[error("setup `{argv}` took longer than {}", humantime::format_duration(*.bound))]
     SetupTimedOut { argv: String, bound: Duration },
-    /// `tail`: the last lines the setup printed.
-    #[error("setup `{argv}` failed ({status}): {tail}")]
+    /// `tail`: the last lines the setup printed, on a line of their own: the first line is
+    /// what a tracker's issue is told.
+    #[error("setup `{argv}` failed ({status}); its last lines:\n{tail}")]
     SetupFailed { argv: String, status: ExitStatus, tail: String },
     #[error(transparent)]
     Git(#[from] GitError),

@@ -1,4 +1,6 @@
-//! [`MachineStore`]: the queue as one machine of one orchestrator writes it.
+//! [`MachineStore`]: the queue as one machine of one orchestrator writes it. Every text a
+//! machine writes about a job (an error, a summary, a log tail, a history note) goes through
+//! here, so here is where the values of its secrets are taken out ([`Redactor`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,20 +14,33 @@ use super::rows::{Claim, FailOutcome, OpenWork, Polled, Pruned, Renewed, Swept};
 use super::session::{NewSession, SavedSession, Usage};
 use crate::error::Result;
 use crate::job::JobState;
+use crate::redact::Redactor;
 
 /// The queue bound to one orchestrator and one machine, which are fixed for the life of a
 /// machine: its calls name only what changes, the job ([`Fence`] after a claim). Every
-/// statement is still [`Queue`]'s; this only carries the two names to it.
+/// statement is still [`Queue`]'s; this only carries the two names to it, and redacts the
+/// text it writes.
 #[derive(Clone, Debug)]
 pub struct MachineStore {
     queue: Queue,
     orchestrator_id: Arc<str>,
     machine: Arc<str>,
+    redactor: Redactor,
 }
 
 impl MachineStore {
     pub fn new(queue: Queue, orchestrator_id: &str, machine: &str) -> Self {
-        Self { queue, orchestrator_id: orchestrator_id.into(), machine: machine.into() }
+        Self { queue, orchestrator_id: orchestrator_id.into(), machine: machine.into(), redactor: Redactor::default() }
+    }
+
+    /// The same store, taking `redactor`'s values out of every text it writes.
+    pub fn with_redactor(self, redactor: Redactor) -> Self {
+        Self { redactor, ..self }
+    }
+
+    /// The values this store takes out of what it writes.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     /// The queue underneath, for what is not one machine's (the tray's window, presence).
@@ -71,7 +86,7 @@ impl MachineStore {
     }
 
     pub async fn fail(&self, fence: &Fence, error: &str, defaults: Backoff) -> Result<Option<FailOutcome>> {
-        self.queue.fail_with(fence, &self.machine, error, defaults).await
+        self.queue.fail_with(fence, &self.machine, &self.redactor.redact(error), defaults).await
     }
 
     pub async fn park(
@@ -81,11 +96,13 @@ impl MachineStore {
         defaults: Backoff,
         reason: Option<&str>,
     ) -> Result<Option<(JobState, i64)>> {
-        self.queue.park_because(fence, &self.machine, after, defaults, reason).await
+        let reason = self.redactor.redact_opt(reason);
+        self.queue.park_because(fence, &self.machine, after, defaults, reason.as_deref()).await
     }
 
     pub async fn record_result(&self, fence: &Fence, summary: Option<&str>, url: Option<&str>) -> Result<bool> {
-        self.queue.record_result(fence, summary, url).await
+        let (summary, url) = (self.redactor.redact_opt(summary), self.redactor.redact_opt(url));
+        self.queue.record_result(fence, summary.as_deref(), url.as_deref()).await
     }
 
     pub async fn record_worktree(&self, fence: &Fence, worktree: &str) -> Result<bool> {
@@ -110,15 +127,15 @@ impl MachineStore {
 
     /// A history note about the agent of claim `fence` (a session resumed, or why not).
     pub async fn note_agent(&self, fence: &Fence, kind: &str, detail: &str) {
-        self.queue.note_now(fence.job, kind, &self.machine, Some(fence.token), detail).await
+        self.queue.note_now(fence.job, kind, &self.machine, Some(fence.token), &self.redactor.redact(detail)).await
     }
 
     pub async fn record_pushed(&self, fence: &Fence, remote: &str) -> Result<bool> {
-        self.queue.record_pushed(fence, remote).await
+        self.queue.record_pushed(fence, &self.redactor.redact(remote)).await
     }
 
     pub async fn store_log_tail(&self, fence: &Fence, tail: &str) -> Result<bool> {
-        self.queue.store_log_tail(fence, &self.machine, tail).await
+        self.queue.store_log_tail(fence, &self.machine, &self.redactor.redact(tail)).await
     }
 
     pub async fn finish_cancel(&self, fence: &Fence) -> Result<bool> {
@@ -126,7 +143,7 @@ impl MachineStore {
     }
 
     pub async fn release(&self, fence: &Fence, reason: &str, resume: Option<&str>) -> Result<bool> {
-        self.queue.release_with(fence, &self.machine, reason, resume).await
+        self.queue.release_with(fence, &self.machine, &self.redactor.redact(reason), resume).await
     }
 
     /// Names `branch` as where job `id`'s work went, after a hand-off pushed it late.
@@ -136,7 +153,7 @@ impl MachineStore {
 
     /// A history note about this machine's claim of a job (never fails; logged).
     pub async fn note(&self, fence: &Fence, kind: &str, detail: &str) {
-        self.queue.note(fence.job, kind, &self.machine, Some(fence.token), detail).await
+        self.queue.note(fence.job, kind, &self.machine, Some(fence.token), &self.redactor.redact(detail)).await
     }
 
     /// What is left for a machine with `route` that drains until empty.

@@ -102,7 +102,7 @@ pub use rows::{
     AgentRun, CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned,
     Renewed, Swept,
 };
-pub use session::{NewSession, SavedSession, Usage};
+pub use session::{NewSession, SavedSession, Usage, SESSION_BUNDLE_CAP, SESSION_CWD_CAP};
 pub use sources::{KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd, TurnTry};
 
 // Only for the links of the docs above and below.
