@@ -447,7 +447,9 @@ async fn a_usage_limit_parks_and_the_retry_resumes_the_conversation() {
     let retry_first = texts(&main[2]);
     assert!(retry_first.contains("part 1") && retry_first.contains("part1.txt"), "the session resumed");
     assert!(history.iter().any(|e| e.kind == "session_carried"), "{history:?}");
-    assert!(history.iter().any(|e| e.kind == "session_resumed"), "{history:?}");
+    // Its own file was still here: resumed as it is, never replaced by the carried copy.
+    let here = |d: Option<&str>| d.is_some_and(|d| d.ends_with("its file was still here"));
+    assert!(history.iter().any(|e| e.kind == "session_resumed" && here(e.detail.as_deref())), "{history:?}");
 }
 
 /// gemini exits with the HTTP status mod 256 (a 401 is 145) and says nothing on stdout: the

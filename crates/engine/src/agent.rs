@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+use crate::preset::trust::ProjectConfig;
 use crate::preset::{Conversation, Preset, PresetSettings, PromptVia};
 use crate::spawner::{AgentChild, Spawn, Stdin};
 use devpilot_store::error::{Error, Result};
@@ -81,6 +82,8 @@ pub struct Launch {
     pub talk: Conversation,
     /// The machine whose conversation it resumes, when not this one.
     pub moved_from: Option<String>,
+    /// Whether a preset's CLI may load the project's own configuration in `cwd`.
+    pub config: ProjectConfig,
 }
 
 /// Why an agent did not start.
@@ -229,16 +232,27 @@ impl AgentSpec {
                     Conversation::Resume { .. } => resume_sentence(launch.moved_from.as_deref()),
                     Conversation::New { .. } => launch.spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload),
                 };
-                // The CLI's own defaults first (a bound on its retries): the user's
-                // environment and the settings' env override them.
+                // The CLI's own defaults first (a bound on its retries, gemini's trust of a
+                // base's worktree): the user's environment and the settings' env override them.
                 let mut env: EnvVars = preset.default_env(settings.api_timeout());
+                env.extend(preset.config_env(&launch.config));
                 env.retain(|(k, _)| std::env::var_os(k).is_none() && !settings.env.contains_key(k));
                 env.extend(settings.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-                let (argv, via) = preset.invocation(&prompt, &settings.args, &launch.talk);
+                // What keeps the CLI from an agent's project configuration goes first.
+                let extra = [preset.config_args(&launch.config), settings.args.clone()].concat();
+                let (argv, via) = preset.invocation(&prompt, &extra, &launch.talk);
                 let prompt = via.with(prompt);
                 // A preset's CLI appends stdin to its prompt: the payload stays in its file.
                 Some(CommandLine { argv, needs: preset.env_needs(), env, prompt, payload_on_stdin: false })
             }
+            _ => None,
+        }
+    }
+
+    /// The preset, if this agent is one.
+    pub fn preset(&self) -> Option<Preset> {
+        match self {
+            AgentSpec::Preset { preset, .. } => Some(*preset),
             _ => None,
         }
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub mod outcome;
 pub mod session;
+pub mod trust;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +22,7 @@ use devpilot_store::error::{Error, Result};
 // - `mod.rs`: the presets, their argv (new or resumed conversation) and their environment.
 // - `outcome.rs`: how a run ended, read from the CLI's structured output or error lines.
 // - `session.rs`: where each CLI keeps its conversation; capturing and restoring it.
+// - `trust.rs`: what each CLI may load of the project's own configuration, and where.
 
 /// A built-in agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -40,6 +40,18 @@ impl Worktree {
         matches!(self.start, StartedFrom::Base(_)) || self.repo.setup_on_resume
     }
 
+    /// The first of `names` (paths relative to the worktree) that is in it, a link or a
+    /// directory included, unless it is a byte-for-byte copy of the repo's `copy` file of that
+    /// name: DevPilot put that one there, from the user's own clone.
+    pub fn holds_any(&self, names: &[&str]) -> Option<String> {
+        let own = |n: &str| {
+            self.repo.copy.iter().any(|c| c == n)
+                && std::fs::symlink_metadata(self.path.join(n)).is_ok_and(|m| m.is_file())
+                && std::fs::read(self.path.join(n)).ok() == std::fs::read(self.repo.path.join(n)).ok()
+        };
+        names.iter().find(|n| std::fs::symlink_metadata(self.path.join(n)).is_ok() && !own(n)).map(|n| n.to_string())
+    }
+
     /// Git in this worktree, with its gitdir named.
     pub(super) async fn git(&self) -> Git {
         Git::worktree(&self.git_dir, &self.path).await
