@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Extract the GitHub REST operations DevPilot uses from GitHub's OpenAPI description.
 
-The full description is 13 MB; the tests need ten operations. This writes
+The full description is 13 MB; the tests need twelve operations. This writes
 contracts/github/api.github.com.2022-11-28.subset.json: for each operation its
 method, path, operationId, parameters (name, in, required, schema), request
 body (required, schema) and responses (status -> a reduced schema: type,
@@ -43,6 +43,10 @@ OPERATIONS = [
     ("get", "/repos/{owner}/{repo}/pulls", "pulls/list"),
     ("post", "/repos/{owner}/{repo}/pulls", "pulls/create"),
     ("get", "/repos/{owner}/{repo}/labels/{name}", "issues/get-label"),
+    # Who applied the source's label, and when (the `labeled` events), and whether they may
+    # write to the repository: what pins a job's text to the label's approval.
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}/events", "issues/list-events"),
+    ("get", "/repos/{owner}/{repo}/collaborators/{username}/permission", "repos/get-collaborator-permission-level"),
 ]
 
 # Schema keywords kept in parameter and request-body schemas; everything else

@@ -616,6 +616,7 @@ fn source_health_line() {
         rate_remaining: None,
         rate_reset_at: None,
         backlog: 0,
+        notice: None,
         now: 1_020_000,
     };
     let line =

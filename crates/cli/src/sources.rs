@@ -108,6 +108,9 @@ fn print_row(r: &SourceRow, here: bool) {
     if let Some(e) = &r.last_error {
         println!("  last error ({}): {}", ago(r.last_error_at), shown(Some(e)));
     }
+    if let Some(n) = &r.notice {
+        println!("  {}", shown(Some(n)));
+    }
 }
 
 fn ms(v: i64) -> Duration {

@@ -121,8 +121,12 @@ pub mod event {
     pub const SESSION_FRESH: &str = "session_fresh";
     /// A waiting job took its tracker issue's new text.
     pub const UPDATED: &str = "updated";
+    /// The tracker's issue changed after its label approved it: the job keeps (or, before
+    /// it was added, was refused with) the approved text. Reported once per approval.
+    pub const EDITED_AFTER_APPROVAL: &str = "edited_after_approval";
     /// The events a job from a tracker source reports back to it (through the outbox).
-    pub const REPORTABLE: [&str; 8] = [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT];
+    pub const REPORTABLE: [&str; 9] =
+        [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT, EDITED_AFTER_APPROVAL];
     /// Not a history kind: the outbox row a completion of a tracker's job writes after its
     /// `completed` row, whose delivery opens (or finds) the job's pull request.
     pub const PULL_REQUEST: &str = "pull_request";

@@ -31,11 +31,44 @@ struct IssueSpec {
     seed: IssueSeed,
 }
 
-/// `POST /_admin/close`: `{"repo", "number"}`.
+/// `POST /_admin/close` and `/_admin/reopen`: `{"repo", "number", "user"}` (`user`: who does
+/// it; default the main token's user).
 #[derive(Deserialize)]
 struct Target {
     repo: String,
     number: u64,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// `POST /_admin/roles`: `{"repo", "user", "role"}`.
+#[derive(Deserialize)]
+struct RoleSpec {
+    repo: String,
+    user: String,
+    role: String,
+}
+
+/// `POST /_admin/label` and `/_admin/unlabel`: `{"repo", "number", "label", "user"}`.
+#[derive(Deserialize)]
+struct LabelSpec {
+    repo: String,
+    number: u64,
+    label: String,
+    user: String,
+}
+
+/// `POST /_admin/edit`: `{"repo", "number", "user", "title", "body"}` (each of title and body
+/// optional).
+#[derive(Deserialize)]
+struct EditSpec {
+    repo: String,
+    number: u64,
+    user: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
 }
 
 /// `POST /_admin/faults`: `{"op": "pulls/create", "fault": "timeout"|"server"|"secondary_limit"|
@@ -82,8 +115,21 @@ pub(crate) fn handle(shared: &Shared, request: &WireRequest) -> WireAnswer {
             let repo = state.repo(&spec.repo)?;
             Ok(json!(repo.issue(repo.item(number).ok_or("vanished")?)))
         }),
-        ("POST", "close") => parse::<Target>(&request.body)
-            .and_then(|t| shared.state().edit(&t.repo, t.number, |i| i.open = false).map(|i| json!(i))),
+        ("POST", "close" | "reopen") => parse::<Target>(&request.body).and_then(|t| {
+            let mut state = shared.state();
+            let user = t.user.unwrap_or_else(|| super::state::VIEWER.to_string());
+            state.set_open_as(&t.repo, t.number, &user, path == "reopen")?;
+            Ok(json!(state.repo(&t.repo)?.issue(state.repo(&t.repo)?.item(t.number).ok_or("vanished")?)))
+        }),
+        ("POST", "roles") => parse::<RoleSpec>(&request.body)
+            .and_then(|r| shared.state().set_role(&r.repo, &r.user, &r.role).map(|()| json!({ "role": r.role }))),
+        ("POST", "label" | "unlabel") => parse::<LabelSpec>(&request.body).and_then(|l| {
+            let on = path == "label";
+            shared.state().label_as(&l.repo, l.number, &l.label, &l.user, on).map(|()| json!({ "label": l.label }))
+        }),
+        ("POST", "edit") => parse::<EditSpec>(&request.body).and_then(|e| {
+            shared.state().edit_as(&e.repo, e.number, &e.user, e.title, e.body).map(|()| json!({ "edited": e.number }))
+        }),
         ("GET", "comments") => target().and_then(|(repo, number)| {
             let state = shared.state();
             let repo = state.repo(&repo)?;

@@ -16,10 +16,12 @@
 //! - `crate::http_server` (std-only HTTP/1.1, one thread per connection) → `handler` (contract,
 //!   headers, token, faults, rate limit, access, ETag, recording) → `routes` (the operations)
 //!   → `render` (GitHub's JSON shapes).
-//! - `contract` (the validator), `state` (the data, its changes and its clock), `shared` (what
+//! - `approvals` (roles, changes made as a given user, issue events and the permission
+//!   answer), `contract` (the validator), `state` (the data, its changes and its clock), `shared` (what
 //!   the threads share), `model` (the public types), `admin` (the binary's `/_admin/`).
 
 mod admin;
+mod approvals;
 pub mod contract;
 mod handler;
 mod model;
@@ -167,6 +169,34 @@ impl GitHubStandIn {
     pub fn edit_body(&self, repo: &str, number: u64, body: Option<&str>) -> Issue {
         let body = body.map(str::to_string);
         self.edit(repo, number, |i| i.body = body)
+    }
+
+    /// Gives `login` a role on `repo`: `admin`, `maintain`, `write`, `triage` or `read` (anyone
+    /// not given one has `read`, as on a public repository).
+    pub fn set_role(&self, repo: &str, login: &str, role: &str) {
+        self.shared.state().set_role(repo, login, role).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Applies `label` as `login` (a `labeled` event naming them); refused, as GitHub refuses
+    /// it, unless they have triage access.
+    pub fn label_as(&self, repo: &str, number: u64, label: &str, login: &str) -> Result<(), String> {
+        self.shared.state().label_as(repo, number, label, login, true)
+    }
+
+    /// Removes `label` as `login` (an `unlabeled` event); needs triage access.
+    pub fn unlabel_as(&self, repo: &str, number: u64, label: &str, login: &str) -> Result<(), String> {
+        self.shared.state().label_as(repo, number, label, login, false)
+    }
+
+    /// Replaces the body as `login`, who must be the author or have write access (no event:
+    /// GitHub records none for an edit).
+    pub fn edit_as(&self, repo: &str, number: u64, login: &str, body: &str) -> Result<(), String> {
+        self.shared.state().edit_as(repo, number, login, None, Some(body.to_string()))
+    }
+
+    /// Closes (`open` false) or reopens the issue as `login`: the author, or triage access.
+    pub fn set_open_as(&self, repo: &str, number: u64, login: &str, open: bool) -> Result<(), String> {
+        self.shared.state().set_open_as(repo, number, login, open)
     }
 
     /// Comments on an issue as another user, `login` (bumps `updated_at`).

@@ -18,11 +18,13 @@ pub struct IssueSeed {
     pub labels: Vec<String>,
     /// The assignee's login.
     pub assignee: Option<String>,
+    /// The author's login; `None`: the main token's user (`ada`, an admin).
+    pub user: Option<String>,
 }
 
 impl Default for IssueSeed {
     fn default() -> Self {
-        Self { title: "An issue".into(), body: None, labels: Vec::new(), assignee: None }
+        Self { title: "An issue".into(), body: None, labels: Vec::new(), assignee: None, user: None }
     }
 }
 

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::model::Access;
-use super::state::{rfc3339, state_name, CommentRow, Item, LabelRow, Repo, VIEWER};
+use super::state::{rfc3339, state_name, CommentRow, EventRow, Item, LabelRow, Repo, VIEWER};
 
 /// The API URL of a repository.
 fn api_url(repo: &Repo) -> String {
@@ -23,6 +23,17 @@ pub(crate) fn user(login: &str) -> Value {
         "html_url": format!("https://github.com/{login}"),
         "url": format!("https://api.github.com/users/{login}"),
         "site_admin": false,
+        "avatar_url": format!("https://avatars.githubusercontent.com/u/{id}?v=4"),
+        "gravatar_id": "",
+        "events_url": format!("https://api.github.com/users/{login}/events{{/privacy}}"),
+        "followers_url": format!("https://api.github.com/users/{login}/followers"),
+        "following_url": format!("https://api.github.com/users/{login}/following{{/other_user}}"),
+        "gists_url": format!("https://api.github.com/users/{login}/gists{{/gist_id}}"),
+        "organizations_url": format!("https://api.github.com/users/{login}/orgs"),
+        "received_events_url": format!("https://api.github.com/users/{login}/received_events"),
+        "repos_url": format!("https://api.github.com/users/{login}/repos"),
+        "starred_url": format!("https://api.github.com/users/{login}/starred{{/owner}}{{/repo}}"),
+        "subscriptions_url": format!("https://api.github.com/users/{login}/subscriptions"),
     })
 }
 
@@ -178,4 +189,24 @@ pub(crate) fn encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// An issue event object (GitHub's "Issue Event for Issue" shapes for these four kinds).
+pub(crate) fn event(repo: &Repo, e: &EventRow) -> Value {
+    let mut v = json!({
+        "id": e.id,
+        "node_id": format!("IE_{}", e.id),
+        "url": format!("https://api.github.com/repos/{}/issues/events/{}", repo.full_name, e.id),
+        "actor": user(&e.actor),
+        "event": e.event,
+        "commit_id": null,
+        "commit_url": null,
+        "created_at": rfc3339(e.created),
+        "performed_via_github_app": null,
+    });
+    if let Some(name) = &e.label {
+        let color = repo.label(name).map_or("ededed", |l| l.color.as_str());
+        v["label"] = json!({ "name": name, "color": color });
+    }
+    v
 }

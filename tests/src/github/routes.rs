@@ -36,7 +36,7 @@ impl Ctx<'_> {
     }
 
     /// The issue number in the path (the contract checked it is an integer).
-    fn number(&self) -> u64 {
+    pub(crate) fn number(&self) -> u64 {
         self.segments.get(4).and_then(|n| n.parse().ok()).unwrap_or(0)
     }
 
@@ -84,6 +84,8 @@ pub(crate) fn route(state: &mut State, ctx: &Ctx) -> Reply {
         "issues/remove-label" => remove_label(state, &name, ctx),
         "pulls/list" => state.repo(&name).map(|r| list_pulls(r, ctx)),
         "pulls/create" => create_pull(state, &name, ctx),
+        "issues/list-events" => state.repo(&name).map(|r| list_events(r, ctx)),
+        "repos/get-collaborator-permission-level" => state.repo(&name).map(|r| permission(r, ctx)),
         other => Ok(Reply::error(501, &format!("the GitHub stand-in does not implement {other}"))),
     };
     result.unwrap_or_else(|e| Reply::error(404, &e))
@@ -333,9 +335,32 @@ fn create_pull(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String
         body: ctx.text("body").map(str::to_string),
         labels: Vec::new(),
         assignee: None,
+        user: None,
     };
     let draft = ctx.body.and_then(|b| b.get("draft")).and_then(Value::as_bool).unwrap_or(false);
     let number = state.open_item(name, &seed, Some(PullRow { head: branch, base: base.into(), draft }))?;
     let repo = state.repo(name)?;
     Ok(Reply::new(201, render::pull(repo, repo.item(number).ok_or("vanished")?)))
+}
+
+/// `issues/list-events`: the issue's events, oldest first, paginated.
+fn list_events(repo: &Repo, ctx: &Ctx) -> Reply {
+    let Some(item) = repo.item(ctx.number()) else { return Reply::error(404, "Not Found") };
+    paginate(ctx, item.events.iter().map(|e| render::event(repo, e)).collect())
+}
+
+/// `repos/get-collaborator-permission-level`: `permission` (`maintain` answered as `write`,
+/// `triage` as `read`), `role_name` and the user; 404 for a login GitHub does not know.
+fn permission(repo: &Repo, ctx: &Ctx) -> Reply {
+    let login = ctx.segments.get(4).map_or("", |s| s.as_str());
+    if !repo.knows(login) {
+        return Reply::error(404, &format!("{login} is not a user"));
+    }
+    let role = repo.role(login);
+    let permission = match role {
+        "maintain" => "write",
+        "triage" => "read",
+        other => other,
+    };
+    Reply::new(200, json!({ "permission": permission, "role_name": role, "user": render::user(login) }))
 }

@@ -1,7 +1,9 @@
 //! The GitHub stand-in's data: repositories with their labels, branches and items (issues and
 //! pull requests share one number sequence per repository, as on GitHub), and every change the
 //! tests or the API make to it. A change to an issue (state, body, labels, a comment) bumps its
-//! `updated_at`, as GitHub does.
+//! `updated_at`, as GitHub does, and a change of its labels or state is an issue event
+//! (`labeled`, `unlabeled`, `closed`, `reopened`) naming who made it. An edit of the text is
+//! no event: GitHub records none.
 //!
 //! # Time
 //! GitHub writes timestamps in whole seconds and compares `since` at seconds precision, so the
@@ -36,6 +38,16 @@ pub(crate) struct CommentRow {
     pub created: i64,
 }
 
+/// An issue event: who applied or removed which label, or closed or reopened the issue.
+pub(crate) struct EventRow {
+    pub id: u64,
+    /// `labeled`, `unlabeled`, `closed` or `reopened`.
+    pub event: &'static str,
+    pub actor: String,
+    pub label: Option<String>,
+    pub created: i64,
+}
+
 /// What makes an item a pull request.
 pub(crate) struct PullRow {
     pub head: String,
@@ -58,6 +70,8 @@ pub(crate) struct Item {
     pub closed: Option<i64>,
     pub comments: Vec<CommentRow>,
     pub pull: Option<PullRow>,
+    /// Its issue events, oldest first.
+    pub events: Vec<EventRow>,
 }
 
 /// A repository.
@@ -73,6 +87,9 @@ pub(crate) struct Repo {
     pub labels: Vec<LabelRow>,
     /// By number - 1.
     pub items: Vec<Item>,
+    /// Each collaborator's role (`admin`, `maintain`, `write`, `triage`, `read`), by
+    /// lowercase login; the main token's user is `admin`.
+    pub collaborators: BTreeMap<String, String>,
 }
 
 impl Repo {
@@ -220,6 +237,7 @@ impl State {
             deleted_branches: BTreeSet::new(),
             labels: Vec::new(),
             items: Vec::new(),
+            collaborators: BTreeMap::from([(VIEWER.to_string(), "admin".to_string())]),
         });
         if git.is_some() {
             repo.git = git;
@@ -250,8 +268,13 @@ impl State {
         Ok(name.into())
     }
 
-    /// Opens an issue (or, with `pull`, a pull request); its number.
+    /// Opens an issue (or, with `pull`, a pull request) as `seed.user` (default: the main
+    /// token's user); its number. Its labels are applied by its author, who must be allowed to.
     pub(crate) fn open_item(&mut self, repo: &str, seed: &IssueSeed, pull: Option<PullRow>) -> Result<u64, String> {
+        let author = seed.user.clone().unwrap_or_else(|| VIEWER.to_string());
+        if !seed.labels.is_empty() {
+            self.repo(repo)?.may(&author, TRIAGE)?;
+        }
         let mut labels = Vec::new();
         for name in &seed.labels {
             let name = self.ensure_label(repo, name)?;
@@ -260,6 +283,11 @@ impl State {
             }
         }
         let (id, at) = (self.id(), self.tick());
+        let events: Vec<EventRow> = labels
+            .iter()
+            .map(|l| EventRow { id: 0, event: "labeled", actor: author.clone(), label: Some(l.clone()), created: at })
+            .collect();
+        let events = events.into_iter().map(|e| EventRow { id: self.id(), ..e }).collect();
         let repo = self.repo_mut(repo)?;
         let number = repo.items.len() as u64 + 1;
         repo.items.push(Item {
@@ -270,24 +298,44 @@ impl State {
             open: true,
             labels,
             assignee: seed.assignee.clone(),
-            user: VIEWER.into(),
+            user: author,
             created: at,
             updated: at,
             closed: None,
             comments: Vec::new(),
             pull,
+            events,
         });
         Ok(number)
     }
 
-    /// Changes item `number` and bumps its `updated_at`.
+    /// Changes item `number` as the main token's user and bumps its `updated_at`.
     pub(crate) fn edit(&mut self, repo: &str, number: u64, change: impl FnOnce(&mut Item)) -> Result<Issue, String> {
+        self.edit_by(repo, number, VIEWER, change)
+    }
+
+    /// Changes item `number` as `actor`, bumps its `updated_at`, and records the events of
+    /// the change (labels applied or removed, closed, reopened).
+    pub(crate) fn edit_by(
+        &mut self,
+        repo: &str,
+        number: u64,
+        actor: &str,
+        change: impl FnOnce(&mut Item),
+    ) -> Result<Issue, String> {
         let at = self.tick();
-        let repo = self.repo_mut(repo)?;
+        self.repo(repo)?;
+        let State { next_id, repos, .. } = self;
+        let repo = repos.get_mut(&repo.to_lowercase()).ok_or("vanished")?;
         let full_name = repo.full_name.clone();
         let item = repo.item_mut(number).ok_or_else(|| format!("{full_name} has no issue #{number}"))?;
+        let (labels, open) = (item.labels.clone(), item.open);
         change(item);
         item.updated = at;
+        for e in events_of_change(&labels, open, item, actor, at) {
+            *next_id += 1;
+            item.events.push(EventRow { id: 1000 + *next_id, ..e });
+        }
         if !item.open && item.closed.is_none() {
             item.closed = Some(at);
         } else if item.open {
@@ -322,6 +370,49 @@ impl State {
         let comment = item.comments.last().ok_or("vanished")?;
         Ok(repo.comment(item, comment))
     }
+}
+
+/// The roles, weakest first.
+pub(crate) const ROLES: [&str; 5] = ["read", "triage", "write", "maintain", "admin"];
+/// What applying a label needs.
+pub(crate) const TRIAGE: &str = "triage";
+/// What editing someone else's issue needs.
+pub(crate) const WRITE: &str = "write";
+
+impl Repo {
+    /// `login`'s role here (`read` for anyone else: a public repository).
+    pub(crate) fn role(&self, login: &str) -> &str {
+        self.collaborators.get(&login.to_lowercase()).map_or("read", String::as_str)
+    }
+
+    /// Whether `login` has at least `role`; an error saying what they lack otherwise.
+    pub(crate) fn may(&self, login: &str, role: &str) -> Result<(), String> {
+        let rank = |r: &str| ROLES.iter().position(|x| *x == r).unwrap_or(0);
+        if rank(self.role(login)) >= rank(role) {
+            Ok(())
+        } else {
+            Err(format!("{login} has {} access to {}; this needs {role}", self.role(login), self.full_name))
+        }
+    }
+}
+
+/// The events a change of `item` by `actor` at `at` records: each label removed and applied
+/// (against `labels` before), and a close or reopen (against `open` before). Ids come later.
+pub(crate) fn events_of_change(labels: &[String], open: bool, item: &Item, actor: &str, at: i64) -> Vec<EventRow> {
+    let event = |event: &'static str, label: Option<&String>| EventRow {
+        id: 0,
+        event,
+        actor: actor.to_string(),
+        label: label.cloned(),
+        created: at,
+    };
+    let mut out: Vec<EventRow> =
+        labels.iter().filter(|l| !item.labels.contains(l)).map(|l| event("unlabeled", Some(l))).collect();
+    out.extend(item.labels.iter().filter(|l| !labels.contains(l)).map(|l| event("labeled", Some(l))));
+    if open != item.open {
+        out.push(event(if item.open { "reopened" } else { "closed" }, None));
+    }
+    out
 }
 
 /// The wall clock in epoch seconds.

@@ -2,18 +2,26 @@
 //! means another machine has it), read what changed since the cursor, make each issue the
 //! source takes into exactly one job, update the waiting ones, cancel those whose issue left
 //! the filter, and end the turn with a write fenced by it.
+//!
+//! The label pins the text ([`super::approval`]): an issue becomes a job only under an
+//! approval (its label applied by someone with write access), a waiting job takes new text
+//! only under a newer one, and an edit after approval is said once, on the issue and in the
+//! source's status, and run never. Only an issue that is new to the intake or whose text
+//! changed costs the tracker calls that check this.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use super::approval::{approval_of, with_approval, Verdict, EDITED_AFTER_APPROVAL};
 use super::error::TrackerError;
+use super::github::Writers;
 use super::linear;
 use super::settings::SourceSettings;
 use super::tracker::{self, Item, TrackerClient};
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Turn, TurnEnd};
+use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Start, Turn, TurnEnd};
 
 /// Below this many requests left in the tracker's window, the source rests until the reset.
 pub const RATE_FLOOR: i64 = 100;
@@ -40,6 +48,11 @@ pub struct PollReport {
     pub added: Vec<(String, i64)>,
     pub updated: Vec<(String, i64)>,
     pub cancelled: Vec<(String, i64)>,
+    /// Issues whose text changed after their label's approval: each job keeps (or was
+    /// refused with) the approved text.
+    pub edited: Vec<(String, i64)>,
+    /// Issues with the label that nobody with write access applied: no job.
+    pub unapproved: Vec<String>,
     /// How many issues the tracker returned.
     pub seen: usize,
 }
@@ -53,6 +66,10 @@ impl PollReport {
         let mut out = each("added", &self.added);
         out.extend(each("updated", &self.updated));
         out.extend(each("cancelled", &self.cancelled));
+        out.extend(self.edited.iter().map(|(k, id)| format!("{k} (job #{id}) was {EDITED_AFTER_APPROVAL}")));
+        out.extend(
+            self.unapproved.iter().map(|k| format!("{k}: its label was not applied by anyone with write access")),
+        );
         out
     }
 }
@@ -98,7 +115,8 @@ pub async fn poll(
     if read.truncated {
         tracing::warn!(source = %source.name, "more changed issues than one turn reads; the next turn goes on");
     }
-    let report = apply(queue, orchestrator_id, source, &read.items, max_attempts).await?;
+    let ctx = Ctx { queue, orchestrator_id, source, client, max_attempts };
+    let report = apply(&ctx, &read.items).await?;
     let end = TurnEnd {
         cursor: read.newest.clone(),
         etag: read.etag.clone(),
@@ -119,14 +137,19 @@ async fn fail_turn(queue: &Queue, turn: &Turn, e: &TrackerError) {
     }
 }
 
-/// Makes the issues read into jobs: add, update or cancel, each at most once per key.
-async fn apply(
-    queue: &Queue,
-    orchestrator_id: &str,
-    source: &Bound,
-    items: &[Item],
+/// What a turn's writes need.
+struct Ctx<'a> {
+    queue: &'a Queue,
+    orchestrator_id: &'a str,
+    source: &'a Bound,
+    client: &'a TrackerClient,
     max_attempts: i32,
-) -> Result<PollReport, IntakeError> {
+}
+
+/// Makes the issues read into jobs: add, update or cancel, each at most once per key.
+async fn apply(ctx: &Ctx<'_>, items: &[Item]) -> Result<PollReport, IntakeError> {
+    let (queue, orchestrator_id, source) = (ctx.queue, ctx.orchestrator_id, ctx.source);
+    let mut writers = Writers::new();
     let mut report = PollReport { source: source.name.clone(), seen: items.len(), ..Default::default() };
     // The same issue may come twice across pages if it changed during the read: the
     // newest version wins.
@@ -158,7 +181,7 @@ async fn apply(
             continue;
         }
         if item.matches {
-            take(queue, orchestrator_id, source, item, job, max_attempts, &mut report).await?;
+            take(ctx, item, job, &mut writers, &mut report).await?;
         } else if let Some(job) = job.filter(|j| j.live() && item.left) {
             if let Some(outcome) = queue.cancel(job.id, &source.actor()).await? {
                 tracing::info!(key, job = job.id, ?outcome, "the issue left the source's filter: cancelled");
@@ -169,41 +192,119 @@ async fn apply(
     Ok(report)
 }
 
-/// An issue the source takes: a job if it has none (or only one the intake itself cancelled
-/// when the issue left the filter), or its waiting job brought up to date. A job that
+/// An issue the source takes: a job if it has none (or only one the intake itself cancelled,
+/// when the label was applied again since), or its live job told of new text. A job that
 /// completed, died or was cancelled by a person is never added again by the intake: the
 /// same issue is never dispatched twice (a person requeues it on purpose).
 async fn take(
-    queue: &Queue,
-    orchestrator_id: &str,
-    source: &Bound,
+    ctx: &Ctx<'_>,
     item: &Item,
     job: Option<&KeyedJob>,
-    max_attempts: i32,
+    writers: &mut Writers,
     report: &mut PollReport,
 ) -> Result<(), IntakeError> {
-    let (key, payload) = (item.key.as_str(), &item.payload);
-    let again = |j: &KeyedJob| j.state == JobState::Cancelled && j.cancelled_by.as_deref() == Some(&source.actor());
+    let actor = ctx.source.actor();
+    let again = |j: &KeyedJob| j.state == JobState::Cancelled && j.cancelled_by.as_deref() == Some(&actor);
     match job {
-        Some(j) if j.waiting() && !linear::same_task(&j.payload, payload) => {
-            if queue.update_waiting(j.id, payload, &source.actor()).await? {
-                report.updated.push((key.to_string(), j.id));
-            }
+        Some(j) if j.live() && refused(&j.payload) => refuse(ctx, &item.key, j.id, report).await,
+        Some(j) if j.live() && linear::same_task(&j.payload, &item.payload) => Ok(()),
+        Some(j) if j.live() => changed(ctx, item, j, writers, report).await,
+        Some(j) if !again(j) => Ok(()),
+        _ => add(ctx, item, job, writers, report).await,
+    }
+}
+
+/// A live job's issue has new text: a waiting job takes it under a newer approval; else the
+/// job keeps what was approved and the issue is told, once.
+async fn changed(
+    ctx: &Ctx<'_>,
+    item: &Item,
+    j: &KeyedJob,
+    writers: &mut Writers,
+    report: &mut PollReport,
+) -> Result<(), IntakeError> {
+    let verdict = tracker::approval(ctx.client, &ctx.source.settings, item, writers).await?;
+    let payload = match verdict {
+        None => item.payload.clone(),
+        Some(Verdict::Approved(a)) if approval_of(&j.payload) != Some(a.id.as_str()) => {
+            with_approval(&item.payload, &a)
         }
-        Some(j) if !again(j) => {}
-        _ => {
-            let opts = JobOptions {
-                key: Some(key.to_string()),
-                priority: item.priority,
-                max_attempts,
-                source: Some(source.id),
-                ..Default::default()
-            };
-            let added = queue.enqueue_keyed(orchestrator_id, payload, &opts).await?;
-            if added.existing.is_none() {
-                report.added.push((key.to_string(), added.id));
+        Some(_) => {
+            if ctx.queue.edited_after_approval(j.id, &ctx.source.actor(), EDITED_AFTER_APPROVAL).await? {
+                tracing::info!(key = item.key, job = j.id, "{EDITED_AFTER_APPROVAL}");
+                report.edited.push((item.key.clone(), j.id));
             }
+            return Ok(());
         }
+    };
+    if j.waiting() && ctx.queue.update_waiting(j.id, &payload, &ctx.source.actor()).await? {
+        report.updated.push((item.key.clone(), j.id));
+    }
+    Ok(())
+}
+
+/// An issue with no live job: a job under a new approval, none while the approval is the
+/// one the intake already acted on (a close and reopen), and a refused one when the issue
+/// changed after its approval.
+async fn add(
+    ctx: &Ctx<'_>,
+    item: &Item,
+    prior: Option<&KeyedJob>,
+    writers: &mut Writers,
+    report: &mut PollReport,
+) -> Result<(), IntakeError> {
+    let verdict = tracker::approval(ctx.client, &ctx.source.settings, item, writers).await?;
+    let acted_on = |id: &str| prior.is_some_and(|j| approval_of(&j.payload) == Some(id));
+    let (payload, start) = match verdict {
+        None => (item.payload.clone(), Start::Now),
+        Some(Verdict::Unapproved) => {
+            report.unapproved.push(item.key.clone());
+            return Ok(());
+        }
+        Some(Verdict::Approved(a) | Verdict::ChangedAfter(a)) if acted_on(&a.id) => return Ok(()),
+        Some(Verdict::Approved(a)) => (with_approval(&item.payload, &a), Start::Now),
+        // Added not to start for a year and refused at once: no machine can claim it first.
+        Some(Verdict::ChangedAfter(a)) => (mark_refused(with_approval(&item.payload, &a)), Start::After(A_YEAR)),
+    };
+    let opts = JobOptions {
+        key: Some(item.key.clone()),
+        priority: item.priority,
+        max_attempts: ctx.max_attempts,
+        source: Some(ctx.source.id),
+        start,
+        ..Default::default()
+    };
+    let added = ctx.queue.enqueue_keyed(ctx.orchestrator_id, &payload, &opts).await?;
+    if added.existing.is_some() {
+        return Ok(());
+    }
+    if refused(&payload) {
+        return refuse(ctx, &item.key, added.id, report).await;
+    }
+    report.added.push((item.key.clone(), added.id));
+    Ok(())
+}
+
+/// How far ahead a refused job is added (it is cancelled in the next statement).
+const A_YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A payload added only to be refused (kept so that a turn cut between the two finishes it).
+fn mark_refused(mut payload: serde_json::Value) -> serde_json::Value {
+    if let Some(a) = payload.pointer_mut("/source/approval").and_then(serde_json::Value::as_object_mut) {
+        a.insert("changed_after".into(), true.into());
+    }
+    payload
+}
+
+fn refused(payload: &serde_json::Value) -> bool {
+    payload.pointer("/source/approval/changed_after").and_then(serde_json::Value::as_bool) == Some(true)
+}
+
+/// Cancels job `id`, added for an issue that changed after its approval, with the reason.
+async fn refuse(ctx: &Ctx<'_>, key: &str, id: i64, report: &mut PollReport) -> Result<(), IntakeError> {
+    if ctx.queue.refuse_edited(id, &ctx.source.actor(), EDITED_AFTER_APPROVAL).await? {
+        tracing::info!(key, job = id, "{EDITED_AFTER_APPROVAL}: not added");
+        report.edited.push((key.to_string(), id));
     }
     Ok(())
 }

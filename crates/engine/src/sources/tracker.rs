@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::approval::Verdict;
 use super::error::TrackerError;
 use super::github::{self, GithubClient};
 use super::linear::{self, LinearClient, RateLimit};
@@ -96,5 +97,26 @@ fn github_item(i: &github::GhIssue, source: &str, s: &SourceSettings, me: Option
         left: i.left(s, me),
         payload: github::payload_of(i, source, s),
         priority: github::priority_of(i, s),
+    }
+}
+
+/// Who approved `item` (applied the source's label with write access) and whether it changed
+/// after. `None`: no label to approve (a source without one takes every issue), or a tracker
+/// whose check is not built yet. `writers` keeps GitHub's access answers for the turn.
+pub async fn approval(
+    client: &TrackerClient,
+    s: &SourceSettings,
+    item: &Item,
+    writers: &mut github::Writers,
+) -> Result<Option<Verdict>, TrackerError> {
+    if s.label.trim().is_empty() {
+        return Ok(None);
+    }
+    match client {
+        TrackerClient::Linear(_) => Ok(None),
+        TrackerClient::Github(c) => {
+            let number = item.payload.pointer("/source/number").and_then(Value::as_u64).unwrap_or(0);
+            github::approval(c, &s.repo, &s.label, number, &item.version, writers).await.map(Some)
+        }
     }
 }

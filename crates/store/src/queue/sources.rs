@@ -58,6 +58,9 @@ pub struct SourceRow {
     pub rate_reset_at: Option<i64>,
     /// Outbox rows not yet delivered or given up.
     pub backlog: i64,
+    /// The newest issue of the source edited after its label approved it and not labelled
+    /// again since: `github:acme/webapp#7: edited after approval; …`.
+    pub notice: Option<String>,
     /// The database clock when the row was read.
     pub now: i64,
 }
@@ -236,9 +239,50 @@ static SOURCES: Sql = Sql::new(|d| {
         "SELECT s.id, s.name, s.kind, s.filter, s.interval_ms, s.cursor, s.etag, s.turn, s.polled_at, s.polled_by,
                 s.hold_until, s.last_ok_at, s.last_error, s.last_error_at, s.rate_remaining, s.rate_reset_at,
                 (SELECT COUNT(*) FROM outbox o WHERE o.source_id = s.id AND o.done_at IS NULL) AS backlog,
-                {now} AS now
+                ({NOTICE}) AS notice, {now} AS now
            FROM sources s WHERE s.orchestrator_id = $1 ORDER BY s.name",
         now = d.now
+    )
+});
+
+/// A source's notice, over its row `s`: the newest `edited_after_approval` of its jobs that
+/// nothing has answered since (a new label's update, the job's end), on the newest job of its
+/// key (a new label adds a new one).
+const NOTICE: &str =
+    "SELECT q.unique_key || ': ' || e.detail FROM job_events e JOIN dispatch_queue q ON q.id = e.job_id
+     WHERE q.source_id = s.id AND e.kind = 'edited_after_approval'
+       AND NOT EXISTS (SELECT 1 FROM job_events l WHERE l.job_id = e.job_id AND l.id > e.id
+                          AND l.kind IN ('updated', 'completed', 'dead', 'cancelled'))
+       AND NOT EXISTS (SELECT 1 FROM dispatch_queue n
+                        WHERE n.orchestrator_id = q.orchestrator_id AND n.unique_key = q.unique_key AND n.id > q.id)
+     ORDER BY e.id DESC LIMIT 1";
+
+/// Live job $1's issue changed after its approval: a history row (and so one outbox row)
+/// once per approval, that is unless one was written since the job last took new text.
+static EDITED_LIVE: Sql = Sql::new(|_| {
+    format!(
+        "UPDATE dispatch_queue SET title = title
+          WHERE id = $1 AND {live}
+            AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = $1 AND e.kind = '{edited}'
+                               AND e.id > COALESCE((SELECT MAX(u.id) FROM job_events u
+                                                     WHERE u.job_id = $1 AND u.kind = '{updated}'), 0))
+         RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+        live = crate::job::state_in(&JobState::LIVE),
+        edited = crate::job::event::EDITED_AFTER_APPROVAL,
+        updated = crate::job::event::UPDATED,
+    )
+});
+
+/// Job $1, just added for an issue that changed after its approval, is cancelled by $2
+/// before any machine could claim it (it was added to start in a year).
+static REFUSE: Sql = Sql::new(|d| {
+    format!(
+        "UPDATE dispatch_queue SET state = 'cancelled', finished_at = {now}, cancel_requested_at = {now},
+                                   cancel_requested_by = $2
+          WHERE id = $1 AND claimed_at IS NULL AND {claimable}
+         RETURNING id, orchestrator_id, claim_token, claimed_by, state",
+        now = d.now,
+        claimable = d.claimable
     )
 });
 
@@ -352,6 +396,21 @@ impl Queue {
         decode(&self.query(&sql, values).await?)
     }
 
+    /// Live job `id`'s issue changed after its label approved it: it keeps its text, and its
+    /// history (and so the issue, through the outbox) says so once per approval. `Ok(false)`:
+    /// said already, or the job is no longer live.
+    pub async fn edited_after_approval(&self, id: i64, by: &str, detail: &str) -> Result<bool> {
+        let history = edited_history(by, detail);
+        Ok(!self.change(self.sql(&EDITED_LIVE), vec![id.into()], &history).await?.is_empty())
+    }
+
+    /// Job `id`, added to start far ahead for an issue that changed after its approval, is
+    /// cancelled by `by` with the reason in its history (and on the issue, once).
+    pub async fn refuse_edited(&self, id: i64, by: &str, detail: &str) -> Result<bool> {
+        let history = edited_history(by, detail);
+        Ok(!self.change(self.sql(&REFUSE), vec![id.into(), by.into()], &history).await?.is_empty())
+    }
+
     /// A waiting job takes its tracker issue's new text (checked as an enqueue checks it).
     /// `Ok(false)`: it was claimed or finished meanwhile, and keeps what it had.
     pub async fn update_waiting(&self, id: i64, payload: &serde_json::Value, by: &str) -> Result<bool> {
@@ -371,4 +430,9 @@ impl Queue {
         };
         Ok(!self.change(self.sql(&UPDATE_WAITING), values, &history).await?.is_empty())
     }
+}
+
+/// The history of an edit after approval.
+fn edited_history<'a>(by: &'a str, detail: &str) -> History<'a> {
+    History { kind: "'edited_after_approval'", machine: Some(by), detail: Detail::Text(detail.to_string()) }
 }

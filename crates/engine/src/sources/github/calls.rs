@@ -127,6 +127,23 @@ pub fn remove_label(repo: &str, number: u64, label: &str) -> Call {
     Call::on("issues/remove-label", Method::DELETE, repo, &["issues", &number.to_string(), "labels", label])
 }
 
+/// `GET /repos/{owner}/{repo}/issues/{n}/events`, a page of them (oldest first): who applied
+/// which label, and when.
+pub fn list_issue_events(repo: &str, number: u64, page: u32) -> Call {
+    let c = Call::on("issues/list-events", Method::GET, repo, &["issues", &number.to_string(), "events"])
+        .with("per_page", PER_PAGE);
+    if page > 1 {
+        c.with("page", page)
+    } else {
+        c
+    }
+}
+
+/// `GET /repos/{owner}/{repo}/collaborators/{username}/permission`: what `login` may do there.
+pub fn get_permission(repo: &str, login: &str) -> Call {
+    Call::on("repos/get-collaborator-permission-level", Method::GET, repo, &["collaborators", login, "permission"])
+}
+
 /// `GET /repos/{owner}/{repo}/pulls`: the open pull requests from `owner:branch`.
 pub fn find_pulls(repo: &str, head: &str) -> Call {
     Call::on("pulls/list", Method::GET, repo, &["pulls"])
@@ -175,6 +192,9 @@ pub fn examples() -> Vec<Call> {
         get_label(repo, label),
         list_comments(repo, 7, 1),
         list_comments(repo, 7, 2),
+        list_issue_events(repo, 7, 1),
+        list_issue_events(repo, 7, 2),
+        get_permission(repo, "grace-hopper"),
         create_comment(repo, 7, "Started on desktop.\n\n<!-- devpilot:job/12/claimed/1 -->"),
         add_label(repo, 7, label),
         remove_label(repo, 7, label),

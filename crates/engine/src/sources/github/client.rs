@@ -150,7 +150,7 @@ fn sort(call: &Call, status: u16, h: &HeaderMap, body: &Value, rate: RateLimit) 
         404 => TrackerError::Refused(
             G,
             format!(
-                "{repo} was not found, or this token cannot see it ({}); a private repository needs a token \
+                "{repo} {NOT_FOUND}, or this token cannot see it ({}); a private repository needs a token \
                  with the `repo` scope, or a fine-grained token with access to {repo} and {}",
                 call.op,
                 needed(call)
@@ -160,6 +160,14 @@ fn sort(call: &Call, status: u16, h: &HeaderMap, body: &Value, rate: RateLimit) 
         500..=599 => TrackerError::Server(G, status),
         _ => TrackerError::Refused(G, format!("HTTP {status} on {}: {message}", call.op)),
     }
+}
+
+/// What a 404's error says after the repository's name.
+const NOT_FOUND: &str = "was not found";
+
+/// Whether `e` is a 404 (a lookup of something GitHub does not have, or cannot show).
+pub fn is_not_found(e: &TrackerError) -> bool {
+    matches!(e, TrackerError::Refused(G, m) if m.contains(&format!(" {NOT_FOUND}, or this token")))
 }
 
 /// A 403 that is not a rate limit: what the token may not do, and what it would need.

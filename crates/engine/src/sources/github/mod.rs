@@ -7,6 +7,8 @@
 //!   a test of the harness.
 //! - `client.rs`: [`GithubClient`], one bounded call each, the token as `Bearer`, `ETag`s,
 //!   rate-limit headers, and errors that name the repo and what the token lacks.
+//! - `approval.rs`: who applied the source's label (the `labeled` events), whether they may
+//!   write, and whether the issue changed after.
 //! - `issues.rs`: the query of a turn, every page of its answer (pull requests dropped).
 //! - `map.rs`: an issue as a job: key, payload, priority, repo, requires, branch.
 //! - `deliver.rs`: an outbox row's comment (its hidden marker looked for before a retry
@@ -14,6 +16,7 @@
 //! - `pulls.rs`: which remotes are GitHub's, and the pull request a completion opens (an
 //!   open one with the same head is reused).
 
+mod approval;
 pub mod calls;
 mod client;
 mod deliver;
@@ -21,6 +24,7 @@ mod issues;
 mod map;
 pub mod pulls;
 
+pub use approval::{approval, Writers};
 pub use calls::Call;
 pub use client::{Answer, GithubClient, API_VERSION};
 pub use deliver::{deliver, marker, post_once, IssueRef};

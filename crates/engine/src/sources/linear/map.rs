@@ -54,12 +54,14 @@ pub fn version_of(payload: &Value) -> Option<&str> {
 }
 
 /// Whether two payloads ask for the same work: equal but for the version they came from
-/// (a comment of ours changes the issue's `updatedAt` and nothing else).
+/// (a comment of ours changes the issue's `updatedAt` and nothing else) and the approval the
+/// job was added under.
 pub fn same_task(a: &Value, b: &Value) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
         if let Some(s) = v.get_mut("source").and_then(Value::as_object_mut) {
             s.remove("updated_at");
+            s.remove("approval");
         }
         v
     };
