@@ -345,6 +345,22 @@ fn an_injected_server_error_applies_nothing() {
     assert!(standin.comments(&issue.identifier).is_empty());
 }
 
+/// A fault armed for an operation DevPilot never sends is refused (it would never fire, and
+/// the test that armed it would pass without its fault); one armed for DevPilot's own fires.
+#[test]
+fn a_fault_for_an_operation_devpilot_never_sends_is_refused() {
+    let standin = LinearStandIn::start(KEY);
+    let issue = standin.add_issue(IssueSeed::new("Task", &["agent"]));
+    let misspelt =
+        std::panic::AssertUnwindSafe(|| standin.inject(Fault::ServerError(503), 1, Some("DevpilotPostComent")));
+    let refused = std::panic::catch_unwind(misspelt).expect_err("an unknown operation is refused");
+    let why = refused.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(why.contains("\"DevpilotPostComent\"") && why.contains("DevpilotPostComment"), "{why}");
+    standin.inject(Fault::ServerError(503), 1, Some("DevpilotPostComment"));
+    let input = json!({ "input": { "issueId": issue.id, "body": "hello" } });
+    assert_eq!(Client::new(&standin).send(documents::POST_COMMENT, input).status, 503, "the known one fires");
+}
+
 /// Every document the engine sends is answered from the stand-in's state, with no errors and
 /// no rejection; linking a URL twice keeps one attachment.
 #[test]
@@ -384,6 +400,8 @@ fn every_engine_document_is_answered() {
     let comment = client.data(documents::POST_COMMENT, json!({ "input": { "issueId": issue.id, "body": "hi" } }));
     client.data(documents::FIND_COMMENT, json!({ "id": comment["commentCreate"]["comment"]["id"] }));
     client.data(documents::VIEWER, json!({}));
+    let own = client.data(documents::ISSUE_TEAM, json!({ "id": issue.id }))["issue"]["team"].clone();
+    assert_eq!((&own["id"], &own["key"]), (&team["id"], &json!("ENG")), "the issue's team, as a delivery checks it");
     let names: Vec<&str> = documents::ALL.iter().map(|(name, _)| *name).collect();
     assert_eq!(
         names.len(),
@@ -440,4 +458,7 @@ fn the_binary_serves_graphql_and_admin_endpoints() {
     assert_eq!(calls, json!({ "DevpilotIssues": 1 }));
     let comments: Value = http.get(format!("{base}/_admin/comments?issue=ENG-1")).send().unwrap().json().unwrap();
     assert_eq!(comments, json!([]));
+    let fault = json!({ "fault": "server_error", "operation": "DevpilotPostComent" });
+    let armed = http.post(format!("{base}/_admin/faults")).json(&fault).send().unwrap();
+    assert_eq!(armed.status(), 400, "a fault for an operation DevPilot never sends is refused");
 }

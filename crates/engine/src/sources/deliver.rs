@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::bind::{self, Target};
 use super::ending::{backoff, ending};
 use super::error::TrackerError;
 use super::github;
@@ -79,32 +80,60 @@ async fn deliver_one(
         }
         Err(e) => return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None),
     };
+    let target = match target(queue, source, client, d, &payload).await {
+        Ok(t) => t,
+        Err(end) => return end,
+    };
     if d.event == event::PULL_REQUEST {
-        return super::pull::deliver(queue, cfg, source, client, d, (&job, &payload), github).await;
+        return super::pull::deliver(queue, cfg, source, client, d, (&job, &payload, &target), github).await;
     }
     let branch = JobSpec::parse(&payload).map(|s| s.branch(job.id)).unwrap_or_default();
-    let report = render::report(d, &job, &branch, &source.settings.report);
+    let report = render::report(d, &job, &branch, &source.settings);
     if report == render::Report::default() {
         return (DeliveryEnd::Delivered, None);
     }
     let first = d.tries <= 1;
-    let done = match client {
-        TrackerClient::Linear(c) => {
-            let Some(issue) = linear::IssueRef::of(&payload) else { return no_issue("Linear") };
+    let done = match (client, &target) {
+        (TrackerClient::Linear(c), Target::Linear(issue)) => {
             let id = linear::comment_id(&cfg.orchestrator_id, d.job_id, &d.event, d.claim_token, d.id);
-            linear::deliver(c, &issue, &report, &id, first).await
+            linear::deliver(c, issue, &report, &id, first).await
         }
-        TrackerClient::Github(c) => {
-            let Some(issue) = github::IssueRef::of(&payload) else { return no_issue("GitHub") };
+        (TrackerClient::Github(c), Target::Github(issue)) => {
             let marker = github::marker(d.job_id, &d.event, d.claim_token);
-            github::deliver(c, &issue, &report, &marker, first, &source.settings.report.working_label).await
+            github::deliver(c, issue, &report, &marker, first, &source.settings.report.working_label).await
         }
+        _ => return refused(format!("source '{}' has no client for the job's tracker", source.name)),
     };
     ending(done, d)
 }
 
-fn no_issue(tracker: &str) -> (DeliveryEnd, Option<TrackerError>) {
-    (DeliveryEnd::GiveUp { error: format!("the job names no {tracker} issue") }, None)
+/// The issue row `d` may act on: a state change of its job wrote the row, and the issue is
+/// the source's own ([`bind`]); else how the row ends, acting on nothing.
+async fn target(
+    queue: &Queue,
+    source: &Bound,
+    client: &TrackerClient,
+    d: &Delivery,
+    payload: &serde_json::Value,
+) -> Result<Target, (DeliveryEnd, Option<TrackerError>)> {
+    match queue.witnessed(d).await {
+        Ok(true) => {}
+        Ok(false) => return Err(refused(format!("no state change of job #{} wrote this outbox row", d.job_id))),
+        Err(e) => return Err((DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None)),
+    }
+    let named = bind::issue_of(&source.name, &source.settings, payload).map_err(refused)?;
+    let (Target::Linear(issue), TrackerClient::Linear(c)) = (&named, client) else { return Ok(named) };
+    match linear::own_issue(c, issue, &source.settings.teams).await {
+        Ok(Ok(own)) => Ok(Target::Linear(own)),
+        Ok(Err(why)) => Err(refused(why)),
+        Err(e) => Err(ending(Err(e), d)),
+    }
+}
+
+/// The row ends refused, with `reason`: it acts on nothing, and the pass goes on.
+pub(super) fn refused(reason: String) -> (DeliveryEnd, Option<TrackerError>) {
+    tracing::warn!("an outbox row was refused: {reason}");
+    (DeliveryEnd::Refused { reason }, None)
 }
 
 fn outcome(end: &DeliveryEnd) -> &'static str {
@@ -112,5 +141,6 @@ fn outcome(end: &DeliveryEnd) -> &'static str {
         DeliveryEnd::Delivered => "delivered",
         DeliveryEnd::Retry { .. } => "retry",
         DeliveryEnd::GiveUp { .. } => "gave up",
+        DeliveryEnd::Refused { .. } => "refused",
     }
 }

@@ -21,6 +21,16 @@ pub struct SourcesCfg {
     pub keys: KeyStore,
     /// Each repo's pull request mode, by repo name (a repo not named: draft).
     pub pull_requests: BTreeMap<String, PrMode>,
+    /// Each repo's clone and remote on this machine, by repo name: a pull request is opened
+    /// only where that remote points.
+    pub remotes: BTreeMap<String, RepoRemote>,
+}
+
+/// A repo's clone on this machine and the remote its pushes go to (a name, or a URL).
+#[derive(Clone, Debug)]
+pub struct RepoRemote {
+    pub clone: std::path::PathBuf,
+    pub remote: String,
 }
 
 /// How a source is doing on this machine.

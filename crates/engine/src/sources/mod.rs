@@ -15,7 +15,10 @@
 //! - [`keys`]: where a key or token comes from (its variable, else the keychain; gh's).
 //! - [`linear`], [`github`]: each tracker's requests, client, issues, mapping and delivery.
 //! - [`tracker`]: a source's client whichever the kind, and a turn's read as [`tracker::Item`]s.
+//! - [`approval`]: the label pins the text: who applied it, when, and whether the issue
+//!   changed after it.
 //! - [`intake`]: one intake turn: take it, read, add/update/cancel jobs, end it fenced.
+//! - `bind`: a delivery acts only on its own source's issue, repo and remote.
 //! - [`deliver`]: the outbox, row by row, fenced by each delivery's token; `ending`: how a
 //!   row ends; `pull`: the pull request row a completion leaves.
 //! - `http`: the one HTTP client builder (bounded, no redirects, the credential sensitive).
@@ -29,6 +32,8 @@
 //! asked by the poll path) is `orchestrator::sources`: it is part of the machine, and
 //! nothing here knows the machine.
 
+pub mod approval;
+mod bind;
 pub mod connection;
 pub mod deliver;
 mod ending;
@@ -49,7 +54,7 @@ pub mod tracker;
 
 pub use deliver::DELIVERY_LEASE;
 pub use error::TrackerError;
-pub use health::{HealthState, SourceHealth, SourcesCfg};
+pub use health::{HealthState, RepoRemote, SourceHealth, SourcesCfg};
 pub use intake::{poll, Bound, IntakeError, PollReport, Tried};
 pub use keys::{ApiKey, KeyStore};
 pub use settings::{ReportSettings, SourceKind, SourceSettings};

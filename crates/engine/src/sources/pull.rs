@@ -7,8 +7,12 @@
 //! row with GitHub's error; the job stays completed. A machine with no GitHub token leaves
 //! the row for one that has one.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
+use super::bind::{self, Target};
+use super::deliver::refused;
 use super::ending::{backoff, ending};
 use super::error::TrackerError;
 use super::github::pulls::{api_for, open_or_reuse, GithubRemote, PullAsk};
@@ -19,6 +23,7 @@ use super::keys::ApiKey;
 use super::linear;
 use super::settings::SourceKind;
 use super::tracker::TrackerClient;
+use crate::git::Git;
 use crate::worktree::PrMode;
 use devpilot_store::queue::{Delivery, DeliveryEnd, JobRow, Queue};
 use devpilot_store::spec::JobSpec;
@@ -30,10 +35,13 @@ pub(super) async fn deliver(
     source: &Bound,
     client: &TrackerClient,
     d: &Delivery,
-    (job, payload): (&JobRow, &Value),
+    (job, payload, issue): (&JobRow, &Value, &Target),
     token: Option<&ApiKey>,
 ) -> (DeliveryEnd, Option<TrackerError>) {
     let Some((remote, api)) = target(cfg, job) else { return (DeliveryEnd::Delivered, None) };
+    if let Err(end) = own_remote(cfg, job, &remote, d).await {
+        return end;
+    }
     let Some(token) = token else {
         let error = format!(
             "no GitHub token on {} to open the pull request: `devpilot login --github` or GITHUB_TOKEN",
@@ -59,7 +67,34 @@ pub(super) async fn deliver(
     if let Err(e) = queue.set_result_url(job.id, &url).await {
         return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None);
     }
-    ending(link(client, d, payload, &url).await, d)
+    ending(link(client, d, issue, &url).await, d)
+}
+
+/// Whether `pushed` is where this machine's clone of the job's repo pushes: a pull request
+/// is opened only on the remote the delivering machine has configured for that repo, never
+/// on one the job row names. A machine without the repo leaves the row for one that has it.
+async fn own_remote(
+    cfg: &SourcesCfg,
+    job: &JobRow,
+    pushed: &GithubRemote,
+    d: &Delivery,
+) -> Result<(), (DeliveryEnd, Option<TrackerError>)> {
+    let Some(repo) = job.repo.as_deref() else {
+        return Err(refused("the job has no repo, so no remote of this machine's to open a pull request on".into()));
+    };
+    let Some(here) = cfg.remotes.get(repo) else {
+        let error =
+            format!("repo '{repo}' is not configured on {}: another machine opens its pull request", cfg.machine);
+        return Err((DeliveryEnd::Retry { after: backoff(d.tries), error }, None));
+    };
+    let git = Git::clone_at(&here.clone).await;
+    let key = format!("remote.{}.url", here.remote);
+    let url = match git.run(&["config", "--get", &key], Duration::from_secs(10)).await {
+        Ok(url) => url.trim().to_string(),
+        // A remote named by its URL rather than by a name.
+        Err(_) => here.remote.clone(),
+    };
+    bind::same_remote(pushed, &url).map_err(refused)
 }
 
 /// Where the PR goes: the remote the branch was pushed to, if it is GitHub's and the repo
@@ -83,14 +118,15 @@ fn target(cfg: &SourcesCfg, job: &JobRow) -> Option<(GithubRemote, String)> {
     Some((remote, api?))
 }
 
-/// The pull request: the job's branch onto its base, the issue's title, the summary, and
-/// what closes or names the issue.
+/// The pull request: the job's branch onto its base, the issue's title, the summary (inert:
+/// a `Fixes #2` in it closes nothing), and DevPilot's own line that closes or names the issue.
 fn ask_of(cfg: &SourcesCfg, job: &JobRow, payload: &Value, remote: GithubRemote) -> PullAsk {
     let spec = JobSpec::parse(payload).ok();
     let branch = spec.as_ref().map(|s| s.branch(job.id)).unwrap_or_else(|| format!("devpilot/{}", job.id));
     let base = spec.and_then(|s| s.base);
     let mode = job.repo.as_ref().and_then(|r| cfg.pull_requests.get(r)).copied().unwrap_or_default();
-    let mut body = job.summary.clone().filter(|s| !s.trim().is_empty()).unwrap_or_default();
+    let summary = job.summary.as_deref().filter(|s| !s.trim().is_empty());
+    let mut body = summary.map(super::render::inert).unwrap_or_default();
     if let Some(issue) = github::IssueRef::of(payload) {
         let same = issue.repo.eq_ignore_ascii_case(&remote.full_name());
         let closes =
@@ -110,20 +146,47 @@ fn ask_of(cfg: &SourcesCfg, job: &JobRow, payload: &Value, remote: GithubRemote)
     }
 }
 
-/// Links the PR on the source's issue.
-async fn link(client: &TrackerClient, d: &Delivery, payload: &Value, url: &str) -> Result<(), TrackerError> {
-    match client {
-        TrackerClient::Linear(c) => match linear::IssueRef::of(payload) {
-            Some(issue) => linear::attach(c, &issue, url, "Pull request").await,
-            None => Ok(()),
-        },
-        TrackerClient::Github(c) => match github::IssueRef::of(payload) {
-            Some(issue) => {
-                let marker = github::marker(d.job_id, &d.event, d.claim_token);
-                let body = format!("Opened a pull request: {url}");
-                github::post_once(c, &issue, &body, &marker, d.tries <= 1).await
-            }
-            None => Ok(()),
-        },
+/// Links the PR on the source's issue (bound to the source: [`bind`]).
+async fn link(client: &TrackerClient, d: &Delivery, issue: &Target, url: &str) -> Result<(), TrackerError> {
+    match (client, issue) {
+        (TrackerClient::Linear(c), Target::Linear(issue)) => linear::attach(c, issue, url, "Pull request").await,
+        (TrackerClient::Github(c), Target::Github(issue)) => {
+            let marker = github::marker(d.job_id, &d.event, d.claim_token);
+            let body = format!("Opened a pull request: {url}");
+            github::post_once(c, issue, &body, &marker, d.tries <= 1).await
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::keys::KeyStore;
+    use super::*;
+
+    /// Closing keywords in the summary sit in its inert block and close nothing; the one
+    /// `Closes` line outside it is DevPilot's, for the job's own issue.
+    #[test]
+    fn only_devpilots_own_line_closes_an_issue() {
+        let cfg = SourcesCfg {
+            orchestrator_id: "o".into(),
+            machine: "m".into(),
+            sources: Default::default(),
+            max_attempts: 3,
+            keys: KeyStore::Given(ApiKey::given("k")),
+            pull_requests: Default::default(),
+            remotes: Default::default(),
+        };
+        let summary = "Fixes #2, closes acme/webapp#3\r# Resolves #4 @acme/owners";
+        let job = JobRow { summary: Some(summary.into()), ..super::super::render::tests::job_row() };
+        let payload = serde_json::json!({"source": {"kind": "github", "repo": "acme/webapp", "number": 1}});
+        let remote = GithubRemote::parse("https://github.com/acme/webapp.git").unwrap();
+        let body = ask_of(&cfg, &job, &payload, remote).body;
+        let mut blocks = body.split("```");
+        let (before, inside, after) = (blocks.next().unwrap(), blocks.next().unwrap(), blocks.next().unwrap());
+        assert!(before.is_empty() && blocks.next().is_none(), "one block, first: {body}");
+        assert!(inside.contains("Fixes #2") && inside.contains("# Resolves #4") && !inside.contains('\r'), "{body}");
+        assert_eq!(after.matches('#').count(), 2, "only DevPilot's line and job number: {body}");
+        assert!(after.contains("\n\nCloses #1\n\nOpened by DevPilot for job #7 (m)."), "{body}");
     }
 }

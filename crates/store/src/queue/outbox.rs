@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::dialect::Sql;
 use super::options::{millis, truncate};
 use super::pool::Queue;
-use super::rows::{decode, decode_first};
+use super::rows::{decode, decode_first, first_i64};
 use crate::error::Result;
 
 /// An outbox row this machine is delivering: `token` fences its finish.
@@ -49,7 +49,7 @@ pub struct OutboxRow {
     pub tries: i32,
     pub next_at: i64,
     pub done_at: Option<i64>,
-    /// `delivered` or `gave_up`, once done.
+    /// `delivered`, `gave_up` or `refused`, once done.
     pub outcome: Option<String>,
     pub last_error: Option<String>,
 }
@@ -64,6 +64,9 @@ pub enum DeliveryEnd {
     /// It can never be delivered (the issue is gone, the tracker refused the content): done,
     /// with its error kept.
     GiveUp { error: String },
+    /// It must never be delivered: it names an issue, repo or remote that is not its
+    /// source's, or no state change of its job wrote it. Done, acting on nothing, with why.
+    Refused { reason: String },
 }
 
 /// The finish of delivery ($1, $2): done now with outcome $3 when $4, else due again in $5
@@ -85,7 +88,34 @@ static OF_JOB: Sql = Sql::new(|_| {
         .to_string()
 });
 
+/// Whether job $1's history holds the event that wrote an outbox row: kind $2 (a pull
+/// request row's is its completion), claim $3 (-1 for none), within 5 s of $4, the row's
+/// `created_at` (the same instant on PostgreSQL, one CTE; on SQLite two statements of one
+/// transaction, each with its own clock reading).
+static WITNESS: Sql = Sql::new(|_| {
+    "SELECT COUNT(*) AS n FROM job_events
+      WHERE job_id = $1 AND kind = $2 AND COALESCE(claim_token, -1) = $3 AND at BETWEEN $4 - 5000 AND $4 + 5000"
+        .to_string()
+});
+
 impl Queue {
+    /// Whether a state change of its job wrote `delivery`: its history row, which the change
+    /// wrote in the same statement (or transaction), is there. A row inserted by hand has
+    /// none, and is never delivered.
+    pub async fn witnessed(&self, delivery: &Delivery) -> Result<bool> {
+        let kind = match delivery.event.as_str() {
+            crate::job::event::PULL_REQUEST => crate::job::event::COMPLETED,
+            other => other,
+        };
+        let values = vec![
+            delivery.job_id.into(),
+            kind.into(),
+            delivery.claim_token.unwrap_or(-1).into(),
+            delivery.created_at.into(),
+        ];
+        Ok(first_i64(&self.query(self.sql(&WITNESS), values).await?, "n")? > 0)
+    }
+
     /// Takes the oldest deliverable outbox row of `sources` (those this machine has
     /// credentials for): due, not held by another deliverer within `lease`, and with no older
     /// undelivered row of its job. `Ok(None)`: nothing to deliver, or another machine took it.
@@ -135,6 +165,7 @@ impl Queue {
             DeliveryEnd::Delivered => (true, Some("delivered"), Duration::ZERO, None),
             DeliveryEnd::Retry { after, error } => (false, None, *after, Some(error.as_str())),
             DeliveryEnd::GiveUp { error } => (true, Some("gave_up"), Duration::ZERO, Some(error.as_str())),
+            DeliveryEnd::Refused { reason } => (true, Some("refused"), Duration::ZERO, Some(reason.as_str())),
         };
         let values = vec![
             delivery.id.into(),

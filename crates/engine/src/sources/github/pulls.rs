@@ -41,7 +41,14 @@ impl GithubRemote {
         };
         let path = path.trim_end_matches('/').trim_end_matches(".git");
         let (owner, name) = path.split_once('/')?;
-        let ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        // As GitHub names them: never `.` or `..`, which a URL built from them would resolve.
+        let ok = |p: &str| {
+            !p.is_empty()
+                && p != "."
+                && p != ".."
+                && p.len() <= 100
+                && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
         (ok(owner) && ok(name) && !host.is_empty()).then(|| Self {
             host: host.to_lowercase(),
             owner: owner.into(),

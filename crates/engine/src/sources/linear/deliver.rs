@@ -43,6 +43,40 @@ pub fn comment_id(orchestrator_id: &str, job: i64, event: &str, claim_token: Opt
 }
 
 #[derive(Deserialize)]
+struct IssueTeam {
+    issue: IssueNode,
+}
+
+#[derive(Deserialize)]
+struct IssueNode {
+    id: String,
+    team: TeamNode,
+}
+
+#[derive(Deserialize)]
+struct TeamNode {
+    id: String,
+    key: String,
+}
+
+/// The job's issue as Linear has it, if its team is one of `teams` (the source's keys): the
+/// id and team the delivery acts on are Linear's answer, never the row's. `Ok(Err(why))`:
+/// the issue is another team's, and nothing is done.
+pub async fn own_issue(
+    client: &LinearClient,
+    named: &IssueRef,
+    teams: &[String],
+) -> Result<Result<IssueRef, String>, TrackerError> {
+    let (found, _) = client.call::<IssueTeam>(documents::ISSUE_TEAM, json!({ "id": named.id })).await?;
+    let team = found.issue.team;
+    if !teams.iter().any(|t| t.eq_ignore_ascii_case(&team.key)) {
+        let why = format!("the job's Linear issue is in team {}, and the source reads {}", team.key, teams.join(", "));
+        return Ok(Err(why));
+    }
+    Ok(Ok(IssueRef { id: found.issue.id, team: team.id }))
+}
+
+#[derive(Deserialize)]
 struct Found {
     comment: Option<Value>,
 }

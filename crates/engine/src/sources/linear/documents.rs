@@ -60,8 +60,11 @@ pub const LINK_URL: &str = "mutation DevpilotLinkUrl($issueId: String!, $url: St
   attachmentLinkURL(issueId: $issueId, url: $url, title: $title) { success }
 }";
 
+/// An issue's team, as Linear has it: a delivery checks it against the source's teams.
+pub const ISSUE_TEAM: &str = "query DevpilotIssueTeam($id: String!) { issue(id: $id) { id team { id key } } }";
+
 /// Every document, for the schema test.
-pub const ALL: [(&str, &str); 9] = [
+pub const ALL: [(&str, &str); 10] = [
     ("VIEWER", VIEWER),
     ("TEAMS", TEAMS),
     ("LABELS", LABELS),
@@ -71,6 +74,7 @@ pub const ALL: [(&str, &str); 9] = [
     ("POST_COMMENT", POST_COMMENT),
     ("MOVE_ISSUE", MOVE_ISSUE),
     ("LINK_URL", LINK_URL),
+    ("ISSUE_TEAM", ISSUE_TEAM),
 ];
 
 #[cfg(test)]

@@ -18,6 +18,6 @@ mod map;
 
 pub use crate::sources::text::prompt_of;
 pub use client::{install_crypto_provider, LinearClient, RateLimit, TrackerError};
-pub use deliver::{attach, comment_id, deliver, IssueRef};
+pub use deliver::{attach, comment_id, deliver, own_issue, IssueRef};
 pub use issues::{filter, read_changed, Issue, Read};
 pub use map::{branch_of, key_of, payload_of, priority_of, repo_of, requires_of, same_task, version_of};
