@@ -219,8 +219,11 @@ async fn code_the_agent_plants_never_runs_in_devpilots_git(backend: Backend) {
     let home = home_with(db.dir.path(), "m", &web_repo(&clone, ""));
     let mark = db.dir.path().join("planted.log");
     let hooks = db.dir.path().join("myhooks");
+    // `set -e`: a plant that fails fails the job, so an empty marker below means the planted
+    // code did not run, not that it was never planted.
     let body = format!(
-        r#"common=$(git rev-parse --path-format=absolute --git-common-dir)
+        r#"set -e
+common=$(git rev-parse --path-format=absolute --git-common-dir)
 hooks="{hooks}"; mkdir -p "$hooks"
 for h in post-checkout post-commit post-index-change pre-push reference-transaction pre-commit post-merge pre-auto-gc; do
   plant "shared hook $h" "$common/hooks/$h"; plant "hooksPath $h" "$hooks/$h"
@@ -254,6 +257,47 @@ echo planted everything"#,
     assert_eq!(remote.show(&format!("devpilot/{id}-plant"), "work.txt").as_deref(), Some("planted\n"));
     // The second job's agent plants again; its worktree was made with all of it in place.
     assert_eq!(job(&db, next).await.state, JobState::Completed, "{}", job_log(&home, next));
+    plain_git_runs_what_was_planted(&clone, &mark);
+}
+
+/// The control: a plain git, without DevPilot's hardening, in the clone the agent planted in
+/// runs the planted code (its hooksPath, its fsmonitor, the clone's shared hooks, and the
+/// remote's hooks on a push), so the test above could have seen it run.
+fn plain_git_runs_what_was_planted(clone: &Path, mark: &Path) {
+    let plain = |args: &[&str]| {
+        let out = Command::new("git").arg("-C").arg(clone).args(args).stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "plain git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let common = git(clone, &["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    plain(&["status"]);
+    plain(&["-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "--allow-empty", "-m", "control"]);
+    let shared = format!("core.hooksPath={common}/hooks");
+    plain(&[
+        "-c",
+        &shared,
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "--allow-empty",
+        "-m",
+        "c",
+    ]);
+    // The planted receive-pack would hang a push: the remote's own one takes it.
+    plain(&["-c", "remote.origin.receivepack=git-receive-pack", "push", "origin", "HEAD:refs/heads/control"]);
+    let ran = std::fs::read_to_string(mark).unwrap_or_default();
+    for what in [
+        "clone fsmonitor ran",
+        "hooksPath pre-commit ran",
+        "hooksPath post-commit ran",
+        "shared hook post-commit ran",
+        "hooksPath pre-push ran",
+        "remote pre-receive ran",
+        "remote post-receive ran",
+    ] {
+        assert!(ran.contains(what), "a plain git did not run \"{what}\": was it planted?\n{ran}");
+    }
 }
 
 /// A key of the clone's config that `-c` cannot take back (here a `pushInsteadOf` that would
@@ -534,8 +578,10 @@ async fn status_escapes_control_characters(backend: Backend) {
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains(['\u{1b}', '\u{7}', '\r']), "raw control characters: {out:?}");
     assert!(out.contains("ok\\u{1b}[2J\\u{7}\\rFAKE"), "{out}");
-    let (_, json_out, _) = run_cli(&home, &db.raw_url, &["status", "--orchestrator", &orch, "--json"], None);
+    let (code, json_out, err) = run_cli(&home, &db.raw_url, &["status", "--orchestrator", &orch, "--json"], None);
+    assert_eq!(code, 0, "{err}");
     assert!(!json_out.contains('\u{1b}'), "JSON escapes them too");
+    assert!(json_out.contains("ok\\u001b[2J\\u0007\\rFAKE"), "the title is there, escaped: {json_out}");
 }
 
 /// The variables in `f`, an `env -0` dump: (name, value) pairs.

@@ -587,22 +587,29 @@ async fn the_poll_is_planned_once() {
     let url = devpilot_store::db::DbUrl::parse(&db.raw_url).unwrap();
     let conn = devpilot_store::db::connect(&url, &devpilot_store::db::PoolSettings::default()).await.unwrap();
     let q = devpilot_store::Queue::new(conn);
-    for _ in 0..8 {
+    for _ in 0..POLLS {
         assert_eq!(q.claim_next(&orch, "m", 1).await.unwrap().len(), 1);
     }
-    let plans = q
+    let rows = q
         .connection()
-        .query_one_raw(sea_orm::Statement::from_string(
+        .query_all_raw(sea_orm::Statement::from_string(
             sea_orm::DbBackend::Postgres,
-            "SELECT COALESCE(MAX(generic_plans), 0) AS n FROM pg_prepared_statements WHERE statement LIKE 'WITH picked%'",
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH picked%'",
         ))
         .await
-        .unwrap()
-        .unwrap()
-        .try_get::<i64>("", "n")
         .unwrap();
-    assert!(plans >= 1, "the poll was planned at every call ({plans} generic plans used)");
+    let plans: Vec<(i64, i64)> = rows
+        .iter()
+        .map(|r| (r.try_get("", "generic_plans").unwrap(), r.try_get("", "custom_plans").unwrap()))
+        .collect();
+    // One statement, prepared once: PostgreSQL's five custom plans, then the generic one at
+    // every later call. (Replanned at every call, it would show no generic plan, or more
+    // custom ones.)
+    assert_eq!(plans, [(POLLS - 5, 5)], "(generic, custom) plans of the poll over {POLLS} calls");
 }
+
+/// How many polls [`the_poll_is_planned_once`] makes: more than PostgreSQL's five custom plans.
+const POLLS: i64 = 8;
 
 /// A poll that carries completions writes them as `complete_many` would: each ends completed
 /// (or cancelled, when a cancel was asked), with its history. On PostgreSQL it is one

@@ -142,7 +142,8 @@ pub enum Cmd {
         orchestrator: String,
         #[arg(long)]
         machine: String,
-        /// Open the queue, print `ready`, and claim only once a line arrives on stdin.
+        /// Open the queue, print `ready`, and claim only once a line arrives on stdin (at the
+        /// instant it names in ns since the epoch, if it names one).
         #[arg(long)]
         wait_stdin: bool,
         /// The job's id.

@@ -202,7 +202,9 @@ pub async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
 }
 
 /// `devpilot claim`: `claimed ID TOKEN` (exit 0) on a win, `lost ID` (exit 3) when the
-/// conditional UPDATE matched no row.
+/// conditional UPDATE matched no row. On stderr, `statement START END`: the wall clock (ns since
+/// the epoch) just before the statement was sent and just after its answer, so that a race
+/// between processes on one machine can show its claims were really in flight together.
 pub async fn claim(orchestrator: &str, machine: &str, wait_stdin: bool, id: i64) -> Result<()> {
     use std::io::Write;
     let (queue, _) = open_queue(PoolSettings::default()).await?;
@@ -213,8 +215,17 @@ pub async fn claim(orchestrator: &str, machine: &str, wait_stdin: bool, id: i64)
         if std::io::stdin().read_line(&mut line)? == 0 {
             return Err(Error::Invalid("stdin closed before the line that starts the claim".into()));
         }
+        // A line that names an instant (ns since the epoch) starts the claim then: racers
+        // woken by one clock start closer together than racers woken one pipe after another.
+        if let Ok(at) = line.trim().parse::<u128>() {
+            let wait = at.saturating_sub(epoch_ns()).min(10_000_000_000);
+            std::thread::sleep(std::time::Duration::from_nanos(wait as u64));
+        }
     }
-    match queue.claim_by_id(id, orchestrator, machine).await? {
+    let start = epoch_ns();
+    let claimed = queue.claim_by_id(id, orchestrator, machine).await;
+    eprintln!("statement {start} {}", epoch_ns());
+    match claimed? {
         Some(c) => println!("claimed {id} {}", c.fence.token),
         None => {
             println!("lost {id}");
@@ -223,4 +234,9 @@ pub async fn claim(orchestrator: &str, machine: &str, wait_stdin: bool, id: i64)
         }
     }
     Ok(())
+}
+
+/// Nanoseconds since the epoch: one clock every process on the machine shares.
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }

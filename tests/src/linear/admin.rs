@@ -133,7 +133,7 @@ fn inject(shared: &Shared, spec: FaultSpec) -> Result<Value, String> {
         "wrong_key" => Fault::WrongKey,
         other => return Err(format!("unknown fault {other:?} (timeout, server_error, rate_limited, wrong_key)")),
     };
-    shared.inject(fault, spec.times, spec.operation.as_deref());
+    shared.inject(fault, spec.times, spec.operation.as_deref())?;
     Ok(json!({ "armed": spec.times }))
 }
 

@@ -208,9 +208,11 @@ impl LinearStandIn {
     }
 
     /// Plays `fault` for the next `times` requests (only those of operation `only_op`, if
-    /// given), in the order faults were injected.
+    /// given), in the order faults were injected. Panics on an operation DevPilot never sends.
     pub fn inject(&self, fault: Fault, times: usize, only_op: Option<&str>) {
-        self.shared.inject(fault, times, only_op);
+        if let Err(e) = self.shared.inject(fault, times, only_op) {
+            panic!("{e}");
+        }
     }
 
     /// Disarms every injected fault.

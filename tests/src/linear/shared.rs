@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::clock::Clock;
+use super::graphql::operation_name;
 use super::limits::Limits;
 use super::model::{Comment, Fault, Issue, IssueSeed, Recorded};
 use super::state::State;
@@ -77,11 +78,20 @@ impl Shared {
         Some(fault)
     }
 
-    /// Arms `fault` for the next `times` requests (of `only_op`, if given).
-    pub(crate) fn inject(&self, fault: Fault, times: usize, only_op: Option<&str>) {
+    /// Arms `fault` for the next `times` requests (of `only_op`, if given). An operation no
+    /// document of DevPilot's is named is refused: a fault armed for it would never fire, and
+    /// the test that armed it would pass without its fault.
+    pub(crate) fn inject(&self, fault: Fault, times: usize, only_op: Option<&str>) -> Result<(), String> {
+        if let Some(op) = only_op {
+            let known = known_operations();
+            if !known.iter().any(|k| k == op) {
+                return Err(format!("no document of DevPilot's is named {op:?} (they are {})", known.join(", ")));
+            }
+        }
         if times > 0 {
             self.control().faults.push(Armed { fault, left: times, only_op: only_op.map(str::to_string) });
         }
+        Ok(())
     }
 
     /// Files an issue.
@@ -157,4 +167,9 @@ impl Shared {
     fn reset_at(&self, reset_in: Duration) -> i64 {
         self.clock.now_ms() + i64::try_from(reset_in.as_millis()).unwrap_or(i64::MAX / 4)
     }
+}
+
+/// The operations DevPilot sends: the names of its documents.
+fn known_operations() -> Vec<String> {
+    devpilot_engine::sources::linear::documents::ALL.iter().filter_map(|(_, doc)| operation_name(doc, None)).collect()
 }
