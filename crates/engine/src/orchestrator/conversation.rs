@@ -128,8 +128,17 @@ async fn restore(
     saved: &SavedSession,
     here: &str,
 ) -> Result<(Conversation, usize), String> {
-    let (place, s) = (place.clone(), saved.clone());
-    let work = move || preset.restore(&place, &s.session_id, &s.cwd, s.bundle.as_deref().unwrap_or_default());
+    let (place, s, here_too) = (place.clone(), saved.clone(), saved.machine == here);
+    let work = move || {
+        let put = || preset.restore(&place, &s.session_id, &s.cwd, s.bundle.as_deref().unwrap_or_default());
+        match put() {
+            // Back on a machine that ran this conversation before it moved on (laptop,
+            // desktop, laptop): its own copy is older than the one carried here. It is set
+            // aside, never written over, and the carried one is restored.
+            Err(SessionError::Exists(old)) if !here_too => set_aside(&old).and_then(|()| put()),
+            other => other,
+        }
+    };
     match tokio::task::spawn_blocking(work).await {
         Ok(Ok(done)) => Ok(done),
         Ok(Err(SessionError::Exists(file))) if saved.machine == here => {
@@ -139,6 +148,15 @@ async fn restore(
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(format!("the restore stopped: {e}")),
     }
+}
+
+/// Renames an older copy of the session's file to `<name>.superseded-<ms>` beside it: a
+/// capture takes only the exact name, so it is never carried again.
+fn set_aside(old: &std::path::Path) -> Result<(), SessionError> {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let mut aside = old.as_os_str().to_owned();
+    aside.push(format!(".superseded-{ms}"));
+    std::fs::rename(old, &aside).map_err(|source| SessionError::Io { what: "set aside", path: old.into(), source })
 }
 
 /// The values of the variables the agent is given (the allowlist, its preset's variables,
@@ -287,4 +305,59 @@ fn printed(span: &LogSpan) -> (String, String) {
     let len = std::fs::metadata(&span.path).map(|m| m.len()).unwrap_or(0);
     let tail_from = span.start.max(len.saturating_sub(256 * 1024));
     (read(span.start, 64 * 1024), read(tail_from, 256 * 1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0f6c1d2e-3b4a-4c5d-8e6f-7a8b9c0d1e2f";
+
+    /// A claude session for a worktree at `cwd` saying `text`, in a fresh CLI directory.
+    fn session(cwd: &str, text: &str) -> (tempfile::TempDir, SessionPlace, std::path::PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let place = SessionPlace { root: root.path().to_path_buf(), cwd: cwd.into() };
+        let dir = root.path().join("projects").join(cwd.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("{ID}.jsonl"));
+        std::fs::write(&file, format!("{{\"cwd\":\"{cwd}\",\"text\":\"{text}\"}}\n")).unwrap();
+        (root, place, file)
+    }
+
+    /// Laptop, desktop, laptop: back on the laptop, its own older copy of the conversation is
+    /// set aside (kept, never written over) and the desktop's is restored, so the agent goes
+    /// on where the desktop stopped; on the machine that saved it, after a park, the CLI's
+    /// own file is resumed as it is.
+    #[tokio::test]
+    async fn back_on_the_first_machine_the_carried_session_wins() {
+        let cwd = "/data/worktrees/team/7";
+        let (_desk, desk, _) = session(cwd, "part 2 on the desktop");
+        let carried = Preset::Claude.capture(&desk, ID, &[]).unwrap();
+        let saved = |machine: &str| SavedSession {
+            job_id: 7,
+            claim_token: 2,
+            machine: machine.into(),
+            agent: "claude".into(),
+            session_id: ID.into(),
+            cwd: cwd.into(),
+            bundle: Some(carried.bundle.clone()),
+            raw_size: carried.raw_size as i64,
+            saved_at: 0,
+        };
+        let (_lap, laptop, file) = session(cwd, "part 1 on the laptop");
+        let (talk, bytes) = restore(Preset::Claude, &laptop, &saved("desktop"), "laptop").await.unwrap();
+        assert_eq!(talk, Conversation::Resume { id: ID.into(), file: None });
+        assert!(bytes > 0);
+        assert!(std::fs::read_to_string(&file).unwrap().contains("part 2 on the desktop"));
+        let kept: Vec<String> = std::fs::read_dir(file.parent().unwrap())
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .filter(|t| t.contains("part 1 on the laptop"))
+            .collect();
+        assert_eq!(kept.len(), 1, "the laptop's own copy is set aside, not lost");
+        let (_same, same, file) = session(cwd, "parked here");
+        let (_, bytes) = restore(Preset::Claude, &same, &saved("laptop"), "laptop").await.unwrap();
+        assert_eq!(bytes, 0);
+        assert!(std::fs::read_to_string(&file).unwrap().contains("parked here"));
+    }
 }
