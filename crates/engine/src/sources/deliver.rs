@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::bind::{self, Target};
-use super::ending::{backoff, ending};
+use super::ending::{backoff, ending, refused};
 use super::error::TrackerError;
 use super::github;
 use super::health::SourcesCfg;
@@ -128,12 +128,6 @@ async fn target(
         Ok(Err(why)) => Err(refused(why)),
         Err(e) => Err(ending(Err(e), d)),
     }
-}
-
-/// The row ends refused, with `reason`: it acts on nothing, and the pass goes on.
-pub(super) fn refused(reason: String) -> (DeliveryEnd, Option<TrackerError>) {
-    tracing::warn!("an outbox row was refused: {reason}");
-    (DeliveryEnd::Refused { reason }, None)
 }
 
 fn outcome(end: &DeliveryEnd) -> &'static str {

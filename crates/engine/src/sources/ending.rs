@@ -34,3 +34,9 @@ fn until(at_ms: i64) -> Duration {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64);
     Duration::from_millis((at_ms - now.unwrap_or(at_ms)).clamp(1000, 3_600_000) as u64)
 }
+
+/// The row ends refused, with `reason`: it acts on nothing, and the pass goes on.
+pub(super) fn refused(reason: String) -> (DeliveryEnd, Option<TrackerError>) {
+    tracing::warn!("an outbox row was refused: {reason}");
+    (DeliveryEnd::Refused { reason }, None)
+}

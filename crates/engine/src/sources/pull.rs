@@ -12,8 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::bind::{self, Target};
-use super::deliver::refused;
-use super::ending::{backoff, ending};
+use super::ending::{backoff, ending, refused};
 use super::error::TrackerError;
 use super::github::pulls::{api_for, open_or_reuse, GithubRemote, PullAsk};
 use super::github::{self, GithubClient};
