@@ -270,32 +270,17 @@ fn plain_git_runs_what_was_planted(clone: &Path, mark: &Path) {
     };
     let common = git(clone, &["rev-parse", "--path-format=absolute", "--git-common-dir"]);
     plain(&["status"]);
-    plain(&["-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "--allow-empty", "-m", "control"]);
+    let (name, email) = ("user.name=T", "user.email=t@example.invalid");
+    plain(&["-c", name, "-c", email, "commit", "--allow-empty", "-m", "control"]);
     let shared = format!("core.hooksPath={common}/hooks");
-    plain(&[
-        "-c",
-        &shared,
-        "-c",
-        "user.name=T",
-        "-c",
-        "user.email=t@example.invalid",
-        "commit",
-        "--allow-empty",
-        "-m",
-        "c",
-    ]);
+    plain(&["-c", &shared, "-c", name, "-c", email, "commit", "--allow-empty", "-m", "c"]);
     // The planted receive-pack would hang a push: the remote's own one takes it.
     plain(&["-c", "remote.origin.receivepack=git-receive-pack", "push", "origin", "HEAD:refs/heads/control"]);
     let ran = std::fs::read_to_string(mark).unwrap_or_default();
-    for what in [
-        "clone fsmonitor ran",
-        "hooksPath pre-commit ran",
-        "hooksPath post-commit ran",
-        "shared hook post-commit ran",
-        "hooksPath pre-push ran",
-        "remote pre-receive ran",
-        "remote post-receive ran",
-    ] {
+    let hooks = ["hooksPath pre-commit ran", "hooksPath post-commit ran", "hooksPath pre-push ran"];
+    let others =
+        ["clone fsmonitor ran", "shared hook post-commit ran", "remote pre-receive ran", "remote post-receive ran"];
+    for what in hooks.into_iter().chain(others) {
         assert!(ran.contains(what), "a plain git did not run \"{what}\": was it planted?\n{ran}");
     }
 }
