@@ -14,7 +14,11 @@ NODE22=22
 dir="${DEVPILOT_AGENT_CLIS:-$HOME/.cache/devpilot-agent-clis}"
 stamp="$dir/.installed"
 want="claude=$CLAUDE codex=$CODEX gemini=$GEMINI aider=$AIDER node=$NODE22"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+# The stamp alone proves nothing (a cache half deleted, a venv whose python moved): each CLI
+# must also still start.
+runs() { for cli in claude codex gemini aider; do "$dir/bin/$cli" --version >/dev/null 2>&1 || return 1; done; }
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && runs; then exit 0; fi
+rm -f "$stamp"
 
 echo "agent-clis: installing $want into $dir"
 # npm fetches the three node CLIs (and the node 22 claude needs). Debian's nodejs comes without

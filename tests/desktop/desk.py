@@ -28,6 +28,14 @@ class Checks:
         if not cond:
             raise SystemExit(1)
 
+    def files_holding(self, secret, *dirs):
+        """The files under `dirs` that hold `secret`, by grep. grep's own failure (exit 2: a
+        directory that is not there, a file it cannot read) fails the check: an empty answer
+        from a grep that searched nothing is not "clean"."""
+        r = subprocess.run(["grep", "-rlF", secret, *dirs], capture_output=True, text=True)
+        self.check(f"grep could search {', '.join(dirs)}", r.returncode in (0, 1), r.stderr)
+        return r.stdout
+
     def wait(self, what, fn, timeout=30, every=0.3):
         """Polls `fn` until it returns something true (returned) or `timeout` passes (FAIL).
         An exception from `fn` counts as "not yet" and is reported if it is the last."""

@@ -47,6 +47,7 @@ CHECKS = desk.Checks()
 DRIVER = desk.WebDriver(WD, log=CHECKS.log)
 RESULTS = CHECKS.results
 log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
+files_holding = CHECKS.files_holding
 
 
 def app_env():
@@ -532,7 +533,7 @@ def main():
     else:
         found = r.stdout.strip() == pw
     check("the password is in the Secret Service", found, r.stdout + r.stderr)
-    leaked = subprocess.run(["grep", "-rlF", pw, ENV["XDG_CONFIG_HOME"], ENV["XDG_DATA_HOME"]], capture_output=True, text=True).stdout
+    leaked = files_holding(pw, ENV["XDG_CONFIG_HOME"], ENV["XDG_DATA_HOME"])
     check("the password is in no file under the config and data dirs", leaked.strip() == "", leaked)
     with open(cfg) as f:
         text = f.read()
@@ -570,7 +571,7 @@ def main():
           f"postgres://postgres@127.0.0.1:{ENV['E2E_PGPORT']}/postgres?{want}" in text and pw not in text, text)
     r = subprocess.run(["secret-tool", "search", "--unlock", "service", PROFILE_NAME], capture_output=True, text=True)
     check("the password is in the Secret Service (secret-tool search)", f"secret = {pw}" in r.stdout, r.stdout + r.stderr)
-    leaked = subprocess.run(["grep", "-rlF", pw, ENV["XDG_CONFIG_HOME"], ENV["XDG_DATA_HOME"]], capture_output=True, text=True).stdout
+    leaked = files_holding(pw, ENV["XDG_CONFIG_HOME"], ENV["XDG_DATA_HOME"])
     check("the password is still in no file", leaked.strip() == "", leaked)
     check("the form shows the certificate back", wd_exec("return document.querySelector('#db-sslrootcert').value") == ENV["E2E_CA_CERT"])
     wd_exec("document.getElementById('db-sslrootcert').scrollIntoView({block: 'center'});")

@@ -185,8 +185,7 @@ def guide_first_job():
     check("the settings file holds the database URL, without the password",
           f"postgres://postgres@127.0.0.1:{PGPORT}/guide" in cfg and PGPW not in cfg, cfg)
     check("and the agent", "agent.py" in cfg, cfg)
-    leaked = subprocess.run(["grep", "-rl", PGPW, os.path.join(WORK, "config"), os.path.join(WORK, "data")],
-                            capture_output=True, text=True).stdout
+    leaked = CHECKS.files_holding(PGPW, os.path.join(WORK, "config"), os.path.join(WORK, "data"))
     check("the password is in no file", leaked.strip() == "", leaked)
     found = subprocess.run(["secret-tool", "search", "--all", "service", PROFILE_NAME], capture_output=True, text=True)
     check("the password is in the keychain", f"secret = {PGPW}" in found.stdout, found.stdout + found.stderr)

@@ -214,7 +214,9 @@ def run(e2e):
     pulls = t.wait("the stand-in has the job's pull request", lambda: admin("GET", f"/_admin/pulls?repo={REPO}"), timeout=60, every=1)
     pr = pulls[-1]
     t.log(f"pull request: {json.dumps(pr)[:400]}")
-    t.check("the PR is from the job's pushed branch", pr.get("head", "").startswith(f"devpilot/{jid}-") or f"devpilot/{jid}-" in json.dumps(pr), pr)
+    pushed = subprocess.run(["git", "-C", bare, "for-each-ref", "--format=%(refname:short)", f"refs/heads/devpilot/{jid}-*"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    t.check("the PR's head is exactly the job's one pushed branch", len(pushed) == 1 and pr.get("head") == pushed[0], (pr.get("head"), pushed))
     t.wait("the PR is the job's result link", lambda: t.wd_invoke("job_detail", {"id": jid})["job"]["url"] == pr["html_url"], timeout=30)
     open_from_the_notification(jid, issue, pr["html_url"])
     comments = t.wait("DevPilot linked the PR on the issue",
@@ -227,5 +229,7 @@ def run(e2e):
     t.log(f"GitHub source line: {line!r}")
     t.wd_exec("document.getElementById('sources').scrollIntoView();")
     t.shot("16-sources-github")
-    leaked = subprocess.run(["grep", "-rlF", TOKEN, t.ENV["XDG_CONFIG_HOME"], t.ENV["XDG_DATA_HOME"]], capture_output=True, text=True).stdout
+    rejected = admin("GET", "/_admin/rejected")
+    t.check("the GitHub stand-in refused no request DevPilot sent (its published description allows each)", rejected == [], rejected)
+    leaked = t.files_holding(TOKEN, t.ENV["XDG_CONFIG_HOME"], t.ENV["XDG_DATA_HOME"])
     t.check("the GitHub token is in no file under the config and data dirs (logs included)", leaked.strip() == "", leaked)

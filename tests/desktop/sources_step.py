@@ -124,6 +124,8 @@ def run(e2e):
     t.check("the job is the issue's", d["job"]["issue"] == issue["identifier"] and d["payload"]["source"]["url"] == issue["url"], d["job"])
     comments = t.wait("DevPilot reported back on the issue", lambda: (c := standin_admin(url, "GET", f"/_admin/comments?issue={issue['identifier']}")) and (c.get("comments", c) if isinstance(c, dict) else c), timeout=60, every=1)
     t.log(f"comments on {issue['identifier']}: {json.dumps(comments)[:400]}")
+    rejected = standin_admin(url, "GET", "/_admin/rejected")
+    t.check("the Linear stand-in refused no request DevPilot sent (the schema allows each)", rejected == [], rejected)
     t.wd_exec("document.querySelector('#jobs a.issue').scrollIntoView({block: 'center'});")
     t.shot("12-job-from-a-linear-issue")
     t.wd_exec("location.hash = '#settings';")
@@ -149,7 +151,7 @@ def run(e2e):
     age_source_turn("eng")
     t.wait("the source is healthy again", lambda: source_line("eng").startswith("eng (linear): OK"), timeout=60, every=1)
     t.wait("the tray no longer speaks of it", lambda: not any("Linear eng" in label for label in t.tray_menu_labels()), timeout=10)
-    leaked = subprocess.run(["grep", "-rlF", LINEAR_KEY, t.ENV["XDG_CONFIG_HOME"], t.ENV["XDG_DATA_HOME"]], capture_output=True, text=True).stdout
+    leaked = t.files_holding(LINEAR_KEY, t.ENV["XDG_CONFIG_HOME"], t.ENV["XDG_DATA_HOME"])
     t.check("the Linear key is in no file under the config and data dirs (logs included)", leaked.strip() == "", leaked)
 
 

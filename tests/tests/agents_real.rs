@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,7 +21,10 @@ fn clis() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/devpilot-agent-clis"));
     let bin = dir.join("bin");
-    assert!(bin.join("claude").exists(), "the agent CLIs are not installed: run scripts/agent_clis.sh");
+    for cli in ["claude", "codex", "gemini", "aider"] {
+        let ok = std::fs::metadata(bin.join(cli)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        assert!(ok, "the agent CLI {cli} is not installed: run scripts/agent_clis.sh");
+    }
     bin
 }
 
@@ -281,6 +285,16 @@ async fn conversation_travels(preset: &str, write: impl Fn(&Path, u32) -> Turn) 
     for (e, from) in resumed.iter().zip(["from laptop", "from desktop"]) {
         assert!(e.detail.as_deref().is_some_and(|d| d.contains(from)), "{e:?}");
     }
+    // The check below finds nothing in a directory that is not there: the restored
+    // session's own directory must be.
+    let own = match preset {
+        "claude" => ".claude/projects",
+        "codex" => ".codex/sessions",
+        _ => ".gemini/tmp",
+    };
+    for m in [&desktop, &tablet] {
+        assert!(m.cli_home.join(own).is_dir(), "{preset}'s sessions on {} are where the check looks", m.name);
+    }
     for key in ["sk-ant-test-key", "sk-test-key", "gemini-test-key"] {
         // Where the sessions go (codex's shell snapshots, with its environment, stay local).
         for dir in [".claude/projects", ".codex/sessions", ".gemini/tmp"] {
@@ -380,7 +394,7 @@ async fn aider_hands_off_clean_and_carries_its_history() {
     let history = db.queue.history(id).await.unwrap();
     assert!(history.iter().any(|e| e.kind == "session_resumed"), "{history:?}");
     let desktop_first = texts(&model.main_requests()[1]);
-    assert!(desktop_first.matches("Say hello.").count() >= 2, "the laptop's message came back: {desktop_first}");
+    assert_eq!(desktop_first.matches("Say hello.").count(), 2, "the laptop's message came back: {desktop_first}");
     let _ = remote;
     drop((a, b));
 }
