@@ -134,6 +134,7 @@ async fn two_machines_add_each_issue_once_and_an_idle_poll_is_a_304(backend: Bac
     assert!(lists.iter().all(|r| !r.query.iter().any(|(k, v)| k == "per_page" && v != "100")));
     for n in 1..=3 {
         let bodies: Vec<String> = gh.comments(REPO, n).into_iter().map(|c| c.body).collect();
+        assert_eq!(bodies.len(), 2, "still one claim and one completion, after the idle turns: {bodies:?}");
         assert!(bodies[0].starts_with("Started on ") && bodies[0].contains("<!-- devpilot:job/"), "{bodies:?}");
         assert!(bodies[1].starts_with("Completed on ") && bodies[1].contains("/completed/"), "{bodies:?}");
     }

@@ -105,14 +105,20 @@ async fn two_machines_add_each_issue_once_and_call_linear_once_per_turn(backend:
     keys.sort_unstable();
     assert_eq!(keys, ["linear:ENG-1", "linear:ENG-2", "linear:ENG-3"], "one job per labelled issue");
     assert_eq!(linear.calls("DevpilotIssues") as i64, turns(&db, &orch).await, "one read per turn, not per machine");
+    // Counted only once every outbox row is done: a row still in flight could post again.
     let done = || async {
-        jobs(&db, &orch).await.iter().all(|j| j.state == JobState::Completed)
-            && (1..=3).all(|n| linear.comments(&format!("ENG-{n}")).len() == 2)
+        let all = jobs(&db, &orch).await;
+        let mut settled = true;
+        for j in &all {
+            settled &= db.queue.outbox_of(j.id).await.unwrap().iter().all(|r| r.done_at.is_some());
+        }
+        settled && all.iter().all(|j| j.state == JobState::Completed)
     };
     assert!(devpilot_tests::wait_for(WAIT, done).await, "every job completed and reported");
     for n in 1..=3 {
         let issue = format!("ENG-{n}");
         let bodies: Vec<String> = linear.comments(&issue).into_iter().map(|c| c.body).collect();
+        assert_eq!(bodies.len(), 2, "one claim and one completion comment: {bodies:?}");
         assert!(bodies[0].starts_with("Started on "), "{bodies:?}");
         assert!(bodies[1].starts_with("Completed on ") && bodies[1].contains("devpilot/"), "{bodies:?}");
         assert_eq!(linear.issue(&issue).state_name, "In Progress", "moved to the team's first started state");
@@ -365,6 +371,12 @@ async fn a_source_never_cancels_another_sources_job(backend: Backend) {
     let (code, out, err) = cli(&home, &db, KEY, &["sources", "poll"]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("cancelled"), "{out}");
+    // `ops` did read the changed issue (outside its filter) in that turn: else this proves nothing.
+    let read = |source: &str| {
+        let line = out.lines().find(|l| l.starts_with(&format!("{source}: "))).unwrap_or_default();
+        line.split_whitespace().nth(1).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0)
+    };
+    assert!(read("ops") >= 1, "ops read the edited issue: {out}");
     let (row, payload) = db.queue.job(job.id).await.unwrap().unwrap();
     assert_eq!(row.state, JobState::Queued, "ops did not cancel eng's job");
     assert_eq!(payload["prompt"], json!("second"), "eng brought it up to date");
@@ -382,12 +394,20 @@ async fn sources_add_tests_the_source_and_never_replaces_one(backend: Backend) {
     let linear = LinearStandIn::start(KEY);
     let home = db.dir.path().join("cli");
     write_config(&home, &format!("orchestrator_id = \"{orch}\"\n"));
+    let file = home.join("config/devpilot/config.toml");
     let add = ["sources", "add", "linear", "--team", "eng", "--label", "agent", "--api-url", &linear.url()];
+    // A key Linear refuses, and a team it does not have, are refused and save nothing.
+    let (code, out, err) = cli(&home, &db, "lin_api_not_the_right_key_000", &add);
+    assert_ne!(code, 0, "a wrong key is refused: {out}{err}");
+    let no_team = ["sources", "add", "linear", "--team", "nope", "--label", "agent", "--api-url", &linear.url()];
+    let (code, out, err) = cli(&home, &db, KEY, &no_team);
+    assert_ne!(code, 0, "a team Linear does not have is refused: {out}{err}");
+    assert!(err.to_lowercase().contains("nope"), "the refusal names the team: {err}");
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("[sources."), "nothing was saved");
     let (code, out, err) = cli(&home, &db, KEY, &add);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("source 'eng' saved"), "{out}");
     assert!(linear.calls("DevpilotViewer") + linear.calls("DevpilotTeams") >= 1, "it asked Linear first");
-    let file = home.join("config/devpilot/config.toml");
     let saved = std::fs::read_to_string(&file).unwrap();
     let mine = saved.replace("claimed = true\nmove_to_started", "claimed = false\nmove_to_started");
     assert_ne!(mine, saved, "the report's claimed line is where the test expects it");

@@ -18,7 +18,7 @@ use devpilot_tests::{
 
 devpilot_tests::on_both_backends!(
     a_repo_flag_keeps_the_settings_copy_setup_and_push,
-    every_other_flag_overlays_the_settings,
+    three_flags_overlay_the_settings_and_the_rest_stays,
 );
 
 /// `devpilot run --until-empty` with `flags` and no `--machine`, and `env` in its
@@ -95,7 +95,7 @@ async fn a_repo_flag_keeps_the_settings_copy_setup_and_push(backend: Backend) {
 /// `--pass-env FROM_FLAG` adds to the list; `--idle-timeout 1h` lets a silent agent finish.
 /// What no flag names comes from the settings: the machine's name, its label, and, in the
 /// last run, the 1 s watchdog.
-async fn every_other_flag_overlays_the_settings(backend: Backend) {
+async fn three_flags_overlay_the_settings_and_the_rest_stays(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("overlay-flags");
     let dir = db.dir.path();
