@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -194,6 +195,10 @@ fn write_agent(home: &Path) -> (PathBuf, PathBuf) {
     (record, agent)
 }
 
+/// How long after an agent's end (or a thaw) a live runner has written what the checks look
+/// for: a kill later than this excuses nothing (the claim timeout is 3 s).
+const EXCUSE_MS: i64 = 10_000;
+
 /// The runners' flags: short leases and intervals, `per_runner` slots each.
 fn runner_flags(per_runner: usize) -> Vec<String> {
     let claim_timeout = "3s";
@@ -256,7 +261,14 @@ impl Fleet {
             let open = self.open_jobs().await;
             // Restart anything that exited early (e.g. killed) while work remains.
             for (m, (o, r)) in self.runners.iter_mut() {
-                if let Ok(Some(_)) = r.child.try_wait() {
+                if let Ok(Some(status)) = r.child.try_wait() {
+                    // Only our kill -9, or --until-empty's clean end, is an expected exit.
+                    let ok = status.success() || status.signal() == Some(libc::SIGKILL);
+                    assert!(
+                        ok,
+                        "runner {m} exited on its own with {status}: {}",
+                        std::fs::read_to_string(&r.log).unwrap_or_default()
+                    );
                     if open > 0 {
                         *r = self.launcher.start_runner(o, m);
                     }
@@ -529,8 +541,12 @@ impl<'a> Verdict<'a> {
         })
     }
 
-    fn killed_after(&self, machine: &str, t: i64) -> bool {
-        self.faults.iter().any(|f| matches!(f, Fault::Kill { machine: m, at_ms } if m == machine && *at_ms >= t))
+    /// Whether `machine` was killed in `from..=to` (ms): only a kill inside the window of what
+    /// it excuses counts, never any later kill of the same machine.
+    fn killed_within(&self, machine: &str, from: i64, to: i64) -> bool {
+        self.faults
+            .iter()
+            .any(|f| matches!(f, Fault::Kill { machine: m, at_ms } if m == machine && (from..=to).contains(at_ms)))
     }
 
     /// Whether the history of `e`'s job records its claim's completion as fenced.
@@ -592,7 +608,7 @@ impl<'a> Verdict<'a> {
                     (None, None) => {
                         // Killed with its runner (no record at all) before the next claim.
                         assert!(
-                            self.killed_after(&a.machine, a.start_ms),
+                            self.killed_within(&a.machine, a.start_ms, b.start_ms),
                             "job {job}: execution {} has no end and no lease end",
                             a.token
                         );
@@ -623,7 +639,8 @@ impl<'a> Verdict<'a> {
                 late += 1;
                 let recorded = self.fenced(e);
                 assert!(
-                    recorded || self.killed_after(&e.machine, e.end_ms.unwrap_or(0)),
+                    recorded
+                        || self.killed_within(&e.machine, e.end_ms.unwrap_or(0), e.end_ms.unwrap_or(0) + EXCUSE_MS),
                     "job {}: claim {} finished after its lease ended and nothing was recorded",
                     e.job,
                     e.token
@@ -654,7 +671,9 @@ impl<'a> Verdict<'a> {
                 }
                 let fenced = self.fenced(e);
                 assert!(
-                    e.ended.as_deref() == Some("term") || fenced || self.killed_after(machine, *to_ms),
+                    e.ended.as_deref() == Some("term")
+                        || fenced
+                        || self.killed_within(machine, *to_ms, *to_ms + EXCUSE_MS),
                     "job {}: the frozen runner {machine} did not stop its stale agent (claim {}); \
                      frozen {from_ms}..{to_ms}, execution {e:?}, history {:#?}, faults {faults:?}",
                     e.job,

@@ -114,6 +114,14 @@ fn spawn(db: &TestDb, orch: &str, machine: &str, agent: &RecordingAgent) -> Runn
     spawn_runner(db.dir.path(), &db.raw_url, orch, machine, FLAGS, &agent.script, &[])
 }
 
+/// A runner (started without `--until-empty`) is still running: if it exited, how, and its log.
+fn assert_alive(r: &mut Runner) {
+    if let Ok(Some(status)) = r.child.try_wait() {
+        let log = std::fs::read_to_string(&r.log).unwrap_or_default();
+        panic!("runner {} exited on its own with {status}:\n{log}", r.machine);
+    }
+}
+
 /// Runners kill -9ed mid-drain (and on PostgreSQL the server restarted with `-m immediate`
 /// mid-drain) never leave a row and its history disagreeing: at every snapshot, and per job
 /// at the end (one `completed` event under the row's token, and a `claimed` event for every
@@ -144,6 +152,9 @@ async fn history_matches_rows_after_kill_9(backend: Backend) {
     let snaps = reader.await.expect("reader task");
     let counts = db.queue.counts(&orch).await.expect("counts");
     assert!(drained, "the survivors drained the queue within {DRAIN_LIMIT:?} ({kills} kills): {counts:?}");
+    // Only our kills end a runner: one that died on its own is a failure, not a survivor.
+    let mut runners = runners;
+    runners.iter_mut().for_each(assert_alive);
     drop(runners);
     eprintln!(
         "{backend:?}: {} completed, {} dead, {kills} kills, {pg_restarts} PostgreSQL restarts, {} snapshots \
@@ -192,6 +203,7 @@ async fn drain_with_faults(
         }
         let i = rand::random_range(0..RUNNERS);
         let machine = runners[i].machine.clone();
+        assert_alive(&mut runners[i]);
         // The runner and its agents die together, mid-whatever-they-were-doing.
         signal_tree(runners[i].pid(), libc::SIGKILL);
         assert!(runners[i].wait_timeout(Duration::from_secs(10)).is_some(), "{machine} died of SIGKILL");
