@@ -274,8 +274,9 @@ fn plain_git_runs_what_was_planted(clone: &Path, mark: &Path) {
     plain(&["-c", name, "-c", email, "commit", "--allow-empty", "-m", "control"]);
     let shared = format!("core.hooksPath={common}/hooks");
     plain(&["-c", &shared, "-c", name, "-c", email, "commit", "--allow-empty", "-m", "c"]);
-    // The planted receive-pack would hang a push: the remote's own one takes it.
-    plain(&["-c", "remote.origin.receivepack=git-receive-pack", "push", "origin", "HEAD:refs/heads/control"]);
+    // The planted receive-pack would hang a push, and `-c` cannot take back the clone's own
+    // `remote.*.receivepack`: the command line names git's own.
+    plain(&["push", "--receive-pack=git-receive-pack", "origin", "HEAD:refs/heads/control"]);
     let ran = std::fs::read_to_string(mark).unwrap_or_default();
     let hooks = ["hooksPath pre-commit ran", "hooksPath post-commit ran", "hooksPath pre-push ran"];
     let others =
