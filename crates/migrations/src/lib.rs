@@ -30,6 +30,8 @@
 //!   remote a completed job's branch was pushed to (`pushed_remote`), for its pull request.
 //! - `m20261208_000001_sessions`: what the agent CLI reported (`agent`, `agent_session`,
 //!   cost and tokens, `session_from`), and `job_sessions`, the conversation a hand-off carries.
+//! - `m20261209_000001_outbox_history`: each outbox row names the history row that wrote it
+//!   (`history_id`), and `orchestrator_keys`, the key that signs what machines leave on a tracker.
 //! - `m20261209_000002_session_caps`: a carried session's bundle, path and id capped, in a
 //!   trigger, so a plain SQL INSERT meets the caps too.
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
@@ -53,6 +55,7 @@ mod m20261205_000002_presence_order;
 mod m20261206_000001_sources;
 mod m20261207_000001_github;
 mod m20261208_000001_sessions;
+mod m20261209_000001_outbox_history;
 mod m20261209_000002_session_caps;
 mod run;
 
@@ -75,6 +78,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000001_sources::Migration),
             Box::new(m20261207_000001_github::Migration),
             Box::new(m20261208_000001_sessions::Migration),
+            Box::new(m20261209_000001_outbox_history::Migration),
             Box::new(m20261209_000002_session_caps::Migration),
         ]
     }

@@ -19,20 +19,23 @@ enum Target {
 }
 
 /// What the history CTE of a PostgreSQL state change returns, for [`outbox_cte`].
-pub(super) const HISTORY_RETURNING: &str = "RETURNING job_id, orchestrator_id, kind, machine, claim_token, detail, at";
+pub(super) const HISTORY_RETURNING: &str =
+    "RETURNING id, job_id, orchestrator_id, kind, machine, claim_token, detail, at";
 
 /// PostgreSQL's outbox CTE over a CTE `history` (an INSERT into `job_events` ending in
 /// [`HISTORY_RETURNING`]): the reportable events of jobs from a tracker source. The
 /// statement's snapshot shows `dispatch_queue` as it was before the change, which is
-/// enough: `source_id` never changes.
+/// enough: `source_id` never changes. Each outbox row names the history row it goes with
+/// (`history_id`): a row no state change wrote names none, and is never delivered.
 /// A completion writes a second row, [`crate::job::event::PULL_REQUEST`], after its own: the
 /// pull request is opened after the completion's comment, so that a PR that cannot be opened
 /// (its base was deleted, no machine has a GitHub token) never holds the comment back.
 pub(super) fn outbox_cte() -> String {
     format!(
         "outbox AS (
-            INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at, next_at)
-            SELECT h.orchestrator_id, h.job_id, q.source_id, {event}, h.machine, h.claim_token, h.detail, h.at, h.at
+            INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at, next_at,
+                                history_id)
+            SELECT h.orchestrator_id, h.job_id, q.source_id, {event}, h.machine, h.claim_token, h.detail, h.at, h.at, h.id
               FROM history h JOIN dispatch_queue q ON q.id = h.job_id {rows}
              WHERE q.source_id IS NOT NULL AND h.kind IN ({reportable})
              ORDER BY h.job_id, x.n)",
@@ -207,7 +210,9 @@ impl Queue {
     }
 
     /// SQLite's half of [`Queue::change`]: the history (or the outbox rows) of rows `ids`
-    /// as they are now. Both are computed by the same expressions over the same rows.
+    /// as they are now. Both are computed by the same expressions over the same rows. An
+    /// outbox row names its job's newest history row, the one just written: SQLite has one
+    /// writer at a time, and the transaction holds it.
     fn history_of(&self, ids: &[i64], h: &History<'_>, into: Target) -> Statement {
         let d = self.dialect();
         let mut values: Vec<Value> = vec![h.machine.map(str::to_string).into()];
@@ -224,9 +229,10 @@ impl Queue {
             ),
             Target::Outbox => format!(
                 "INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail,
-                                     created_at, next_at)
+                                     created_at, next_at, history_id)
                  SELECT orchestrator_id, id, source_id, {event}, COALESCE({machine}, claimed_by), claim_token,
-                        {detail}, {now}, {now}
+                        {detail}, {now}, {now},
+                        (SELECT MAX(e.id) FROM job_events e WHERE e.job_id = dispatch_queue.id)
                    FROM dispatch_queue {rows} WHERE id IN ({list}) AND source_id IS NOT NULL
                     AND ({kind}) IN ({reportable})
                   ORDER BY id, x.n",

@@ -65,6 +65,9 @@
 //!   conversation a hand-off carries (`job_sessions`), saved fenced and read by the next claimer.
 //! - `sources.rs`: tracker sources: registering them, the intake turn and its fenced end,
 //!   and a source's jobs by key (updated while they wait).
+//! - `mac_key_type.rs`: the key's type, which never prints itself, and the queue's cache.
+//! - `mac_key.rs`: each orchestrator's MAC key ([`MacKey`]), made once and shared, that signs
+//!   what machines leave on a tracker.
 //! - `outbox.rs`: delivering the outbox rows [`Queue::change`] writes: taken with a
 //!   conditional UPDATE, finished fenced by the row's token, oldest first per job.
 
@@ -76,6 +79,8 @@ mod enqueue;
 mod fence;
 mod fenced;
 mod history;
+mod mac_key;
+mod mac_key_type;
 mod machine;
 mod maintenance;
 mod options;
@@ -90,6 +95,7 @@ mod sources;
 
 pub use claim::claim_next_sql_postgres;
 pub use fence::Fence;
+pub use mac_key_type::MacKey;
 pub use machine::MachineStore;
 pub use options::{
     title_of, validate_key, validate_orchestrator, Backoff, JobOptions, Retention, RetryAfter, Start, MAX_KEY_LEN,

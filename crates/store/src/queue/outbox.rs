@@ -88,32 +88,29 @@ static OF_JOB: Sql = Sql::new(|_| {
         .to_string()
 });
 
-/// Whether job $1's history holds the event that wrote an outbox row: kind $2 (a pull
-/// request row's is its completion), claim $3 (-1 for none), within 5 s of $4, the row's
-/// `created_at` (the same instant on PostgreSQL, one CTE; on SQLite two statements of one
-/// transaction, each with its own clock reading).
+/// Whether outbox row $1 was written by a state change of its job: the history row it names
+/// (`history_id`, written in the same statement or transaction) is there, of the same job,
+/// kind (a pull request row's is its completion), claim, machine and detail.
 static WITNESS: Sql = Sql::new(|_| {
-    "SELECT COUNT(*) AS n FROM job_events
-      WHERE job_id = $1 AND kind = $2 AND COALESCE(claim_token, -1) = $3 AND at BETWEEN $4 - 5000 AND $4 + 5000"
-        .to_string()
+    format!(
+        "SELECT COUNT(*) AS n FROM outbox o JOIN job_events e ON e.id = o.history_id
+          WHERE o.id = $1 AND e.job_id = o.job_id
+            AND e.kind = CASE WHEN o.event = '{pr}' THEN '{completed}' ELSE o.event END
+            AND COALESCE(e.claim_token, -1) = COALESCE(o.claim_token, -1)
+            AND COALESCE(e.machine, '') = COALESCE(o.machine, '')
+            AND COALESCE(e.detail, '') = COALESCE(o.detail, '')",
+        pr = crate::job::event::PULL_REQUEST,
+        completed = crate::job::event::COMPLETED,
+    )
 });
 
 impl Queue {
-    /// Whether a state change of its job wrote `delivery`: its history row, which the change
-    /// wrote in the same statement (or transaction), is there. A row inserted by hand has
-    /// none, and is never delivered.
+    /// Whether a state change of its job wrote `delivery`: the history row it names, which
+    /// the change wrote in the same statement (or transaction), is there and says the same.
+    /// A row inserted by hand names none (or one another row already has), and is never
+    /// delivered.
     pub async fn witnessed(&self, delivery: &Delivery) -> Result<bool> {
-        let kind = match delivery.event.as_str() {
-            crate::job::event::PULL_REQUEST => crate::job::event::COMPLETED,
-            other => other,
-        };
-        let values = vec![
-            delivery.job_id.into(),
-            kind.into(),
-            delivery.claim_token.unwrap_or(-1).into(),
-            delivery.created_at.into(),
-        ];
-        Ok(first_i64(&self.query(self.sql(&WITNESS), values).await?, "n")? > 0)
+        Ok(first_i64(&self.query(self.sql(&WITNESS), vec![delivery.id.into()]).await?, "n")? > 0)
     }
 
     /// Takes the oldest deliverable outbox row of `sources` (those this machine has

@@ -21,12 +21,22 @@ pub struct Queue {
     /// Behind a transaction-mode pooler: statements go over the simple protocol (see
     /// [`Queue::pooled`]). Shared by the clones, so what one call learns all of them know.
     pub(super) pooled: Arc<AtomicBool>,
+    /// The MAC keys read from this database, by orchestrator (see [`Queue::mac_key`]): kept
+    /// with the connection, so a queue on another database never sees them.
+    pub(super) mac_keys: super::mac_key_type::Keys,
 }
 
 impl Queue {
     pub fn new(db: DatabaseConnection) -> Self {
         let backend = db.get_database_backend();
-        Self { db, backend, bound: Duration::from_secs(30), reconnecting: Arc::default(), pooled: Arc::default() }
+        Self {
+            db,
+            backend,
+            bound: Duration::from_secs(30),
+            reconnecting: Arc::default(),
+            pooled: Arc::default(),
+            mac_keys: Arc::default(),
+        }
     }
 
     /// The same queue in pooled mode (or not): for PostgreSQL behind a transaction-mode pooler
