@@ -259,6 +259,12 @@ impl GitHubStandIn {
         self.shared.state().advance(by);
     }
 
+    /// Starts the stand-in's clock `by` in the past, before anything is added: what a test
+    /// adds then has a long past, and [`GitHubStandIn::advance_clock`] brings it back.
+    pub fn rewind_clock(&self, by: std::time::Duration) {
+        self.shared.state().rewind(by).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Every request so far, oldest first.
     pub fn recorded(&self) -> Vec<Recorded> {
         self.shared.control().log.clone()

@@ -216,6 +216,16 @@ impl State {
         self.offset_s += i64::try_from(by.as_secs()).unwrap_or(0);
     }
 
+    /// Moves the clock back, before any change was given a time (after one, changes could
+    /// not go back: each is strictly after the previous).
+    pub(crate) fn rewind(&mut self, by: Duration) -> Result<(), String> {
+        if self.last_s != 0 {
+            return Err("the clock goes back only before the first change".into());
+        }
+        self.offset_s -= i64::try_from(by.as_secs()).unwrap_or(0);
+        Ok(())
+    }
+
     /// A fresh id (issues, pulls, comments and labels share one sequence).
     pub(crate) fn id(&mut self) -> u64 {
         self.next_id += 1;

@@ -10,8 +10,8 @@ use super::error::TrackerError;
 use super::github;
 use super::health::SourcesCfg;
 use super::intake::Bound;
-use super::keys::ApiKey;
 use super::linear;
+use super::mac;
 use super::render;
 use super::tracker::TrackerClient;
 use devpilot_store::job::event;
@@ -29,15 +29,17 @@ fn lease_for(timeout: Duration) -> Duration {
 /// The most rows one pass delivers: the rest go on the next.
 const PER_PASS: usize = 50;
 
+pub use super::keys::GithubTokens;
+
 /// Delivers the due rows of the `ready` sources (those this machine has a client for);
-/// `github`: this machine's GitHub token, for the pull requests. A failure of the tracker
+/// `github`: this machine's GitHub tokens by API host, for the pull requests. A failure of the tracker
 /// itself (a refused key, no answer, a rate limit) ends the pass, with the source it
 /// happened on.
 pub async fn deliver_pending(
     queue: &Queue,
     cfg: &SourcesCfg,
     ready: &[(Bound, TrackerClient)],
-    github: Option<&ApiKey>,
+    github: &GithubTokens,
 ) -> Result<(), (String, TrackerError)> {
     let ids: Vec<i64> = ready.iter().map(|(b, _)| b.id).collect();
     let slowest = ready.iter().map(|(b, _)| b.settings.timeout.get()).max().unwrap_or_default();
@@ -71,7 +73,7 @@ async fn deliver_one(
     source: &Bound,
     client: &TrackerClient,
     d: &Delivery,
-    github: Option<&ApiKey>,
+    github: &GithubTokens,
 ) -> (DeliveryEnd, Option<TrackerError>) {
     let (job, payload) = match queue.job(d.job_id).await {
         Ok(Some(j)) => j,
@@ -93,14 +95,19 @@ async fn deliver_one(
         return (DeliveryEnd::Delivered, None);
     }
     let first = d.tries <= 1;
+    let key = match queue.mac_key(&cfg.orchestrator_id).await {
+        Ok(k) => k,
+        Err(e) => return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None),
+    };
+    let orch = &cfg.orchestrator_id;
     let done = match (client, &target) {
         (TrackerClient::Linear(c), Target::Linear(issue)) => {
-            let id = linear::comment_id(&cfg.orchestrator_id, d.job_id, &d.event, d.claim_token, d.id);
+            let id = mac::comment_id(&key, orch, &issue.id, d);
             linear::deliver(c, issue, &report, &id, first).await
         }
         (TrackerClient::Github(c), Target::Github(issue)) => {
-            let marker = github::marker(d.job_id, &d.event, d.claim_token);
-            github::deliver(c, issue, &report, &marker, first, &source.settings.report.working_label).await
+            let marker = mac::marker(&key, orch, &issue.repo, issue.number, d);
+            github::deliver(c, issue, &report, &marker, github::Try::of(d), &source.settings.report.working_label).await
         }
         _ => return refused(format!("source '{}' has no client for the job's tracker", source.name)),
     };

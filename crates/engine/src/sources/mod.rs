@@ -21,6 +21,8 @@
 //! - `bind`: a delivery acts only on its own source's issue, repo and remote.
 //! - [`deliver`]: the outbox, row by row, fenced by each delivery's token; `ending`: how a
 //!   row ends; `pull`: the pull request row a completion leaves.
+//! - `mac`: the orchestrator's key signs what a machine leaves on a tracker (a comment's
+//!   marker, a Linear comment's id), so nobody on the tracker can forge either.
 //! - `http`: the one HTTP client builder (bounded, no redirects, the credential sensitive).
 //! - `error`: [`TrackerError`], sorted by what the caller does next, naming the tracker.
 //! - `render`: what each event says on the issue.
@@ -44,6 +46,7 @@ mod http;
 pub mod intake;
 pub mod keys;
 pub mod linear;
+pub mod mac;
 mod pull;
 mod render;
 pub mod settings;

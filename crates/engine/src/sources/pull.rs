@@ -18,13 +18,14 @@ use super::github::pulls::{api_for, open_or_reuse, GithubRemote, PullAsk};
 use super::github::{self, GithubClient};
 use super::health::SourcesCfg;
 use super::intake::Bound;
-use super::keys::ApiKey;
+use super::keys::{self, GithubTokens};
 use super::linear;
+use super::mac;
 use super::settings::SourceKind;
 use super::tracker::TrackerClient;
 use crate::git::Git;
 use crate::worktree::PrMode;
-use devpilot_store::queue::{Delivery, DeliveryEnd, JobRow, Queue};
+use devpilot_store::queue::{Delivery, DeliveryEnd, JobRow, MacKey, Queue};
 use devpilot_store::spec::JobSpec;
 
 /// Delivers pull request row `d` of `job` (from `source`, whose tracker `client` links it).
@@ -35,15 +36,18 @@ pub(super) async fn deliver(
     client: &TrackerClient,
     d: &Delivery,
     (job, payload, issue): (&JobRow, &Value, &Target),
-    token: Option<&ApiKey>,
+    tokens: &GithubTokens,
 ) -> (DeliveryEnd, Option<TrackerError>) {
     let Some((remote, api)) = target(cfg, job) else { return (DeliveryEnd::Delivered, None) };
     if let Err(end) = own_remote(cfg, job, &remote, d).await {
         return end;
     }
-    let Some(token) = token else {
+    // Only the token of the API's own host: github.com's never goes to another.
+    let host = keys::host_of(&api).unwrap_or_default();
+    let Some(token) = tokens.get(&host) else {
         let error = format!(
-            "no GitHub token on {} to open the pull request: `devpilot login --github` or GITHUB_TOKEN",
+            "no GitHub token for {host} on {} to open the pull request: `devpilot login --github` \
+             (with --api-url for a host other than github.com), or GITHUB_TOKEN for github.com",
             cfg.machine
         );
         return (DeliveryEnd::Retry { after: backoff(d.tries), error }, None);
@@ -66,7 +70,11 @@ pub(super) async fn deliver(
     if let Err(e) = queue.set_result_url(job.id, &url).await {
         return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None);
     }
-    ending(link(client, d, issue, &url).await, d)
+    let key = match queue.mac_key(&cfg.orchestrator_id).await {
+        Ok(k) => k,
+        Err(e) => return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None),
+    };
+    ending(link(client, d, issue, &url, (&key, &cfg.orchestrator_id)).await, d)
 }
 
 /// Whether `pushed` is where this machine's clone of the job's repo pushes: a pull request
@@ -145,14 +153,21 @@ fn ask_of(cfg: &SourcesCfg, job: &JobRow, payload: &Value, remote: GithubRemote)
     }
 }
 
-/// Links the PR on the source's issue (bound to the source: [`bind`]).
-async fn link(client: &TrackerClient, d: &Delivery, issue: &Target, url: &str) -> Result<(), TrackerError> {
+/// Links the PR on the source's issue (bound to the source: [`bind`]), the comment's marker
+/// signed with the orchestrator's key.
+async fn link(
+    client: &TrackerClient,
+    d: &Delivery,
+    issue: &Target,
+    url: &str,
+    (key, orch): (&MacKey, &str),
+) -> Result<(), TrackerError> {
     match (client, issue) {
         (TrackerClient::Linear(c), Target::Linear(issue)) => linear::attach(c, issue, url, "Pull request").await,
         (TrackerClient::Github(c), Target::Github(issue)) => {
-            let marker = github::marker(d.job_id, &d.event, d.claim_token);
+            let marker = mac::marker(key, orch, &issue.repo, issue.number, d);
             let body = format!("Opened a pull request: {url}");
-            github::post_once(c, issue, &body, &marker, d.tries <= 1).await
+            github::post_once(c, issue, &body, &marker, github::Try::of(d)).await
         }
         _ => Ok(()),
     }
@@ -160,7 +175,7 @@ async fn link(client: &TrackerClient, d: &Delivery, issue: &Target, url: &str) -
 
 #[cfg(test)]
 mod tests {
-    use super::super::keys::KeyStore;
+    use super::super::keys::{ApiKey, KeyStore};
     use super::*;
 
     /// Closing keywords in the summary sit in its inert block and close nothing; the one

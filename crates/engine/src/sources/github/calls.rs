@@ -100,9 +100,12 @@ pub fn get_label(repo: &str, name: &str) -> Call {
 }
 
 /// `GET /repos/{owner}/{repo}/issues/{n}/comments`, a page of them.
-pub fn list_comments(repo: &str, number: u64, page: u32) -> Call {
-    let c = Call::on("issues/list-comments", Method::GET, repo, &["issues", &number.to_string(), "comments"])
+pub fn list_comments(repo: &str, number: u64, page: u32, since: Option<&str>) -> Call {
+    let mut c = Call::on("issues/list-comments", Method::GET, repo, &["issues", &number.to_string(), "comments"])
         .with("per_page", PER_PAGE);
+    if let Some(since) = since {
+        c = c.with("since", since);
+    }
     if page > 1 {
         c.with("page", page)
     } else {
@@ -190,8 +193,8 @@ pub fn examples() -> Vec<Call> {
         get_repo(repo),
         get_user(),
         get_label(repo, label),
-        list_comments(repo, 7, 1),
-        list_comments(repo, 7, 2),
+        list_comments(repo, 7, 1, None),
+        list_comments(repo, 7, 2, Some("2026-12-02T10:00:00Z")),
         list_issue_events(repo, 7, 1),
         list_issue_events(repo, 7, 2),
         get_permission(repo, "grace-hopper"),

@@ -1,8 +1,13 @@
 //! One outbox row to a GitHub issue: its comment, which ends with a hidden marker naming the
-//! job, the event and the claim (`<!-- devpilot:job/12/completed/2 -->`), so a retry looks
-//! for the marker and never posts twice; and the "working" label while a machine runs it.
+//! job, the event and the claim and signed with the orchestrator's key
+//! (`<!-- devpilot:job/12/completed/2/MAC -->`, see `sources::mac`), so a retry looks for the
+//! marker and never posts twice; and the "working" label while a machine runs it. Only a
+//! comment the token's own user wrote counts, so a stranger's copy of a marker stops nothing.
 //! Each call is idempotent, so a retried delivery does the same thing again.
 
+use std::time::{Duration, UNIX_EPOCH};
+
+use devpilot_store::queue::Delivery;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -10,9 +15,45 @@ use super::calls;
 use super::client::GithubClient;
 use crate::sources::error::TrackerError;
 use crate::sources::render::Report;
+use crate::sources::settings::SourceKind;
+
+const G: SourceKind = SourceKind::Github;
 
 /// The most comment pages a retry reads looking for its marker (100 each).
 const MAX_COMMENT_PAGES: u32 = 30;
+
+/// How long before its outbox row was made a retry looks for the row's comment: the
+/// database's clock and GitHub's may disagree, and a lookup that starts after the comment
+/// would post it twice.
+const CLOCK_SLACK: Duration = Duration::from_secs(3600);
+
+/// Which try of an outbox row this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Try {
+    /// No earlier try can have posted the comment.
+    First,
+    /// An earlier try may have: look among the comments written since the row was made
+    /// (`made_ms`, the database's clock), so an issue's long past never hides it.
+    Retry { made_ms: i64 },
+}
+
+impl Try {
+    /// The try that delivery `d` is.
+    pub fn of(d: &Delivery) -> Self {
+        if d.tries <= 1 {
+            Self::First
+        } else {
+            Self::Retry { made_ms: d.created_at }
+        }
+    }
+
+    /// GitHub's `since` for a retry's lookup: [`CLOCK_SLACK`] before the row was made.
+    fn since(made_ms: i64) -> Option<String> {
+        let slack = i64::try_from(CLOCK_SLACK.as_millis()).unwrap_or(0);
+        let ms = u64::try_from(made_ms.saturating_sub(slack)).ok()?;
+        UNIX_EPOCH.checked_add(Duration::from_millis(ms)).map(|t| humantime::format_rfc3339_seconds(t).to_string())
+    }
+}
 
 /// Where on GitHub a job's issue is (the payload's `source`).
 #[derive(Clone, Debug, Deserialize)]
@@ -30,23 +71,18 @@ impl IssueRef {
     }
 }
 
-/// The hidden marker of a row's comment.
-pub fn marker(job: i64, event: &str, claim_token: Option<i64>) -> String {
-    format!("<!-- devpilot:job/{job}/{event}/{} -->", claim_token.unwrap_or(0))
-}
-
 /// Does what `report` says on `issue`: the comment (once), then the working label.
-/// `first_try`: no earlier try can have posted the comment.
+/// `attempt`: whether an earlier try can have posted the comment.
 pub async fn deliver(
     client: &GithubClient,
     issue: &IssueRef,
     report: &Report,
     marker: &str,
-    first_try: bool,
+    attempt: Try,
     working_label: &str,
 ) -> Result<(), TrackerError> {
     if let Some(body) = &report.comment {
-        post_once(client, issue, body, marker, first_try).await?;
+        post_once(client, issue, body, marker, attempt).await?;
     }
     match report.working {
         Some(true) if !working_label.is_empty() => {
@@ -71,27 +107,56 @@ pub async fn post_once(
     issue: &IssueRef,
     body: &str,
     marker: &str,
-    first_try: bool,
+    attempt: Try,
 ) -> Result<(), TrackerError> {
-    if !first_try && has_marker(client, issue, marker).await? {
-        return Ok(());
+    if let Try::Retry { made_ms } = attempt {
+        if has_marker(client, issue, marker, Try::since(made_ms).as_deref()).await? {
+            return Ok(());
+        }
     }
     let text = format!("{body}\n\n{marker}");
     client.send(&calls::create_comment(&issue.repo, issue.number, &text), None).await.map(drop)
 }
 
-/// Whether a comment on `issue` carries `marker`.
-async fn has_marker(client: &GithubClient, issue: &IssueRef, marker: &str) -> Result<bool, TrackerError> {
+/// Whether a comment on `issue` written `since` (all, if `None`) by the token's own user
+/// carries `marker`. A lookup that cannot read every such comment (more than
+/// [`MAX_COMMENT_PAGES`] pages) says so: the row gives up rather than post a second time.
+async fn has_marker(
+    client: &GithubClient,
+    issue: &IssueRef,
+    marker: &str,
+    since: Option<&str>,
+) -> Result<bool, TrackerError> {
+    let me = client.login().await?;
+    if me.is_empty() {
+        return Err(TrackerError::Refused(G, "GitHub did not say whose token this is (GET /user)".into()));
+    }
     for page in 1..=MAX_COMMENT_PAGES {
-        let answer = client.send(&calls::list_comments(&issue.repo, issue.number, page), None).await?;
+        let answer = client.send(&calls::list_comments(&issue.repo, issue.number, page, since), None).await?;
         let list = answer.body.as_array().cloned().unwrap_or_default();
-        let found = list.iter().any(|c| c.get("body").and_then(Value::as_str).is_some_and(|b| b.contains(marker)));
-        if found {
+        if list
+            .iter()
+            .any(|c| mine(c, &me) && c.get("body").and_then(Value::as_str).is_some_and(|b| b.contains(marker)))
+        {
             return Ok(true);
         }
         if !answer.has_next {
             return Ok(false);
         }
     }
-    Ok(false)
+    Err(TrackerError::Refused(
+        G,
+        format!(
+            "{}#{} has more than {} comments since the row was made: whether an earlier try posted this one cannot be told, \
+             so it is not posted again",
+            issue.repo,
+            issue.number,
+            MAX_COMMENT_PAGES * calls::PER_PAGE
+        ),
+    ))
+}
+
+/// Whether comment `c` was written by `me` (GitHub's logins are case-insensitive).
+fn mine(c: &Value, me: &str) -> bool {
+    c.pointer("/user/login").and_then(Value::as_str).is_some_and(|l| l.eq_ignore_ascii_case(me))
 }

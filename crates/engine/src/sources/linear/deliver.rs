@@ -1,10 +1,10 @@
-//! One outbox row to Linear: its comment (with an id derived from the job, the event and
-//! the claim, so a retry after a lost answer never posts twice), the state moves, and the
+//! One outbox row to Linear: its comment (with an id derived from the row with the
+//! orchestrator's key, `sources::mac`, so a retry after a lost answer never posts twice and
+//! nobody else can take the id first), the state moves, and the
 //! link. Every call is idempotent, so a retried delivery does the same thing again.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::client::{LinearClient, TrackerError};
 use super::documents;
@@ -25,21 +25,6 @@ impl IssueRef {
         let s = payload.get("source")?;
         (s.get("kind")?.as_str()? == "linear").then(|| serde_json::from_value(s.clone()).ok())?
     }
-}
-
-/// The comment's id: a UUID in version-4 form (as `CommentCreateInput.id` asks), derived
-/// from the orchestrator, the job, the event, the claim token and the outbox row, so every
-/// delivery of one row names the same comment and no two rows share one (a cancel, a
-/// requeue and a second cancel between the same two claims are two rows).
-pub fn comment_id(orchestrator_id: &str, job: i64, event: &str, claim_token: Option<i64>, row: i64) -> String {
-    let token = claim_token.unwrap_or(0);
-    let digest = Sha256::digest(format!("devpilot/{orchestrator_id}/job/{job}/{event}/{token}/outbox/{row}"));
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&digest[..16]);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
 #[derive(Deserialize)]
@@ -182,23 +167,4 @@ async fn move_to(client: &LinearClient, issue: &IssueRef, pick: impl Fn(&State) 
         ));
     };
     client.call::<Value>(documents::MOVE_ISSUE, json!({ "id": issue.id, "stateId": state.id })).await.map(drop)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The comment id is stable per (orchestrator, job, event, token, row), differs otherwise,
-    /// and has the version-4 and variant bits a UUID v4 has.
-    #[test]
-    fn comment_ids_are_deterministic_uuid_v4() {
-        let a = comment_id("default", 7, "completed", Some(2), 40);
-        assert_eq!(a, comment_id("default", 7, "completed", Some(2), 40));
-        assert_ne!(a, comment_id("default", 7, "completed", Some(3), 40));
-        assert_ne!(a, comment_id("default", 7, "claimed", Some(2), 40));
-        assert_ne!(a, comment_id("default", 7, "completed", Some(2), 41));
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert!("89ab".contains(&a[19..20]), "{a}");
-    }
 }
