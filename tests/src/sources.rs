@@ -17,6 +17,34 @@ use crate::{devpilot, Runner, TestDb};
 const TRACKER_VARS: [&str; 4] =
     ["GITHUB_TOKEN", "LINEAR_API_KEY", "DEVPILOT_GITHUB_API_URL", "DEVPILOT_LINEAR_API_URL"];
 
+/// In these tests the GitHub stand-in plays github.com, whose token (`GITHUB_TOKEN`) is sent
+/// only to github.com's API or to what `DEVPILOT_GITHUB_API_URL` names. A test that gives the
+/// token and no such address gets the one loopback `api_url` its home's GitHub sources name;
+/// a test with GitHub sources on two hosts names github.com's itself. A CLI call's own
+/// `--api-url` (`sources add github`) counts as a source's.
+fn github_com_env(home: &Path, env: &[(&str, &str)], args: &[&str]) -> Option<String> {
+    let names = |v: &str| env.iter().any(|(k, _)| *k == v);
+    if !names("GITHUB_TOKEN") || names("DEVPILOT_GITHUB_API_URL") {
+        return None;
+    }
+    let given = args.windows(2).find(|w| w[0] == "--api-url").map(|w| w[1].to_string());
+    if let Some(url) = given.filter(|u| u.starts_with("http://127.0.0.1:")) {
+        return Some(url);
+    }
+    let text = std::fs::read_to_string(home.join("config").join("devpilot").join("config.toml")).ok()?;
+    let config: toml::Value = toml::from_str(&text).ok()?;
+    let mut urls: Vec<String> = config
+        .get("sources")?
+        .as_table()?
+        .values()
+        .filter(|s| s.get("kind").and_then(toml::Value::as_str) == Some("github"))
+        .filter_map(|s| s.get("api_url").and_then(toml::Value::as_str).map(str::to_string))
+        .filter(|u| u.starts_with("http://127.0.0.1:"))
+        .collect();
+    urls.dedup();
+    (urls.len() == 1).then(|| urls.remove(0))
+}
+
 /// `devpilot run` for `orch` as `name` in `home` with `agent`, and `env` (the credentials,
 /// for the runner only: no agent is given them). Its log is the runner's `log`.
 pub fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, env: &[(&str, &str)]) -> Runner {
@@ -29,6 +57,9 @@ pub fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, e
         c.env_remove(v);
     }
     c.envs(env.iter().copied());
+    if let Some(url) = github_com_env(home, env, &[]) {
+        c.env("DEVPILOT_GITHUB_API_URL", url);
+    }
     Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
 }
 
@@ -37,6 +68,9 @@ pub fn cli(home: &Path, db: &TestDb, env: &[(&str, &str)], args: &[&str]) -> (i3
     let mut c = devpilot(home, &db.raw_url);
     for v in TRACKER_VARS {
         c.env_remove(v);
+    }
+    if let Some(url) = github_com_env(home, env, args) {
+        c.env("DEVPILOT_GITHUB_API_URL", url);
     }
     let out = c.envs(env.iter().copied()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).output().unwrap();
     let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());

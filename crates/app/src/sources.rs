@@ -278,6 +278,11 @@ impl Engine {
         let key_error = [&linear, &github].iter().find_map(|k| k.as_ref().err().map(|e| e.to_string()));
         let from = |k: Result<Option<ApiKey>>| k.ok().flatten().map(|k| k.from().to_string());
         let (key_from, github_key_from) = (from(linear), from(github));
+        // A GitHub source on another host has its own token: github.com's is not its.
+        let mut own_host: BTreeMap<&str, Option<String>> = BTreeMap::new();
+        for (name, s) in file.sources.iter().filter(|(_, s)| on_another_host(s)) {
+            own_host.insert(name, from(self.source_key(s).await));
+        }
         let sources = file
             .sources
             .iter()
@@ -285,9 +290,10 @@ impl Engine {
                 let health = status.sources.iter().find(|h| &h.name == name).cloned();
                 let row = rows.iter().find(|r| &r.name == name).cloned();
                 let (mut line, ok) = health_line(name, s, health.as_ref(), row.as_ref(), &status.machine);
-                let machine_key = match s.kind {
-                    SourceKind::Linear => key_from.as_deref(),
-                    SourceKind::Github => github_key_from.as_deref(),
+                let machine_key = match (s.kind, own_host.get(name.as_str())) {
+                    (_, Some(own)) => own.as_deref(),
+                    (SourceKind::Linear, None) => key_from.as_deref(),
+                    (SourceKind::Github, None) => github_key_from.as_deref(),
                 };
                 // What the running machine took, else what it would take now.
                 let used = health.as_ref().and_then(|h| h.key_from.as_deref()).or(machine_key);
@@ -316,7 +322,7 @@ impl Engine {
         let (_, s) = form.to_settings(&self.file_settings()?.sources)?;
         let key = match typed {
             Some(k) => k,
-            None => match self.machine_key(s.kind).await? {
+            None => match self.source_key(&s).await? {
                 Some(k) => k.secret().to_string(),
                 None => return Err(Error::Invalid(no_key(s.kind).into())),
             },
@@ -335,14 +341,18 @@ impl Engine {
         let key = typed_key(&mut form);
         let old = self.file_settings()?;
         let (name, s) = form.to_settings(&old.sources)?;
-        let kind = s.kind;
+        let (kind, api) = (s.kind, s.api_url());
         let mut new = old.clone();
         new.sources.insert(name, s);
         new.validate()?;
         if let Some(key) = key {
             let service = self.service.clone();
             keychain(move || {
-                let stored = keys::store_key(&service, kind, &key, false);
+                // A GitHub token under its host's account: github.com's is never another host's.
+                let stored = match kind {
+                    SourceKind::Github => keys::store_github_token_at(&service, &api, &key, false),
+                    SourceKind::Linear => keys::store_key(&service, kind, &key, false),
+                };
                 wipe(Some(key));
                 stored
             })
@@ -388,13 +398,24 @@ impl Engine {
         Ok(imported(used.as_ref().map(ApiKey::from)))
     }
 
-    /// This machine's key for `kind` as its machine finds it (the tracker's variable, else the
-    /// keychain of this app's service), bounded in time: a locked keychain must not hang the
-    /// window.
+    /// This machine's key for source `s` as its machine finds it (the tracker's variable, else
+    /// the keychain of this app's service; a GitHub token of the source's own host), bounded in
+    /// time: a locked keychain must not hang the window.
+    async fn source_key(&self, s: &SourceSettings) -> Result<Option<ApiKey>> {
+        let store = KeyStore::Keychain { service: self.service.clone() };
+        bounded(store.for_source(s)).await
+    }
+
+    /// [`Self::source_key`] for `kind` on its tracker's own host (github.com for GitHub).
     async fn machine_key(&self, kind: SourceKind) -> Result<Option<ApiKey>> {
         let store = KeyStore::Keychain { service: self.service.clone() };
         bounded(store.key(kind)).await
     }
+}
+
+/// A GitHub source whose API is not github.com's: it needs that host's own token.
+fn on_another_host(s: &SourceSettings) -> bool {
+    s.kind == SourceKind::Github && !keys::is_github_com(&s.api_url())
 }
 
 /// Why "Import from gh" imported nothing: `gh` is not installed (not on `PATH`), or it gave
@@ -431,9 +452,11 @@ pub(crate) fn key_note(s: &SourceSettings, health: Option<&SourceHealth>, used: 
     if !s.enabled || health.is_some_and(|h| h.state == HealthState::NoKey) {
         return String::new();
     }
-    match used {
-        Some(from) => format!(" · {} from {from}", s.kind.credential()),
-        None => format!(" · no {} {} on this machine", s.kind.tracker(), s.kind.credential()),
+    let host = keys::host_of(&s.api_url()).filter(|_| on_another_host(s));
+    match (used, host) {
+        (Some(from), _) => format!(" · {} from {from}", s.kind.credential()),
+        (None, Some(host)) => format!(" · no GitHub token for {host} on this machine"),
+        (None, None) => format!(" · no {} {} on this machine", s.kind.tracker(), s.kind.credential()),
     }
 }
 
@@ -514,6 +537,13 @@ pub(crate) fn health_line(
     if let Some(r) = row {
         if r.backlog > 0 {
             line.push_str(&format!(" · {} update{} waiting to reach the issues", r.backlog, plural(r.backlog)));
+        }
+        if let Some(n) = &r.notice {
+            line.push_str(&format!(" · {n}"));
+        }
+        if r.refused > 0 {
+            let why = r.refusal.as_deref().unwrap_or("?");
+            line.push_str(&format!(" · {} update{} refused, acting on nothing: {why}", r.refused, plural(r.refused)));
         }
         // A trouble here already says what is wrong; otherwise the fleet's last error may.
         if let Some(e) = r.last_error.as_deref().filter(|_| ok || health.is_none()) {

@@ -572,6 +572,8 @@ fn key_notes_and_gh_import_messages() {
     let gh = SourceSettings { kind: SourceKind::Github, repo: "acme/webapp".into(), ..Default::default() };
     assert_eq!(key_note(&gh, None, Some("keychain (imported from gh)")), " · token from keychain (imported from gh)");
     assert_eq!(key_note(&gh, None, None), " · no GitHub token on this machine");
+    let ghe = SourceSettings { api_url: Some("https://ghe.corp:8443/api/v3".into()), ..gh.clone() };
+    assert_eq!(key_note(&ghe, None, None), " · no GitHub token for ghe.corp:8443 on this machine");
     let no_key = SourceHealth { state: HealthState::NoKey, ..Default::default() };
     assert_eq!(key_note(&gh, Some(&no_key), None), "", "the line says it already");
     assert_eq!(key_note(&SourceSettings::default(), None, Some("LINEAR_API_KEY")), " · API key from LINEAR_API_KEY");
@@ -617,6 +619,8 @@ fn source_health_line() {
         rate_reset_at: None,
         backlog: 0,
         notice: None,
+        refused: 0,
+        refusal: None,
         now: 1_020_000,
     };
     let line =
@@ -629,6 +633,19 @@ fn source_health_line() {
     assert_eq!(
         line(Some(&ok), Some(&elsewhere), &s).0,
         "eng (linear): OK — last poll 20s ago by laptop · 2 updates waiting to reach the issues"
+    );
+    // An edit after approval and a refused outbox row are told on the line, with their reason.
+    let told = SourceRow {
+        notice: Some("linear:ENG-7: edited after approval; label it again to run the new text".into()),
+        refused: 2,
+        refusal: Some("the job names team OPS, not one of this source's teams".into()),
+        ..row.clone()
+    };
+    assert_eq!(
+        line(Some(&ok), Some(&told), &s).0,
+        "eng (linear): OK — last poll 20s ago by desktop, 3 jobs added \
+         · linear:ENG-7: edited after approval; label it again to run the new text \
+         · 2 updates refused, acting on nothing: the job names team OPS, not one of this source's teams"
     );
     let wrong = SourceHealth { state: HealthState::WrongKey, message: Some("Linear refused the API key".into()), ..ok };
     let failed = SourceRow { last_error: Some("desktop: Linear refused the API key".into()), ..row.clone() };

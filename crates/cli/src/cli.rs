@@ -105,6 +105,10 @@ pub enum Cmd {
         /// With --github: import the GitHub CLI's token (`gh auth token`) without asking.
         #[arg(long, requires = "github")]
         from_gh: bool,
+        /// With --github: the token is for the GitHub API at this address (GitHub Enterprise,
+        /// `https://ghe.example/api/v3`); github.com's token is never sent to another host.
+        #[arg(long, requires = "github")]
+        api_url: Option<String>,
     },
     /// Tracker sources whose issues become jobs: each one's last poll, next turn, cursor,
     /// outbox backlog, rate limit and last error.

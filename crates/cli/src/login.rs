@@ -55,10 +55,21 @@ pub async fn login_linear() -> Result<()> {
 
 /// `devpilot login --github`: the token typed (or one line of stdin), or, if the GitHub CLI
 /// is logged in and the user says so (or `--from-gh`), `gh auth token`'s. Tested (whose is
-/// it?), then kept in the keychain; a token GitHub refuses is not stored.
-pub async fn login_github(from_gh: bool) -> Result<()> {
+/// it?), then kept in the keychain; a token GitHub refuses is not stored. `api_url`: the
+/// token is for that GitHub API's host (its own keychain account), not github.com's.
+pub async fn login_github(from_gh: bool, api_url: Option<String>) -> Result<()> {
     use devpilot_engine::sources::{keys, SourceKind, TrackerError};
-    let gh = if from_gh || std::io::stdin().is_terminal() { keys::gh_token().await } else { None };
+    // `gh auth token` gives github.com's token: it is never offered for another host.
+    let elsewhere = api_url.as_deref().is_some_and(|u| !keys::is_github_com(u));
+    if elsewhere && from_gh {
+        return Err(Error::Invalid(
+            "--from-gh imports github.com's token, which is never sent to another host: \
+             give that host's own token"
+                .into(),
+        ));
+    }
+    let ask_gh = !elsewhere && (from_gh || std::io::stdin().is_terminal());
+    let gh = if ask_gh { keys::gh_token().await } else { None };
     let (token, imported) = match gh {
         Some(t) if from_gh || ask_yes("The GitHub CLI is logged in: import its token (gh auth token)? [Y/n] ")? => {
             (t, true)
@@ -71,13 +82,15 @@ pub async fn login_github(from_gh: bool) -> Result<()> {
     if token.is_empty() {
         return Err(Error::Invalid("no token given".into()));
     }
-    let settings = Paths::for_app("devpilot")?.load()?;
-    let probe = settings
-        .sources
-        .values()
-        .find(|s| s.kind == SourceKind::Github)
-        .cloned()
-        .unwrap_or(devpilot_engine::sources::SourceSettings { kind: SourceKind::Github, ..Default::default() });
+    // Tested where it will be sent: github.com's API, or the host named.
+    let probe = match api_url {
+        Some(url) => devpilot_engine::sources::SourceSettings {
+            kind: SourceKind::Github,
+            api_url: Some(url),
+            ..Default::default()
+        },
+        None => devpilot_engine::sources::SourceSettings { kind: SourceKind::Github, ..Default::default() },
+    };
     let client = devpilot_engine::sources::github::GithubClient::for_source(&probe, &token)
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let who = match client.login().await {
@@ -88,7 +101,8 @@ pub async fn login_github(from_gh: bool) -> Result<()> {
             None
         }
     };
-    tokio::task::spawn_blocking(move || keys::store_key(secrets::SERVICE, SourceKind::Github, &token, imported))
+    let api = probe.api_url();
+    tokio::task::spawn_blocking(move || keys::store_github_token_at(secrets::SERVICE, &api, &token, imported))
         .await
         .map_err(|e| Error::Invalid(e.to_string()))??;
     let from = if imported { " (imported from gh)" } else { "" };

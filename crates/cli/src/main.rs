@@ -87,7 +87,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             jobs::prune(older_than.as_deref(), dead_older_than.as_deref(), orchestrator.as_deref()).await
         }
         Cmd::Login { linear: true, .. } => login::login_linear().await,
-        Cmd::Login { github: true, from_gh, .. } => login::login_github(from_gh).await,
+        Cmd::Login { github: true, from_gh, api_url, .. } => login::login_github(from_gh, api_url).await,
         Cmd::Login { database_url, .. } => login::login(database_url.as_deref().unwrap_or_default()).await,
         Cmd::Sources { command: None, orchestrator, json } => sources::list(orchestrator, json).await,
         Cmd::Sources { command: Some(SourcesCmd::Poll { name }), orchestrator, .. } => {

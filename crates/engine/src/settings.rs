@@ -199,6 +199,7 @@ impl Settings {
         for (name, source) in &self.sources {
             source.validate(name)?;
         }
+        self.validate_token_hosts()?;
         if self.max_park.get() < Duration::from_secs(60) {
             return Err(Error::Invalid(format!("max park '{}' must be at least a minute", self.max_park)));
         }
@@ -216,6 +217,34 @@ impl Settings {
                 return Err(Error::Invalid(
                     "the database URL in settings must not contain a password; it goes to the keychain".into(),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// No two GitHub hosts share a token variable (`ghe.corp.com` and `ghe-corp.com` are both
+    /// `GITHUB_TOKEN_GHE_CORP_COM`): a token meant for one would reach the other.
+    fn validate_token_hosts(&self) -> Result<()> {
+        use crate::sources::keys::{host_of, is_github_com};
+        let mut seen: BTreeMap<String, (String, &str)> = BTreeMap::new();
+        for (name, source) in &self.sources {
+            let url = source.api_url();
+            let host = match source.kind {
+                crate::sources::settings::SourceKind::Github if !is_github_com(&url) => host_of(&url),
+                _ => None,
+            };
+            let Some(host) = host else { continue };
+            let var = crate::seal::github_token_var(&host);
+            match seen.get(&var) {
+                Some((other_host, other)) if *other_host != host => {
+                    return Err(Error::Invalid(format!(
+                        "sources '{other}' ({other_host}) and '{name}' ({host}) would share {var}, so a token \
+                         meant for one would reach the other: one of them must use another host name"
+                    )));
+                }
+                _ => {
+                    seen.insert(var, (host, name));
+                }
             }
         }
         Ok(())
@@ -329,6 +358,30 @@ mod tests {
             s.agents.insert("cursor".into(), Default::default());
         })
         .contains("no agent preset"));
+    }
+
+    /// Two GitHub hosts whose token variables would be one are refused, naming both; one
+    /// host for two sources, or two hosts with their own variables, are fine.
+    #[test]
+    fn hosts_that_share_a_token_variable_are_refused() {
+        use crate::sources::settings::{SourceKind, SourceSettings};
+        let on = |url: &str| SourceSettings {
+            kind: SourceKind::Github,
+            repo: "acme/webapp".into(),
+            api_url: Some(url.into()),
+            ..SourceSettings::default()
+        };
+        let with = |urls: &[&str]| {
+            let mut s = Settings::default();
+            for (i, u) in urls.iter().enumerate() {
+                s.sources.insert(format!("s{i}"), on(u));
+            }
+            s.validate()
+        };
+        let e = with(&["https://ghe.corp.com/api/v3", "https://ghe-corp.com/api/v3"]).unwrap_err().to_string();
+        assert!(e.contains("GITHUB_TOKEN_GHE_CORP_COM") && e.contains("ghe-corp.com"), "{e}");
+        assert!(with(&["https://ghe.corp.com/api/v3", "https://ghe.corp.com/api/v3"]).is_ok());
+        assert!(with(&["https://ghe.corp.com/api/v3", "https://ghe.other.com/api/v3"]).is_ok());
     }
 
     /// A duration that does not parse is refused where it is read, naming the value: in a

@@ -12,8 +12,9 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
 use super::status::{Event, Status};
-use crate::sources::deliver::deliver_pending;
+use crate::sources::deliver::{deliver_pending, GithubTokens};
 use crate::sources::intake::{self, Bound, Tried};
+use crate::sources::keys;
 use crate::sources::{ApiKey, HealthState, SourceHealth, SourceKind, SourceSettings, SourcesCfg};
 use crate::sources::{TrackerClient, TrackerError};
 use devpilot_store::queue::{Queue, SourceSpec};
@@ -96,6 +97,34 @@ impl Sources {
         // A source just added or changed is registered and polled now, not a tick later.
         let _ = self.asks.try_send(Ask::Tick);
     }
+}
+
+/// What a source with no credential here says: where to put one (for a GitHub source on
+/// another host than github.com, a token of that host's own: github.com's is never sent there).
+fn no_key_here(s: &SourceSettings) -> String {
+    let kind = s.kind;
+    if kind == SourceKind::Github && !keys::is_github_com(&s.api_url()) {
+        let host = keys::host_of(&s.api_url()).unwrap_or_default();
+        return format!(
+            "no GitHub token for {host} on this machine (github.com's is never sent to another host): \
+             `devpilot login --github --api-url {}`, Settings → Sources, or {}",
+            s.api_url(),
+            crate::seal::github_token_var(&host)
+        );
+    }
+    format!(
+        "no {} {} on this machine: `devpilot login --{}`, Settings → Sources, or {}",
+        kind.tracker(),
+        kind.credential(),
+        kind.as_str(),
+        kind.env_var()
+    )
+}
+
+/// github.com's API as this machine reaches it (`DEVPILOT_GITHUB_API_URL` in its place).
+fn github_com_api() -> String {
+    let default = crate::sources::SourceSettings { kind: SourceKind::Github, ..Default::default() };
+    default.api_url()
 }
 
 fn initial_health(cfg: &SourcesCfg) -> Vec<SourceHealth> {
@@ -225,26 +254,24 @@ impl Service {
         if missing.is_empty() {
             return;
         }
-        let mut keys: BTreeMap<&str, Option<ApiKey>> = BTreeMap::new();
+        // One lookup per credential: Linear's key, and GitHub's token per API host.
+        let mut keys: BTreeMap<String, Option<ApiKey>> = BTreeMap::new();
         for (name, s) in missing {
             let kind = s.kind;
-            let key = match keys.get(kind.as_str()) {
+            let account = match kind {
+                SourceKind::Linear => kind.as_str().to_string(),
+                SourceKind::Github => keys::github_account(&s.api_url()),
+            };
+            let key = match keys.get(&account) {
                 Some(k) => k.clone(),
                 None => {
-                    let k = self.cfg.keys.key(kind).await;
-                    keys.insert(kind.as_str(), k.clone());
+                    let k = self.cfg.keys.for_source(&s).await;
+                    keys.insert(account, k.clone());
                     k
                 }
             };
             let Some(k) = key else {
-                let msg = format!(
-                    "no {} {} on this machine: `devpilot login --{}`, Settings → Sources, or {}",
-                    kind.tracker(),
-                    kind.credential(),
-                    kind.as_str(),
-                    kind.env_var()
-                );
-                self.trouble(&name, HealthState::NoKey, msg);
+                self.trouble(&name, HealthState::NoKey, no_key_here(&s));
                 continue;
             };
             if self.refused.get(&name) == Some(&k) {
@@ -318,24 +345,35 @@ impl Service {
         if ready.is_empty() {
             return;
         }
-        // The token pull requests are opened with: a GitHub source's, else the keychain's
-        // (read only when a Linear source's job may need it).
-        let github = match self.clients.values().find(|(c, _)| matches!(c, TrackerClient::Github(_))) {
-            Some((_, k)) => Some(k.clone()),
-            None => match &self.github_key {
-                Some(k) => k.clone(),
-                None => {
-                    let k = self.cfg.keys.key(SourceKind::Github).await;
-                    self.github_key = Some(k.clone());
-                    k
-                }
-            },
-        };
-        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready, github.as_ref()).await {
+        // The tokens pull requests are opened with, by API host: each GitHub source's, and
+        // github.com's from the keychain (read only when no source has it already).
+        let mut github = GithubTokens::new();
+        for (c, k) in self.clients.values() {
+            if let Some(host) = c.github_host() {
+                github.insert(host, k.clone());
+            }
+        }
+        let home = keys::host_of(&github_com_api()).unwrap_or_default();
+        if let std::collections::btree_map::Entry::Vacant(slot) = github.entry(home) {
+            if let Some(k) = self.github_com_key().await {
+                slot.insert(k);
+            }
+        }
+        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready, &github).await {
             if let Some(b) = self.bound.get(&source).cloned() {
                 self.tracker_failed(&b, &e).await;
             }
         }
+    }
+
+    /// github.com's token from the keychain (or `GITHUB_TOKEN`), read once.
+    async fn github_com_key(&mut self) -> Option<ApiKey> {
+        if let Some(k) = &self.github_key {
+            return k.clone();
+        }
+        let k = self.cfg.keys.github_at(&github_com_api()).await;
+        self.github_key = Some(k.clone());
+        k
     }
 
     /// A tracker error: a refused key stops the source here; the rest is shown and retried.

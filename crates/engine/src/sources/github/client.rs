@@ -77,6 +77,12 @@ impl GithubClient {
         self.base.host_str()
     }
 
+    /// The API's host and port, as [`crate::sources::keys::host_of`] writes them: the host the
+    /// token belongs to.
+    pub fn api_host(&self) -> Option<String> {
+        crate::sources::keys::host_of(self.base.as_str())
+    }
+
     /// Whose token it is (`GET /user`, asked once per client).
     pub async fn login(&self) -> Result<String, TrackerError> {
         let login = self
