@@ -236,8 +236,9 @@ async fn an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs(bac
 }
 
 /// `devpilot sources poll` adds a job per matching issue and prints its key, updates a
-/// waiting job when its issue's description changes, cancels it when the issue is done, and
-/// adds nothing when nothing changed. It needs no running machine.
+/// waiting job when its issue's description changes and the label is applied again (the
+/// label approves the text: `approval.rs`), cancels it when the issue is done, and adds
+/// nothing when nothing changed. It needs no running machine.
 async fn sources_poll_adds_updates_and_cancels_by_key(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("poll");
@@ -257,6 +258,8 @@ async fn sources_poll_adds_updates_and_cancels_by_key(backend: Backend) {
     let (_, out, _) = cli(&home, &db, KEY, &["sources", "poll"]);
     assert!(!out.contains("added linear:") && !out.contains("updated linear:"), "nothing changed: {out}");
     linear.set_description("ENG-1", Some("second, with more detail"));
+    linear.set_labels("ENG-1", &[]);
+    linear.set_labels("ENG-1", &["agent"]);
     let (_, out, _) = cli(&home, &db, KEY, &["sources", "poll", "eng"]);
     assert!(out.contains(&format!("updated linear:ENG-1 as job #{}", job.id)), "{out}");
     let (_, payload) = db.queue.job(job.id).await.unwrap().unwrap();
@@ -347,7 +350,8 @@ async fn a_rate_limit_holds_the_source_until_its_reset(backend: Backend) {
 
 /// Two sources read the same team with different labels. When the issue of `eng`'s job
 /// changes, `ops` reads it too (a turn with a cursor reads every change of its teams) and
-/// finds it outside its own filter: that is not `ops`'s job to cancel. `eng` updates it.
+/// finds it outside its own filter: that is not `ops`'s job to cancel. `eng` updates it (the
+/// edit is labelled again, so the new text is approved).
 async fn a_source_never_cancels_another_sources_job(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("two");
@@ -368,6 +372,8 @@ async fn a_source_never_cancels_another_sources_job(backend: Backend) {
     assert_eq!(code, 0, "{err}");
     let job = job_of(&db, &orch, "ENG-1").await.expect("eng added the issue");
     linear.set_description("ENG-1", Some("second"));
+    linear.set_labels("ENG-1", &[]);
+    linear.set_labels("ENG-1", &["agent"]);
     let (code, out, err) = cli(&home, &db, KEY, &["sources", "poll"]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("cancelled"), "{out}");

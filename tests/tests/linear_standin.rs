@@ -402,6 +402,19 @@ fn every_engine_document_is_answered() {
     client.data(documents::VIEWER, json!({}));
     let own = client.data(documents::ISSUE_TEAM, json!({ "id": issue.id }))["issue"]["team"].clone();
     assert_eq!((&own["id"], &own["key"]), (&team["id"], &json!("ENG")), "the issue's team, as a delivery checks it");
+    standin.add_user("Mallory", true);
+    standin.label_as("ENG-1", "needs:gpu", "Grace");
+    standin.describe_as("ENG-1", "Mallory", "Do something else");
+    let history = client.data(documents::ISSUE_HISTORY, json!({ "id": issue.id }))["issue"].clone();
+    assert_eq!((&history["creator"]["name"], &history["creator"]["guest"]), (&json!("Ada"), &json!(false)));
+    let entries = history["history"]["nodes"].as_array().unwrap().clone();
+    let who = |e: &serde_json::Value| (e["actor"]["name"].clone(), e["actor"]["guest"].clone());
+    assert_eq!(entries.len(), 2, "one entry per change: {entries:?}");
+    assert_eq!(
+        (who(&entries[0]), &entries[0]["addedLabels"][0]["name"]),
+        ((json!("Grace"), json!(false)), &json!("needs:gpu"))
+    );
+    assert_eq!((who(&entries[1]), &entries[1]["updatedDescription"]), ((json!("Mallory"), json!(true)), &json!(true)));
     let names: Vec<&str> = documents::ALL.iter().map(|(name, _)| *name).collect();
     assert_eq!(
         names.len(),
@@ -461,4 +474,13 @@ fn the_binary_serves_graphql_and_admin_endpoints() {
     let fault = json!({ "fault": "server_error", "operation": "DevpilotPostComent" });
     let armed = http.post(format!("{base}/_admin/faults")).json(&fault).send().unwrap();
     assert_eq!(armed.status(), 400, "a fault for an operation DevPilot never sends is refused");
+    // A guest, and an edit made as them: the issue's history names who made it.
+    let guest = http.post(format!("{base}/_admin/users")).json(&json!({ "name": "Mallory", "guest": true }));
+    assert_eq!(guest.send().unwrap().status(), 200);
+    let edit = json!({ "by": "Mallory", "description": "edited" });
+    assert_eq!(http.post(format!("{base}/_admin/issues/ENG-1")).json(&edit).send().unwrap().status(), 200);
+    let body = json!({ "query": documents::ISSUE_HISTORY, "variables": { "id": "ENG-1" } });
+    let answer: Value = http.post(&url).header("Authorization", KEY).json(&body).send().unwrap().json().unwrap();
+    let entry = &answer["data"]["issue"]["history"]["nodes"][0];
+    assert_eq!((&entry["actor"]["name"], &entry["actor"]["guest"]), (&json!("Mallory"), &json!(true)), "{answer}");
 }

@@ -1,7 +1,8 @@
 //! The `/_admin/` endpoints the `linear-standin` binary serves beside `/graphql`, so the Python
 //! desktop end-to-end test can do over HTTP what Rust tests do through [`LinearStandIn`]: file
-//! and edit issues, read comments and attachments, count calls, list rejected requests, arm
-//! faults and set the budget. JSON in and out; no key (loopback, test only).
+//! and edit issues (as a given user), add users, read comments and attachments, count calls,
+//! list rejected requests, arm faults and set the budget. JSON in and out; no key (loopback,
+//! test only).
 //!
 //! [`LinearStandIn`]: super::LinearStandIn
 
@@ -12,12 +13,15 @@ use serde_json::{json, Value};
 
 use super::model::{Fault, IssueSeed};
 use super::shared::Shared;
+use super::state::VIEWER;
 use super::wire::{WireAnswer, WireRequest};
 
-/// `POST /_admin/issues/<identifier>`: the fields to change (absent: unchanged).
+/// `POST /_admin/issues/<identifier>`: the fields to change (absent: unchanged), and who
+/// changes labels, title and description (`by`: a user's name; absent: the viewer).
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct IssueEdit {
+    by: Option<String>,
     title: Option<String>,
     /// Absent: unchanged; `null`: cleared.
     #[serde(deserialize_with = "present")]
@@ -31,6 +35,14 @@ struct IssueEdit {
 /// A field that is present, even as `null`.
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<String>>, D::Error> {
     Option::<String>::deserialize(deserializer).map(Some)
+}
+
+/// `POST /_admin/users`: `{"name": "Mallory", "guest": true}`.
+#[derive(Deserialize)]
+struct UserSpec {
+    name: String,
+    #[serde(default)]
+    guest: bool,
 }
 
 /// `POST /_admin/faults`: `{"fault": "timeout"|"server_error"|"rate_limited"|"wrong_key",
@@ -76,6 +88,9 @@ pub(crate) fn handle(shared: &Shared, request: &WireRequest) -> WireAnswer {
         ("POST", p) if p.starts_with("issues/") => {
             parse(&request.body).and_then(|edit| edit_issue(shared, &p["issues/".len()..], edit))
         }
+        ("POST", "users") => parse::<UserSpec>(&request.body).and_then(|u| {
+            shared.state().add_user(&u.name, u.guest).map(|_| json!({ "name": u.name, "guest": u.guest }))
+        }),
         ("GET", "comments") => issue_param().and_then(|i| shared.comments(&i)).map(|c| json!(c)),
         ("GET", "attachments") => issue_param().and_then(|i| shared.attachments(&i)).map(|a| json!(a)),
         ("GET", "calls") => Ok(json!(shared.call_counts())),
@@ -107,14 +122,15 @@ fn edit_issue(shared: &Shared, issue: &str, edit: IssueEdit) -> Result<Value, St
         shared.set_state(issue, state)?;
     }
     let updated = shared.edit(issue, |s, i| {
+        let by = edit.by.as_deref().map(|name| s.user_named(name)).transpose()?.unwrap_or(VIEWER);
         if let Some(title) = &edit.title {
-            s.set_title(i, title);
+            s.set_title_by(i, title, by);
         }
         if let Some(description) = &edit.description {
-            s.set_description(i, description.as_deref());
+            s.set_description_by(i, description.as_deref(), by);
         }
         if let Some(labels) = &edit.labels {
-            s.set_labels(i, &labels.iter().map(String::as_str).collect::<Vec<_>>());
+            s.set_labels_by(i, &labels.iter().map(String::as_str).collect::<Vec<_>>(), by);
         }
         if let Some(me) = edit.assignee_me {
             s.set_assignee_me(i, me);

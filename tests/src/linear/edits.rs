@@ -1,18 +1,59 @@
 //! Changes to issues, whether a test makes them (a person editing the issue in Linear) or a
 //! mutation does (the engine): each real change bumps the issue's `updatedAt`; setting what is
-//! already there changes nothing, as in Linear.
+//! already there changes nothing, as in Linear. A change of labels, description or title is
+//! an entry in the issue's history, by the user who made it (the viewer, unless a test names
+//! another), one entry per change: the stand-in never folds two changes into one entry.
 
 use super::model::Comment;
-use super::state::{new_id, AttachmentRow, CommentRow, State, VIEWER};
+use super::state::{new_id, AttachmentRow, CommentRow, HistoryRow, State, VIEWER};
 
 impl State {
-    /// Replaces the issue's labels (names; unknown ones are created).
+    /// Replaces the issue's labels (names; unknown ones are created), as the viewer.
     pub(crate) fn set_labels(&mut self, issue: usize, names: &[&str]) {
+        self.set_labels_by(issue, names, VIEWER);
+    }
+
+    /// Replaces the issue's labels as user `actor`.
+    pub(crate) fn set_labels_by(&mut self, issue: usize, names: &[&str], actor: usize) {
         let labels: Vec<usize> = names.iter().map(|name| self.label(name)).collect();
-        if self.issues[issue].labels != labels {
+        let old = self.issues[issue].labels.clone();
+        if old != labels {
+            let added = labels.iter().filter(|l| !old.contains(l)).copied().collect();
+            let removed = old.iter().filter(|l| !labels.contains(l)).copied().collect();
             self.issues[issue].labels = labels;
             self.bump(issue);
+            self.record(issue, actor, |h| {
+                h.added_labels = added;
+                h.removed_labels = removed;
+            });
         }
+    }
+
+    /// Adds (`on`) or removes one label as user `actor`.
+    pub(crate) fn label_by(&mut self, issue: usize, name: &str, on: bool, actor: usize) {
+        let label = self.label(name);
+        let mut names: Vec<String> =
+            self.issues[issue].labels.iter().filter(|l| **l != label).map(|l| self.labels[*l].name.clone()).collect();
+        if on {
+            names.push(name.to_string());
+        }
+        self.set_labels_by(issue, &names.iter().map(String::as_str).collect::<Vec<_>>(), actor);
+    }
+
+    /// Records a history entry of the change just made to `issue` (at its new `updatedAt`).
+    fn record(&mut self, issue: usize, actor: usize, change: impl FnOnce(&mut HistoryRow)) {
+        let mut row = HistoryRow {
+            id: new_id(),
+            issue,
+            actor: Some(actor),
+            created_ms: self.issues[issue].updated_ms,
+            added_labels: Vec::new(),
+            removed_labels: Vec::new(),
+            updated_description: false,
+            title: None,
+        };
+        change(&mut row);
+        self.history.push(row);
     }
 
     /// Moves the issue to a state; whether it moved.
@@ -25,19 +66,31 @@ impl State {
         true
     }
 
-    /// Replaces the description (`None`: null).
+    /// Replaces the description (`None`: null), as the viewer.
     pub(crate) fn set_description(&mut self, issue: usize, description: Option<&str>) {
+        self.set_description_by(issue, description, VIEWER);
+    }
+
+    /// Replaces the description as user `actor`.
+    pub(crate) fn set_description_by(&mut self, issue: usize, description: Option<&str>, actor: usize) {
         if self.issues[issue].description.as_deref() != description {
             self.issues[issue].description = description.map(str::to_string);
             self.bump(issue);
+            self.record(issue, actor, |h| h.updated_description = true);
         }
     }
 
-    /// Renames the issue (its URL's slug and branch name follow).
+    /// Renames the issue (its URL's slug and branch name follow), as the viewer.
     pub(crate) fn set_title(&mut self, issue: usize, title: &str) {
+        self.set_title_by(issue, title, VIEWER);
+    }
+
+    /// Renames the issue as user `actor`.
+    pub(crate) fn set_title_by(&mut self, issue: usize, title: &str, actor: usize) {
         if self.issues[issue].title != title {
-            self.issues[issue].title = title.into();
+            let old = std::mem::replace(&mut self.issues[issue].title, title.into());
             self.bump(issue);
+            self.record(issue, actor, |h| h.title = Some((old, title.into())));
         }
     }
 

@@ -30,7 +30,8 @@ impl Obj<'_, '_> {
                 "email" => leaf(format!("{}@standin.example", row.name.to_lowercase())),
                 "isMe" => leaf(user == VIEWER),
                 "active" => leaf(true),
-                "admin" | "guest" | "app" => leaf(false),
+                "guest" => leaf(row.guest),
+                "admin" | "app" => leaf(false),
                 _ => return Err(self.unknown(info)),
             })
         })
@@ -106,7 +107,7 @@ impl Obj<'_, '_> {
 
     /// `Issue`'s scalar fields and single objects; its connections are in `issue_connection`.
     pub(crate) fn issue<'a>(&'a self, issue: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
-        if matches!(info.field_name(), "labels" | "comments" | "attachments") {
+        if matches!(info.field_name(), "labels" | "comments" | "attachments" | "history") {
             return self.issue_connection(issue, info);
         }
         self.ctx.read(|s| {
@@ -130,18 +131,23 @@ impl Obj<'_, '_> {
                 "state" => self.object(Node::State(row.state)),
                 "project" => self.nullable(row.project.map(Node::Project)),
                 "assignee" => self.nullable(row.assignee.map(Node::User)),
+                "creator" => self.nullable(row.creator.map(Node::User)),
                 _ => return Err(self.unknown(info)),
             })
         })
     }
 
-    /// `Issue.labels`, `Issue.comments`, `Issue.attachments`.
+    /// `Issue.labels`, `Issue.comments`, `Issue.attachments`, `Issue.history` (oldest first).
     fn issue_connection<'a>(&'a self, issue: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
         let (of, items) = self.ctx.read(|s| match info.field_name() {
             "labels" => ("IssueLabel", in_order(s.issues[issue].labels.iter().map(|l| Node::Label(*l)))),
             "comments" => {
                 let comments = s.comments.iter().enumerate().filter(|(_, c)| c.issue == issue);
                 ("Comment", in_order(comments.map(|(i, _)| Node::Comment(i))))
+            }
+            "history" => {
+                let entries = s.history.iter().enumerate().filter(|(_, h)| h.issue == issue);
+                ("IssueHistory", in_order(entries.map(|(i, _)| Node::History(i))))
             }
             _ => {
                 let attachments = s.attachments.iter().enumerate().filter(|(_, a)| a.issue == issue);
@@ -186,6 +192,47 @@ impl Obj<'_, '_> {
                 "title" => leaf(row.title.clone()),
                 "subtitle" => ResolvedValue::null(),
                 "createdAt" | "updatedAt" => leaf(rfc3339(row.created_ms)),
+                "issue" => self.object(Node::Issue(row.issue)),
+                _ => return Err(self.unknown(info)),
+            })
+        })
+    }
+
+    /// `IssueHistory`: who made the change, when, and what it changed of the labels, the
+    /// description, the title, the team and the project (a list field of a change that did not touch it is null, as
+    /// in Linear).
+    pub(crate) fn history_entry<'a>(
+        &'a self,
+        entry: usize,
+        info: &ResolveInfo<'_>,
+    ) -> Result<ResolvedValue<'a>, FieldError> {
+        self.ctx.read(|s| {
+            let row = &s.history[entry];
+            let labels = |ids: &[usize], objects: bool| {
+                if ids.is_empty() {
+                    return ResolvedValue::null();
+                }
+                let one = |l: usize| if objects { self.object(Node::Label(l)) } else { leaf(s.labels[l].id.clone()) };
+                ResolvedValue::list(ids.iter().map(|l| one(*l)).collect::<Vec<_>>())
+            };
+            Ok(match info.field_name() {
+                "id" => leaf(row.id.clone()),
+                "createdAt" | "updatedAt" => leaf(rfc3339(row.created_ms)),
+                "actor" => self.nullable(row.actor.map(Node::User)),
+                "actorId" => leaf(row.actor.map(|u| s.users[u].id.clone())),
+                "addedLabelIds" => labels(&row.added_labels, false),
+                "addedLabels" => labels(&row.added_labels, true),
+                "removedLabelIds" => labels(&row.removed_labels, false),
+                "removedLabels" => labels(&row.removed_labels, true),
+                "updatedDescription" => leaf(row.updated_description.then_some(true)),
+                "descriptionUpdatedBy" if row.updated_description => {
+                    ResolvedValue::list(row.actor.map(|u| self.object(Node::User(u))).into_iter().collect::<Vec<_>>())
+                }
+                "descriptionUpdatedBy" => ResolvedValue::null(),
+                "fromTitle" => leaf(row.title.as_ref().map(|t| t.0.clone())),
+                "toTitle" => leaf(row.title.as_ref().map(|t| t.1.clone())),
+                // The stand-in never moves an issue to another team or project.
+                "fromTeamId" | "toTeamId" | "fromProjectId" | "toProjectId" => ResolvedValue::null(),
                 "issue" => self.object(Node::Issue(row.issue)),
                 _ => return Err(self.unknown(info)),
             })

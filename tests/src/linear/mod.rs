@@ -59,9 +59,11 @@ pub struct Options {
 /// one server and its data); the server stops when the last clone is dropped.
 ///
 /// Team `ENG` (with Linear's default workflow states), the labels `agent`, `needs:gpu` and
-/// `frontend`, the viewer `Ada` and one other user exist from the start. The methods that name
-/// an issue take its identifier (`ENG-1`) or UUID and panic on an unknown one: this is test
-/// harness code, where a wrong name is the test's bug.
+/// `frontend`, the viewer `Ada` and one other member, `Grace`, exist from the start. Changes of
+/// labels, description and title are recorded in the issue's history (`Issue.history`), by
+/// the viewer unless a `*_as` method names another user. The methods that name an issue take
+/// its identifier (`ENG-1`) or UUID and panic on an unknown one: this is test harness code,
+/// where a wrong name is the test's bug.
 #[derive(Clone)]
 pub struct LinearStandIn {
     shared: Arc<shared::Shared>,
@@ -165,6 +167,37 @@ impl LinearStandIn {
     /// Assigns an issue to the other user (someone who is not the viewer).
     pub fn set_assignee_other(&self, issue: &str) -> Issue {
         self.edit(issue, |s, i| s.set_assignee_other(i))
+    }
+
+    /// Adds a user to the workspace: a member, or a guest (`guest`), who may label and edit
+    /// issues but whose label approves nothing. Panics on a name already taken.
+    pub fn add_user(&self, name: &str, guest: bool) {
+        self.shared.state().add_user(name, guest).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Applies a label to an issue as the user named `user` (one history entry naming them).
+    pub fn label_as(&self, issue: &str, label: &str, user: &str) -> Issue {
+        self.edit_as(issue, user, |s, i, u| s.label_by(i, label, true, u))
+    }
+
+    /// Removes a label from an issue as the user named `user`.
+    pub fn unlabel_as(&self, issue: &str, label: &str, user: &str) -> Issue {
+        self.edit_as(issue, user, |s, i, u| s.label_by(i, label, false, u))
+    }
+
+    /// Replaces an issue's description as the user named `user`, its author for instance.
+    pub fn describe_as(&self, issue: &str, user: &str, description: &str) -> Issue {
+        self.edit_as(issue, user, |s, i, u| s.set_description_by(i, Some(description), u))
+    }
+
+    /// One change to an issue by the user named `user`.
+    fn edit_as(&self, issue: &str, user: &str, change: impl FnOnce(&mut state::State, usize, usize)) -> Issue {
+        let edited = self.shared.edit(issue, |s, i| {
+            let u = s.user_named(user)?;
+            change(s, i, u);
+            Ok(())
+        });
+        edited.unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// One infallible change to an issue.

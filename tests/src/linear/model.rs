@@ -29,6 +29,11 @@ pub struct IssueSeed {
     /// The workflow state's name in the team, e.g. `Todo` or `In Progress`.
     #[serde(alias = "state")]
     pub state_name: String,
+    /// Who files it: a user's name (see [`LinearStandIn::add_user`]); `None`: the viewer.
+    /// Labels it is filed with are its creator's, and no history entry records them.
+    ///
+    /// [`LinearStandIn::add_user`]: super::LinearStandIn::add_user
+    pub creator: Option<String>,
 }
 
 impl Default for IssueSeed {
@@ -42,6 +47,7 @@ impl Default for IssueSeed {
             project: None,
             assignee_me: false,
             state_name: "Todo".into(),
+            creator: None,
         }
     }
 }

@@ -67,6 +67,7 @@ pub(crate) enum Node {
     Issue(usize),
     Comment(usize),
     Attachment(usize),
+    History(usize),
     Connection(Rc<Connection>),
     Edge(Rc<Connection>, usize),
     PageInfo(Rc<Connection>),
@@ -173,6 +174,7 @@ impl ObjectValue for Obj<'_, '_> {
             Node::Issue(_) => "Issue",
             Node::Comment(_) => "Comment",
             Node::Attachment(_) => "Attachment",
+            Node::History(_) => "IssueHistory",
             Node::Connection(c) => &c.type_name,
             Node::Edge(c, _) => &c.edge_name,
             Node::PageInfo(_) => "PageInfo",
@@ -192,6 +194,7 @@ impl ObjectValue for Obj<'_, '_> {
             Node::Issue(i) => self.issue(i, info),
             Node::Comment(c) => self.comment(c, info),
             Node::Attachment(a) => self.attachment(a, info),
+            Node::History(h) => self.history_entry(h, info),
             Node::Connection(_) | Node::Edge(..) | Node::PageInfo(_) => self.connection_field(info),
             Node::CommentPayload(_) | Node::IssuePayload(_) | Node::AttachmentPayload(_) => self.payload(info),
         }

@@ -1,7 +1,8 @@
 //! The stand-in's data, as rows addressed by index (nothing is ever deleted), and every change
 //! the tests or the mutations make to it. Each change to an issue (title, description, labels,
 //! state, assignee, a comment, an attachment) bumps its `updatedAt`, as Linear does, so the
-//! engine's `updatedAt`-ordered poll sees it.
+//! engine's `updatedAt`-ordered poll sees it. A change of labels, description or title by a
+//! person is also an entry in the issue's history, naming who made it (see `edits`).
 
 use std::sync::Arc;
 
@@ -34,10 +35,12 @@ pub(crate) struct LabelRow {
     pub name: String,
 }
 
-/// A user: the viewer, or someone else an issue can be assigned to.
+/// A user: the viewer, or someone else an issue can be assigned to. A guest is limited to a
+/// few teams; everyone else is a member.
 pub(crate) struct UserRow {
     pub id: String,
     pub name: String,
+    pub guest: bool,
 }
 
 /// A project, known by name.
@@ -58,8 +61,23 @@ pub(crate) struct IssueRow {
     pub state: usize,
     pub assignee: Option<usize>,
     pub labels: Vec<usize>,
+    /// Who filed it (`None`: an integration).
+    pub creator: Option<usize>,
     pub created_ms: i64,
     pub updated_ms: i64,
+}
+
+/// One entry of an issue's history: one change, by one user (`None`: an integration).
+pub(crate) struct HistoryRow {
+    pub id: String,
+    pub issue: usize,
+    pub actor: Option<usize>,
+    pub created_ms: i64,
+    pub added_labels: Vec<usize>,
+    pub removed_labels: Vec<usize>,
+    pub updated_description: bool,
+    /// The title before and after, when the change renamed the issue.
+    pub title: Option<(String, String)>,
 }
 
 /// A comment on an issue.
@@ -90,6 +108,7 @@ pub(crate) struct State {
     pub issues: Vec<IssueRow>,
     pub comments: Vec<CommentRow>,
     pub attachments: Vec<AttachmentRow>,
+    pub history: Vec<HistoryRow>,
     pub clock: Arc<Clock>,
     /// Linear's `lastSyncId`: one more per change.
     pub sync_id: u64,
@@ -134,11 +153,12 @@ impl State {
             teams: Vec::new(),
             states: Vec::new(),
             labels: Vec::new(),
-            users: ["Ada", "Grace"].iter().map(|n| UserRow { id: new_id(), name: (*n).into() }).collect(),
+            users: ["Ada", "Grace"].iter().map(|n| UserRow { id: new_id(), name: (*n).into(), guest: false }).collect(),
             projects: Vec::new(),
             issues: Vec::new(),
             comments: Vec::new(),
             attachments: Vec::new(),
+            history: Vec::new(),
             clock,
             sync_id: 1000,
         };
@@ -162,6 +182,21 @@ impl State {
         }
         self.sync_id += 1;
         Ok(self.team(team))
+    }
+
+    /// Adds a user (a member, or a guest); a name already taken is refused.
+    pub(crate) fn add_user(&mut self, name: &str, guest: bool) -> Result<usize, String> {
+        if self.users.iter().any(|u| u.name == name) {
+            return Err(format!("the stand-in has a user named {name} already"));
+        }
+        self.users.push(UserRow { id: new_id(), name: name.into(), guest });
+        self.sync_id += 1;
+        Ok(self.users.len() - 1)
+    }
+
+    /// The user with this name.
+    pub(crate) fn user_named(&self, name: &str) -> Result<usize, String> {
+        self.users.iter().position(|u| u.name == name).ok_or_else(|| format!("the stand-in has no user named {name}"))
     }
 
     /// The label with this exact name, created if there is none.
@@ -216,6 +251,10 @@ impl State {
         if seed.priority > 4 {
             return Err(format!("priority {} is not 0..4", seed.priority));
         }
+        let creator = match &seed.creator {
+            Some(name) => self.user_named(name)?,
+            None => VIEWER,
+        };
         let labels = seed.labels.iter().map(|name| self.label(name)).collect();
         let project = seed.project.as_deref().map(|name| self.project(name));
         let now = self.clock.tick();
@@ -232,6 +271,7 @@ impl State {
             state,
             assignee: seed.assignee_me.then_some(VIEWER),
             labels,
+            creator: Some(creator),
             created_ms: now,
             updated_ms: now,
         });

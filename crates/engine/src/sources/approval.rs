@@ -29,6 +29,9 @@ pub enum Verdict {
     ChangedAfter(Approval),
     /// Nobody with write access applied the label.
     Unapproved,
+    /// The tracker's record is longer than DevPilot reads, so the approval cannot be shown
+    /// (the reason says which): this issue starts nothing, and the others go on.
+    Unreadable(String),
 }
 
 /// What the source says, and the issue is told once, when its text changed after approval.

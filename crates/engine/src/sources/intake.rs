@@ -53,6 +53,8 @@ pub struct PollReport {
     pub edited: Vec<(String, i64)>,
     /// Issues with the label that nobody with write access applied: no job.
     pub unapproved: Vec<String>,
+    /// Issues whose approval could not be read, and why: no job, and a live job unchanged.
+    pub unreadable: Vec<(String, String)>,
     /// How many issues the tracker returned.
     pub seen: usize,
 }
@@ -70,6 +72,7 @@ impl PollReport {
         out.extend(
             self.unapproved.iter().map(|k| format!("{k}: its label was not applied by anyone with write access")),
         );
+        out.extend(self.unreadable.iter().map(|(k, why)| format!("{k}: not taken: {why}")));
         out
     }
 }
@@ -229,6 +232,10 @@ async fn changed(
         Some(Verdict::Approved(a)) if approval_of(&j.payload) != Some(a.id.as_str()) => {
             with_approval(&item.payload, &a)
         }
+        Some(Verdict::Unreadable(why)) => {
+            report.unreadable.push((item.key.clone(), why));
+            return Ok(());
+        }
         Some(_) => {
             if ctx.queue.edited_after_approval(j.id, &ctx.source.actor(), EDITED_AFTER_APPROVAL).await? {
                 tracing::info!(key = item.key, job = j.id, "{EDITED_AFTER_APPROVAL}");
@@ -259,6 +266,10 @@ async fn add(
         None => (item.payload.clone(), Start::Now),
         Some(Verdict::Unapproved) => {
             report.unapproved.push(item.key.clone());
+            return Ok(());
+        }
+        Some(Verdict::Unreadable(why)) => {
+            report.unreadable.push((item.key.clone(), why));
             return Ok(());
         }
         Some(Verdict::Approved(a) | Verdict::ChangedAfter(a)) if acted_on(&a.id) => return Ok(()),

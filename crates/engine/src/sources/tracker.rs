@@ -25,6 +25,14 @@ impl TrackerClient {
             SourceKind::Github => TrackerClient::Github(GithubClient::for_source(s, key)?),
         })
     }
+
+    /// The API host (and port) a GitHub source's client sends its token to.
+    pub fn github_host(&self) -> Option<String> {
+        match self {
+            TrackerClient::Github(c) => c.api_host(),
+            TrackerClient::Linear(_) => None,
+        }
+    }
 }
 
 /// An issue as the intake sees it.
@@ -100,9 +108,9 @@ fn github_item(i: &github::GhIssue, source: &str, s: &SourceSettings, me: Option
     }
 }
 
-/// Who approved `item` (applied the source's label with write access) and whether it changed
-/// after. `None`: no label to approve (a source without one takes every issue), or a tracker
-/// whose check is not built yet. `writers` keeps GitHub's access answers for the turn.
+/// Who approved `item` (applied the source's label with write access: on Linear, a member)
+/// and whether it changed after. `None`: no label to approve (a source without one takes
+/// every issue). `writers` keeps GitHub's access answers for the turn.
 pub async fn approval(
     client: &TrackerClient,
     s: &SourceSettings,
@@ -113,7 +121,10 @@ pub async fn approval(
         return Ok(None);
     }
     match client {
-        TrackerClient::Linear(_) => Ok(None),
+        TrackerClient::Linear(c) => {
+            let id = item.payload.pointer("/source/id").and_then(Value::as_str).unwrap_or_default();
+            linear::approval(c, id, s).await.map(Some)
+        }
         TrackerClient::Github(c) => {
             let number = item.payload.pointer("/source/number").and_then(Value::as_u64).unwrap_or(0);
             github::approval(c, &s.repo, &s.label, number, &item.version, writers).await.map(Some)

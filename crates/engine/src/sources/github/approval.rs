@@ -56,7 +56,12 @@ pub async fn approval(
     updated_at: &str,
     writers: &mut Writers,
 ) -> Result<Verdict, TrackerError> {
-    let events = labelled(client, repo, number, label).await?;
+    let Some(events) = labelled(client, repo, number, label).await? else {
+        return Ok(Verdict::Unreadable(format!(
+            "it has more than {} events, so who applied the label cannot be read",
+            MAX_PAGES * PER_PAGE
+        )));
+    };
     for e in events.iter().rev().take(MAX_ASKED) {
         let Some(login) = e.actor.as_ref().map(|a| a.login.clone()) else { continue };
         if !may_write(client, repo, &login, writers).await? {
@@ -72,8 +77,14 @@ pub async fn approval(
     Ok(Verdict::Unapproved)
 }
 
-/// The issue's `labeled` events of `label` (case-insensitive), oldest first.
-async fn labelled(client: &GithubClient, repo: &str, number: u64, label: &str) -> Result<Vec<Event>, TrackerError> {
+/// The issue's `labeled` events of `label` (case-insensitive), oldest first; `None` past
+/// [`MAX_PAGES`].
+async fn labelled(
+    client: &GithubClient,
+    repo: &str,
+    number: u64,
+    label: &str,
+) -> Result<Option<Vec<Event>>, TrackerError> {
     let mut out = Vec::new();
     for page in 1..=MAX_PAGES {
         let answer = client.send(&calls::list_issue_events(repo, number, page), None).await?;
@@ -91,13 +102,10 @@ async fn labelled(client: &GithubClient, repo: &str, number: u64, label: &str) -
             }
         }
         if !answer.has_next || !full {
-            return Ok(out);
+            return Ok(Some(out));
         }
     }
-    Err(TrackerError::Refused(
-        SourceKind::Github,
-        format!("{repo}#{number} has more than {} events; its label's approval cannot be read", MAX_PAGES * PER_PAGE),
-    ))
+    Ok(None)
 }
 
 /// Whether `login` may write to `repo` (`admin`, or `write`, which `maintain` maps to). A user

@@ -63,8 +63,31 @@ pub const LINK_URL: &str = "mutation DevpilotLinkUrl($issueId: String!, $url: St
 /// An issue's team, as Linear has it: a delivery checks it against the source's teams.
 pub const ISSUE_TEAM: &str = "query DevpilotIssueTeam($id: String!) { issue(id: $id) { id team { id key } } }";
 
+/// An issue's filing and one page of its history: who applied which label, and whether an
+/// entry changed the text, and when ([`super::approval`]). Read only for an issue that is new
+/// to the intake or whose text changed.
+pub const ISSUE_HISTORY: &str = "query DevpilotIssueHistory($id: String!, $after: String) {
+  issue(id: $id) {
+    id createdAt
+    creator { id name guest active app }
+    history(first: 50, after: $after) {
+      nodes {
+        id createdAt updatedAt
+        actor { id name guest active app }
+        addedLabels { name }
+        removedLabels { name }
+        updatedDescription
+        descriptionUpdatedBy { id }
+        toTitle
+        fromTeamId toTeamId fromProjectId toProjectId
+      }
+      pageInfo { hasNextPage endCursor }
+    }
+  }
+}";
+
 /// Every document, for the schema test.
-pub const ALL: [(&str, &str); 10] = [
+pub const ALL: [(&str, &str); 11] = [
     ("VIEWER", VIEWER),
     ("TEAMS", TEAMS),
     ("LABELS", LABELS),
@@ -75,6 +98,7 @@ pub const ALL: [(&str, &str); 10] = [
     ("MOVE_ISSUE", MOVE_ISSUE),
     ("LINK_URL", LINK_URL),
     ("ISSUE_TEAM", ISSUE_TEAM),
+    ("ISSUE_HISTORY", ISSUE_HISTORY),
 ];
 
 #[cfg(test)]

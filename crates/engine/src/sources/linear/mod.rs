@@ -9,7 +9,10 @@
 //! - `issues.rs`: the filter of a turn, every page of its answer, [`Issue`].
 //! - `map.rs`: an issue as a job: key, payload, priority, repo, requires, branch.
 //! - `deliver.rs`: an outbox row's calls: comment (once), state moves, link.
+//! - `approval.rs`: who applied the source's label, from the issue's history, and whether the
+//!   text changed after.
 
+mod approval;
 mod client;
 mod deliver;
 pub mod documents;
@@ -17,7 +20,8 @@ mod issues;
 mod map;
 
 pub use crate::sources::text::prompt_of;
+pub use approval::approval;
 pub use client::{install_crypto_provider, LinearClient, RateLimit, TrackerError};
-pub use deliver::{attach, comment_id, deliver, own_issue, IssueRef};
+pub use deliver::{attach, deliver, own_issue, IssueRef};
 pub use issues::{filter, read_changed, Issue, Read};
 pub use map::{branch_of, key_of, payload_of, priority_of, repo_of, requires_of, same_task, version_of};
