@@ -13,6 +13,7 @@ use devpilot_store::queue::OutboxRow;
 use devpilot_tests::github::IssueSeed;
 use devpilot_tests::sources::{self, jobs, machine, WAIT};
 use devpilot_tests::{git, write_config, Backend, GitHubStandIn, GitRemote, RecordingAgent, TestDb};
+use sea_orm::ConnectionTrait;
 
 devpilot_tests::on_both_backends!(
     a_rewritten_payload_and_a_hand_made_row_act_on_nothing,
@@ -47,7 +48,8 @@ async fn settled(db: &TestDb, job: i64) -> Vec<OutboxRow> {
 /// Issue 37, finding 1: a job taken from `sources poll` whose payload is then pointed at
 /// another repo's issue by plain SQL runs, but no comment or label reaches either issue:
 /// each row ends `refused`, saying which repo it named. An outbox row inserted by hand for
-/// the job's own issue is refused too, since no state change of the job wrote it.
+/// the job's own issue, a copy of its real completion row but for the history row it names,
+/// is refused too, since no state change of the job wrote it.
 async fn a_rewritten_payload_and_a_hand_made_row_act_on_nothing(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("bound");
@@ -86,13 +88,21 @@ async fn a_rewritten_payload_and_a_hand_made_row_act_on_nothing(backend: Backend
         "payload = json_set(payload, '$.source.repo', 'acme/webapp', '$.source.number', 1)"
     };
     db.exec(&format!("UPDATE dispatch_queue SET {own} WHERE id = {}", job.id)).await;
-    db.exec(&format!(
-        "INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at, next_at)
-         SELECT orchestrator_id, id, source_id, 'completed', 'desktop', claim_token, NULL, 0, 0
-           FROM dispatch_queue WHERE id = {}",
-        job.id
-    ))
-    .await;
+    // A copy of the real completion row, its time included (so the history has an event of
+    // that kind, claim and moment), but written by no state change: it names no history row.
+    let copy = |history: &str| {
+        format!(
+            "INSERT INTO outbox (orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at,
+                                 next_at, history_id)
+             SELECT orchestrator_id, job_id, source_id, event, machine, claim_token, detail, created_at, 0, {history}
+               FROM outbox WHERE job_id = {} AND event = 'completed'",
+            job.id
+        )
+    };
+    // Naming the real row's history row is refused by the database: one row per event.
+    let dup = db.queue.connection().execute_unprepared(&copy("history_id")).await;
+    assert!(dup.is_err(), "a second row for one history row: {dup:?}");
+    db.exec(&copy("NULL")).await;
     let rows = settled(&db, job.id).await;
     let made = rows.last().unwrap();
     assert_eq!(made.outcome.as_deref(), Some("refused"), "{made:?}");
@@ -100,6 +110,12 @@ async fn a_rewritten_payload_and_a_hand_made_row_act_on_nothing(backend: Backend
     assert!(gh.comments(OTHER, 5).is_empty(), "nothing reached the other repo: {:?}", gh.comments(OTHER, 5));
     assert!(gh.comments(REPO, 1).is_empty(), "nor the job's own issue: {:?}", gh.comments(REPO, 1));
     assert!(gh.recorded().iter().all(|r| !r.path.contains(OTHER)), "no call named {OTHER}");
+    // The user is told: `devpilot sources` counts the refused rows and says the newest reason.
+    let (code, out, err) = sources::cli(&home, &db, &env, &["sources", "--orchestrator", &orch]);
+    assert_eq!(code, 0, "{out}{err}");
+    let told = format!("refused: {} updates that acted on nothing; newest: ", rows.len());
+    let line = out.lines().find(|l| l.trim_start().starts_with("refused:")).unwrap_or_default();
+    assert!(line.trim_start().starts_with(&told) && line.contains("no state change"), "{out}");
 }
 
 /// A clone for `machine` whose `origin` says `url` on github.com, rewritten by the machine's

@@ -23,6 +23,12 @@ async fn machine_key(kind: SourceKind) -> Option<ApiKey> {
     KeyStore::Keychain { service: secrets::SERVICE.into() }.key(kind).await
 }
 
+/// This machine's credential for source `s`, as its machine finds it: Linear's key, or the
+/// GitHub token of the source's API host (github.com's only for github.com).
+async fn source_key(s: &SourceSettings) -> Option<ApiKey> {
+    KeyStore::Keychain { service: secrets::SERVICE.into() }.for_source(s).await
+}
+
 /// "no GitHub token on this machine: `devpilot login --github`, or set GITHUB_TOKEN".
 fn no_key(kind: SourceKind) -> Error {
     Error::Invalid(format!(
@@ -41,25 +47,20 @@ pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     let orchestrator = orchestrator.unwrap_or_else(|| settings.orchestrator_id.clone());
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let rows = queue.sources(&orchestrator).await?;
-    let mut kinds: Vec<SourceKind> = settings.sources.values().map(|s| s.kind).collect();
-    kinds.sort_by_key(|k| k.as_str());
-    kinds.dedup();
-    if kinds.is_empty() {
-        kinds.push(SourceKind::Linear);
-    }
-    let mut keys = vec![];
-    for kind in kinds {
-        keys.push((kind, machine_key(kind).await));
-    }
+    let keys = credentials(&settings.sources).await;
     if json {
-        let from =
-            |k: SourceKind| keys.iter().find(|(x, _)| *x == k).and_then(|(_, key)| key.as_ref().map(|k| k.from()));
+        let from = |k: SourceKind| {
+            keys.iter().find(|c| c.kind == k && c.host.is_none()).and_then(|c| c.key.as_ref().map(|k| k.from()))
+        };
+        let hosts: std::collections::BTreeMap<&str, Option<&str>> =
+            keys.iter().filter_map(|c| Some((c.host.as_deref()?, c.key.as_ref().map(ApiKey::from)))).collect();
         let v = serde_json::json!({
             "orchestrator": orchestrator,
             "sources": rows,
             "configured_here": settings.sources.keys().collect::<Vec<_>>(),
             "key_from": from(SourceKind::Linear),
             "github_token_from": from(SourceKind::Github),
+            "github_tokens_from_by_host": hosts,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
@@ -77,14 +78,67 @@ pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     for name in settings.sources.keys().filter(|n| !rows.iter().any(|r| &r.name == *n)) {
         println!("{name}: configured here; registered when a machine starts with it");
     }
-    for (kind, key) in &keys {
-        let what = format!("{} {} on this machine", kind.tracker(), kind.credential());
-        match key {
-            Some(k) => println!("{what}: from {}", k.from()),
-            None => println!("{what}: none (`devpilot login --{}` or {})", kind.as_str(), kind.env_var()),
-        }
+    for c in &keys {
+        println!("{}", c.line());
     }
     Ok(())
+}
+
+/// One credential this machine needs: Linear's key, github.com's token, or the token of
+/// another GitHub host (`host`), and what this machine holds for it.
+struct Credential {
+    kind: SourceKind,
+    host: Option<String>,
+    api_url: String,
+    key: Option<ApiKey>,
+}
+
+impl Credential {
+    /// `GitHub token for ghe.corp:8443 on this machine: from GITHUB_TOKEN_<HOST>`, or where
+    /// to put one.
+    fn line(&self) -> String {
+        let (kind, what) = (self.kind, format!("{} {}", self.kind.tracker(), self.kind.credential()));
+        let (what, fix) = match &self.host {
+            Some(host) => (
+                format!("{what} for {host}"),
+                format!(
+                    "`devpilot login --github --api-url {}` or {}",
+                    self.api_url,
+                    devpilot_engine::seal::github_token_var(host)
+                ),
+            ),
+            None => (what, format!("`devpilot login --{}` or {}", kind.as_str(), kind.env_var())),
+        };
+        match &self.key {
+            Some(k) => format!("{what} on this machine: from {}", k.from()),
+            None => format!("{what} on this machine: none ({fix})"),
+        }
+    }
+}
+
+/// What this machine holds for each tracker host the sources use (Linear's key when there
+/// are none): a GitHub source on another host needs that host's own token.
+async fn credentials(sources: &std::collections::BTreeMap<String, SourceSettings>) -> Vec<Credential> {
+    let mut out: Vec<Credential> = vec![];
+    let mut all: Vec<&SourceSettings> = sources.values().collect();
+    all.sort_by_key(|s| s.kind.as_str());
+    let linear = SourceSettings::default();
+    if all.is_empty() {
+        all.push(&linear);
+    }
+    for s in all {
+        let api_url = s.api_url();
+        let host = match s.kind {
+            SourceKind::Github if !sources::keys::is_github_com(&api_url) => sources::keys::host_of(&api_url),
+            _ => None,
+        };
+        if out.iter().any(|c| c.kind == s.kind && c.host == host) {
+            continue;
+        }
+        let key = if host.is_some() { source_key(s).await } else { machine_key(s.kind).await };
+        out.push(Credential { kind: s.kind, host, api_url, key });
+    }
+    out
 }
 
 fn print_row(r: &SourceRow, here: bool) {
@@ -111,6 +165,10 @@ fn print_row(r: &SourceRow, here: bool) {
     if let Some(n) = &r.notice {
         println!("  {}", shown(Some(n)));
     }
+    if r.refused > 0 {
+        let s = if r.refused == 1 { "" } else { "s" };
+        println!("  refused: {} update{s} that acted on nothing; newest: {}", r.refused, shown(r.refusal.as_deref()));
+    }
 }
 
 fn ms(v: i64) -> Duration {
@@ -134,7 +192,7 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let machine = settings.machine_name();
     for (n, s) in chosen {
-        let key = machine_key(s.kind).await.ok_or_else(|| no_key(s.kind))?;
+        let key = source_key(s).await.ok_or_else(|| no_key(s.kind))?;
         let bound = bind(&queue, &orchestrator, n, s).await?;
         let client = TrackerClient::for_source(s, key.secret()).map_err(tracker)?;
         match sources::poll(&queue, &orchestrator, &machine, &bound, &client, settings.max_attempts, true).await {
@@ -216,7 +274,7 @@ async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> 
     }
     s.validate(&name)?;
     if !common.no_test {
-        let Some(key) = machine_key(s.kind).await else {
+        let Some(key) = source_key(&s).await else {
             return Err(Error::Invalid(format!(
                 "no {} {} to test with: `devpilot login --{}` first (or --no-test)",
                 s.kind.tracker(),

@@ -61,6 +61,11 @@ pub struct SourceRow {
     /// The newest issue of the source edited after its label approved it and not labelled
     /// again since: `github:acme/webapp#7: edited after approval; …`.
     pub notice: Option<String>,
+    /// Outbox rows that named another issue, repo or team than the source's own, or that no
+    /// state change wrote: ended `refused`, acting on nothing.
+    pub refused: i64,
+    /// The newest refused row's reason.
+    pub refusal: Option<String>,
     /// The database clock when the row was read.
     pub now: i64,
 }
@@ -233,13 +238,17 @@ static TURN_FAILED: Sql = Sql::new(|d| {
 static SOURCE_ERROR: Sql =
     Sql::new(|d| format!("UPDATE sources SET last_error = $2, last_error_at = {now} WHERE id = $1", now = d.now));
 
-/// The sources of orchestrator $1, with each one's outbox backlog.
+/// The sources of orchestrator $1, with each one's outbox backlog, notice and refused rows.
 static SOURCES: Sql = Sql::new(|d| {
     format!(
         "SELECT s.id, s.name, s.kind, s.filter, s.interval_ms, s.cursor, s.etag, s.turn, s.polled_at, s.polled_by,
                 s.hold_until, s.last_ok_at, s.last_error, s.last_error_at, s.rate_remaining, s.rate_reset_at,
                 (SELECT COUNT(*) FROM outbox o WHERE o.source_id = s.id AND o.done_at IS NULL) AS backlog,
-                ({NOTICE}) AS notice, {now} AS now
+                ({NOTICE}) AS notice,
+                (SELECT COUNT(*) FROM outbox o WHERE o.source_id = s.id AND o.outcome = 'refused') AS refused,
+                (SELECT o.last_error FROM outbox o WHERE o.source_id = s.id AND o.outcome = 'refused'
+                  ORDER BY o.id DESC LIMIT 1) AS refusal,
+                {now} AS now
            FROM sources s WHERE s.orchestrator_id = $1 ORDER BY s.name",
         now = d.now
     )
