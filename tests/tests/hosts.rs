@@ -20,15 +20,11 @@ const TOKEN: &str = "ghp_TESTSECRET_h0st0a1b2c3d";
 /// The token of the other host (the second stand-in knows only this one).
 const GHE_TOKEN: &str = "ghp_TESTSECRET_gh3h0st9z8y7";
 
-/// Issue 37, finding 9: `gh` reads github.com (the first stand-in) and `ghe` another host
-/// (the second stand-in, which would accept the same token). `sources poll` and a machine
-/// that polls and delivers send the token to github.com only: the second stand-in sees no
-/// request at all, and the source says it has no token for its host. `login --from-gh` (which
-/// would import github.com's token) is refused for that host.
-async fn a_source_on_another_host_never_receives_the_github_com_token(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let orch = db.orch("hosts");
-    let (gh, ghe) = (GitHubStandIn::start(TOKEN), GitHubStandIn::start(TOKEN));
+/// github.com's stand-in with `acme/webapp#1` and another host's (which accepts
+/// `ghe_token`) with `corp/tools#1`, both labelled; a home whose sources `gh` and `ghe`
+/// read them.
+fn two_hosts(db: &TestDb, orch: &str, ghe_token: &str) -> (GitHubStandIn, GitHubStandIn, std::path::PathBuf) {
+    let (gh, ghe) = (GitHubStandIn::start(TOKEN), GitHubStandIn::start(ghe_token));
     gh.add_repo("acme/webapp");
     gh.open_issue("acme/webapp", IssueSeed::new("Fix login", &["agent"]));
     ghe.add_repo("corp/tools");
@@ -48,6 +44,18 @@ async fn a_source_on_another_host_never_receives_the_github_com_token(backend: B
             source("ghe", "corp/tools", &ghe.url())
         ),
     );
+    (gh, ghe, home)
+}
+
+/// Issue 37, finding 9: `gh` reads github.com (the first stand-in) and `ghe` another host
+/// (the second stand-in, which would accept the same token). `sources poll` and a machine
+/// that polls and delivers send the token to github.com only: the second stand-in sees no
+/// request at all, and the source says it has no token for its host. `login --from-gh` (which
+/// would import github.com's token) is refused for that host.
+async fn a_source_on_another_host_never_receives_the_github_com_token(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("hosts");
+    let (gh, ghe, home) = two_hosts(&db, &orch, TOKEN);
     let env = [("GITHUB_TOKEN", TOKEN), ("DEVPILOT_GITHUB_API_URL", &gh.url())];
     let (code, out, err) = sources::cli(&home, &db, &env, &["sources", "poll", "--orchestrator", &orch]);
     assert_ne!(code, 0, "the ghe source has no token here: {out}{err}");
@@ -90,26 +98,7 @@ async fn a_source_on_another_host_never_receives_the_github_com_token(backend: B
 async fn a_source_on_another_host_uses_that_hosts_own_token(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("hosts-own");
-    let (gh, ghe) = (GitHubStandIn::start(TOKEN), GitHubStandIn::start(GHE_TOKEN));
-    gh.add_repo("acme/webapp");
-    gh.open_issue("acme/webapp", IssueSeed::new("Fix login", &["agent"]));
-    ghe.add_repo("corp/tools");
-    ghe.open_issue("corp/tools", IssueSeed::new("Fix the build", &["agent"]));
-    let home = db.dir.path().join("desktop");
-    let source = |name: &str, repo: &str, api: &str| {
-        format!(
-            "[sources.{name}]\nkind = \"github\"\nrepo = \"{repo}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             timeout = \"10s\"\napi_url = \"{api}\"\n"
-        )
-    };
-    write_config(
-        &home,
-        &format!(
-            "orchestrator_id = \"{orch}\"\n{}{}",
-            source("gh", "acme/webapp", &gh.url()),
-            source("ghe", "corp/tools", &ghe.url())
-        ),
-    );
+    let (gh, ghe, home) = two_hosts(&db, &orch, GHE_TOKEN);
     let var = format!("GITHUB_TOKEN_127_0_0_1_{}", ghe.addr().port());
     let env = [("GITHUB_TOKEN", TOKEN), ("DEVPILOT_GITHUB_API_URL", &gh.url()), (&var, GHE_TOKEN)];
     let (code, out, err) = sources::cli(&home, &db, &env, &["sources", "poll", "--orchestrator", &orch]);
