@@ -27,6 +27,7 @@ use devpilot_store::Queue;
 use sea_orm::ConnectionTrait;
 
 pub mod forwarder;
+pub mod gate;
 pub mod github;
 mod http_server;
 pub mod linear;

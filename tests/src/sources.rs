@@ -65,7 +65,13 @@ pub fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, e
 
 /// The CLI in `home` with `env`: (exit code, stdout, stderr). A panic is a failure.
 pub fn cli(home: &Path, db: &TestDb, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
-    let mut c = devpilot(home, &db.raw_url);
+    cli_at(home, &db.raw_url, env, args)
+}
+
+/// [`cli`] on the database at `db_url` (for a thread of its own, which cannot borrow the
+/// test's database).
+pub fn cli_at(home: &Path, db_url: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut c = devpilot(home, db_url);
     for v in TRACKER_VARS {
         c.env_remove(v);
     }

@@ -89,7 +89,9 @@ impl<'a> Exchange<'a> {
             ),
         }
         let token = request.header("authorization").and_then(|a| a.strip_prefix("Bearer ")).unwrap_or_default();
-        let Some(access) = self.shared.access(token) else { return self.answer(Reply::error(401, "Bad credentials")) };
+        let Some((access, login)) = self.shared.holder(token) else {
+            return self.answer(Reply::error(401, "Bad credentials"));
+        };
         self.record.auth_ok = true;
         self.record.counted = true;
         let fault = self.shared.take_fault(op);
@@ -116,8 +118,11 @@ impl<'a> Exchange<'a> {
         if let Some(refused) = refuse_by_access(access, &request.method, &request.path, op) {
             return self.answer(refused);
         }
+        if let Some(gate) = self.shared.take_gate(op) {
+            gate.pass();
+        }
         let reply = {
-            let ctx = self.context(request, op, body, access);
+            let ctx = self.context(request, op, body, (access, login));
             route(&mut self.shared.state(), &ctx)
         };
         self.conditional(request, reply)
@@ -129,7 +134,7 @@ impl<'a> Exchange<'a> {
         request: &WireRequest,
         op: &'static str,
         body: Option<&'b Value>,
-        access: Access,
+        (access, login): (Access, String),
     ) -> Ctx<'b> {
         let segments = request.path.trim_start_matches('/').split('/');
         let segments = segments.map(|s| String::from_utf8_lossy(&decode_bytes(s, false)).into_owned()).collect();
@@ -141,6 +146,7 @@ impl<'a> Exchange<'a> {
             body,
             link_base: format!("http://{host}{}", request.path),
             access,
+            login,
         }
     }
 

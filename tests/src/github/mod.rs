@@ -100,16 +100,22 @@ impl GitHubStandIn {
         self.server.addr()
     }
 
-    /// Accepts another token with this access from now on.
+    /// Accepts another token of the main user with this access from now on.
     pub fn add_token(&self, token: &str, access: Access) {
+        self.add_token_of(token, access, state::VIEWER);
+    }
+
+    /// Accepts another token, of user `login`, with this access from now on: what it writes
+    /// is written by `login`, and `GET /user` names `login`.
+    pub fn add_token_of(&self, token: &str, access: Access, login: &str) {
         let mut control = self.shared.control();
-        control.tokens.retain(|(t, _)| t != token);
-        control.tokens.push((token.into(), access));
+        control.tokens.retain(|h| h.token != token);
+        control.tokens.push(shared::Holder { token: token.into(), access, login: login.to_lowercase() });
     }
 
     /// Stops accepting `token` (as after a revocation).
     pub fn revoke_token(&self, token: &str) {
-        self.shared.control().tokens.retain(|(t, _)| t != token);
+        self.shared.control().tokens.retain(|h| h.token != token);
     }
 
     /// Adds a repository `owner/name` (default branch `main`; every branch exists except those
@@ -235,6 +241,15 @@ impl GitHubStandIn {
         if fault.times > 0 {
             self.shared.control().faults.push(fault);
         }
+    }
+
+    /// Holds the next request of operation `op` at a gate, answered once the test opens it
+    /// (see [`crate::gate`]): the test changes the data between two calls of the client.
+    pub fn gate(&self, op: &'static str) -> Arc<crate::gate::Gate> {
+        assert!(contract::operation_ids().contains(&op), "no operation {op} in the contract");
+        let gate = Arc::new(crate::gate::Gate::default());
+        self.shared.control().gates.push((op, gate.clone()));
+        gate
     }
 
     /// Disarms every injected fault.

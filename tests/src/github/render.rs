@@ -37,10 +37,10 @@ pub(crate) fn user(login: &str) -> Value {
     })
 }
 
-/// `GET /user` for the main token.
-pub(crate) fn viewer() -> Value {
-    let mut user = user(VIEWER);
-    user["name"] = json!("Ada");
+/// `GET /user` for a token of `login` (`ada`, Ada, for the main token).
+pub(crate) fn viewer(login: &str) -> Value {
+    let mut user = user(login);
+    user["name"] = json!(if login == VIEWER { "Ada" } else { login });
     user
 }
 

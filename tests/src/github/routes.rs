@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::model::{Access, IssueSeed};
 use super::render;
-use super::state::{parse_rfc3339, Item, PullRow, Repo, State, VIEWER};
+use super::state::{parse_rfc3339, Item, PullRow, Repo, State};
 
 /// The longest comment body GitHub takes, in characters.
 const MAX_COMMENT: usize = 65_536;
@@ -22,6 +22,8 @@ pub(crate) struct Ctx<'a> {
     /// `http://127.0.0.1:PORT/repos/…` without the query: where `Link`s point.
     pub link_base: String,
     pub access: Access,
+    /// The token's user: who writes what the request writes.
+    pub login: String,
 }
 
 impl Ctx<'_> {
@@ -68,7 +70,7 @@ impl Reply {
 /// Runs operation `ctx.op`.
 pub(crate) fn route(state: &mut State, ctx: &Ctx) -> Reply {
     if ctx.op == "users/get-authenticated" {
-        return Reply::new(200, render::viewer());
+        return Reply::new(200, render::viewer(&ctx.login));
     }
     let name = ctx.repo_name();
     if state.repo(&name).is_err() {
@@ -216,7 +218,7 @@ fn create_comment(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, Str
         }]);
         return Ok(Reply::new(422, render::validation_failed(error)));
     }
-    let comment = state.add_comment(name, number, VIEWER, body)?;
+    let comment = state.add_comment(name, number, &ctx.login, body)?;
     let repo = state.repo(name)?;
     let item = repo.item(number).ok_or("vanished")?;
     let row = item.comments.iter().find(|c| c.id == comment.id).ok_or("vanished")?;

@@ -3,10 +3,12 @@
 //! against; nothing here prints or records one.
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use crate::gate::Gate;
 
 use super::model::{Access, Fault, FaultKind, Recorded};
-use super::state::State;
+use super::state::{State, VIEWER};
 
 /// GitHub's primary rate limit for a token: 5,000 requests an hour.
 pub(crate) const RATE_LIMIT: u64 = 5_000;
@@ -44,12 +46,21 @@ impl Rate {
     }
 }
 
+/// One accepted token: what it may do, and the login of the user it belongs to.
+pub(crate) struct Holder {
+    pub token: String,
+    pub access: Access,
+    pub login: String,
+}
+
 /// The knobs and the log.
 pub(crate) struct Control {
-    /// Accepted tokens and what each may do.
-    pub tokens: Vec<(String, Access)>,
+    /// Accepted tokens, what each may do and whose each is.
+    pub tokens: Vec<Holder>,
     /// Armed faults, in the order injected.
     pub faults: Vec<Fault>,
+    /// Armed gates: the next request of each operation waits at its gate.
+    pub gates: Vec<(&'static str, Arc<Gate>)>,
     pub rate: Rate,
     pub log: Vec<Recorded>,
 }
@@ -77,8 +88,9 @@ impl Shared {
         Self {
             state: Mutex::new(state),
             control: Mutex::new(Control {
-                tokens: vec![(token.into(), Access::Full)],
+                tokens: vec![Holder { token: token.into(), access: Access::Full, login: VIEWER.into() }],
                 faults: Vec::new(),
+                gates: Vec::new(),
                 rate,
                 log: Vec::new(),
             }),
@@ -97,9 +109,16 @@ impl Shared {
         lock(&self.control)
     }
 
-    /// What `token` may do, if it is known.
-    pub(crate) fn access(&self, token: &str) -> Option<Access> {
-        self.control().tokens.iter().find(|(t, _)| t == token).map(|(_, access)| *access)
+    /// What `token` may do and whose it is, if it is known.
+    pub(crate) fn holder(&self, token: &str) -> Option<(Access, String)> {
+        self.control().tokens.iter().find(|h| h.token == token).map(|h| (h.access, h.login.clone()))
+    }
+
+    /// Takes the gate armed for `op`, if any (each holds one request).
+    pub(crate) fn take_gate(&self, op: &str) -> Option<Arc<Gate>> {
+        let mut control = self.control();
+        let found = control.gates.iter().position(|(o, _)| *o == op)?;
+        Some(control.gates.remove(found).1)
     }
 
     /// Takes one use of the first armed fault for `op`.

@@ -105,6 +105,9 @@ impl<'a> Exchange<'a> {
         };
         self.complexity = checked.complexity;
         self.shared.control().limits.charge(checked.complexity);
+        if let Some(gate) = self.shared.take_gate(self.record.operation.as_deref()) {
+            gate.pass();
+        }
         let executed = execute(&checked, &mut self.shared.state());
         self.send(200, executed.body, executed.errors)
     }

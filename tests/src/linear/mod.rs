@@ -248,6 +248,13 @@ impl LinearStandIn {
         }
     }
 
+    /// Holds the next request of operation `op` at a gate, answered once the test opens it
+    /// (see [`crate::gate`]): the test changes the data between two calls of the client.
+    /// Panics on an operation DevPilot never sends.
+    pub fn gate(&self, op: &str) -> std::sync::Arc<crate::gate::Gate> {
+        self.shared.gate(op).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Disarms every injected fault.
     pub fn clear_faults(&self) {
         self.shared.control().faults.clear();

@@ -11,6 +11,7 @@ use super::graphql::operation_name;
 use super::limits::Limits;
 use super::model::{Comment, Fault, Issue, IssueSeed, Recorded};
 use super::state::State;
+use crate::gate::Gate;
 
 /// A fault armed for the next `left` requests (of one operation, or of any).
 pub(crate) struct Armed {
@@ -23,6 +24,8 @@ pub(crate) struct Armed {
 pub(crate) struct Control {
     pub key: String,
     pub faults: Vec<Armed>,
+    /// Armed gates: the next request of each operation waits at its gate.
+    pub gates: Vec<(String, Arc<Gate>)>,
     pub limits: Limits,
     pub log: Vec<Recorded>,
 }
@@ -49,7 +52,13 @@ impl Shared {
         let limits = Limits::new(clock.now_ms());
         Self {
             state: Mutex::new(State::new(clock.clone())),
-            control: Mutex::new(Control { key: key.into(), faults: Vec::new(), limits, log: Vec::new() }),
+            control: Mutex::new(Control {
+                key: key.into(),
+                faults: Vec::new(),
+                gates: Vec::new(),
+                limits,
+                log: Vec::new(),
+            }),
             clock,
             admin,
         }
@@ -76,6 +85,25 @@ impl Shared {
             control.faults.remove(found);
         }
         Some(fault)
+    }
+
+    /// Arms a gate for the next request of operation `op` (see [`crate::gate`]); an operation
+    /// no document of DevPilot's is named is refused, as for a fault.
+    pub(crate) fn gate(&self, op: &str) -> Result<Arc<Gate>, String> {
+        let known = known_operations();
+        if !known.iter().any(|k| k == op) {
+            return Err(format!("no document of DevPilot's is named {op:?} (they are {})", known.join(", ")));
+        }
+        let gate = Arc::new(Gate::default());
+        self.control().gates.push((op.to_string(), gate.clone()));
+        Ok(gate)
+    }
+
+    /// Takes the gate armed for `operation`, if any (each holds one request).
+    pub(crate) fn take_gate(&self, operation: Option<&str>) -> Option<Arc<Gate>> {
+        let mut control = self.control();
+        let found = control.gates.iter().position(|(op, _)| Some(op.as_str()) == operation)?;
+        Some(control.gates.remove(found).1)
     }
 
     /// Arms `fault` for the next `times` requests (of `only_op`, if given). An operation no
