@@ -1,7 +1,8 @@
-//! A comment's marker cannot be forged, and a retry never posts twice: only comments the
-//! token's own user wrote count, the marker carries a MAC keyed by the orchestrator's key
-//! (which nobody on the tracker can read), and a lookup that cannot read every comment gives
-//! up, saying why, rather than post again. Real `devpilot` processes against the GitHub
+//! A comment's marker cannot be forged, and a retry never posts twice: the marker carries a
+//! MAC keyed by the orchestrator's key (which nobody on the tracker can read) over the row and
+//! the comment's author, so only a comment whose marker was signed for its own author counts,
+//! whichever machine's user that is; and a lookup that cannot read every comment gives up,
+//! saying why, rather than post again. Real `devpilot` processes against the GitHub
 //! stand-in, on PostgreSQL and SQLite.
 
 // A test says "this must hold" by unwrapping: a panic is its failure report.
@@ -18,6 +19,7 @@ use devpilot_tests::{write_config, Backend, GitHubStandIn, RecordingAgent, TestD
 
 devpilot_tests::on_both_backends!(
     a_strangers_marker_does_not_stop_the_comment,
+    a_retry_on_another_users_machine_finds_the_first_comment,
     a_lookup_past_the_page_cap_gives_up_and_never_posts_twice,
     each_database_keeps_its_own_key,
     a_retry_finds_its_comment_past_an_issues_long_history,
@@ -56,8 +58,8 @@ fn completions(gh: &GitHubStandIn) -> Vec<String> {
 
 /// Issue 37, finding 5: the completion's first try fails (GitHub answers 502, nothing
 /// posted); before the retry a stranger posts the old, unkeyed marker of the row, and then
-/// the row's exact signed marker (as if it were copied): neither is the token's user's, so
-/// the retry posts the comment, once.
+/// the row's exact marker as the bot would sign it (as if it were copied): neither is signed
+/// for its author, mallory, so the retry posts the comment, once.
 async fn a_strangers_marker_does_not_stop_the_comment(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("forged");
@@ -94,7 +96,7 @@ async fn a_strangers_marker_does_not_stop_the_comment(backend: Backend) {
         tries: 1,
         created_at: 0,
     };
-    let signed = mac::marker(&key, &orch, REPO, 1, &d);
+    let signed = mac::CommentMarker::new(&key, &orch, REPO, 1, &d).by("ada");
     gh.comment_as(REPO, 1, "mallory", &format!("Completed on nothing.\n\n{signed}"));
     db.exec(&format!("UPDATE outbox SET next_at = 0 WHERE id = {}", failed.id)).await;
     let done = completed_row(&db, job.id, |r| r.done_at.is_some()).await;
@@ -108,6 +110,60 @@ async fn a_strangers_marker_does_not_stop_the_comment(backend: Backend) {
     assert_eq!(mine.len(), 1, "the bot's comment, once: {:?}", gh.comments(REPO, 1));
     assert!(mine[0].ends_with(&signed), "it carries the row's signed marker: {mine:?}");
     assert!(gh.count("issues/list-comments") >= 1, "the retry looked for its marker");
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// A fleet whose machines hold different users' tokens: the completion's comment is posted
+/// by machine A (ada's token) but its answer is lost; A stops, and the retry runs on machine
+/// B, whose token is bob's. B finds A's comment (its marker is signed for ada, its author)
+/// and posts nothing more. Before, a retry counted only its own user's comments, and posted
+/// the completion a second time.
+async fn a_retry_on_another_users_machine_finds_the_first_comment(backend: Backend) {
+    const BOB: &str = "ghp_TESTSECRET_b0b0b0b0b0b0";
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("fleet");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_token_of(BOB, devpilot_tests::github::Access::Full, "bob");
+    gh.add_repo(REPO);
+    gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    gh.inject(Fault {
+        op: "issues/create-comment",
+        kind: FaultKind::Timeout { hold: Duration::from_secs(15) },
+        times: 1,
+    });
+    let agent = RecordingAgent::new(db.dir.path(), "echo done");
+    let a_home = home(&db.dir.path().join("a"), &orch, &gh.url());
+    let a = machine(&a_home, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(devpilot_tests::wait_for(WAIT, || async { !jobs(&db, &orch).await.is_empty() }).await, "the job");
+    let job = jobs(&db, &orch).await.pop().unwrap();
+    let failed = completed_row(&db, job.id, |r| r.tries == 1 && r.last_error.is_some()).await;
+    db.exec(&format!("UPDATE outbox SET next_at = next_at + 600000 WHERE id = {}", failed.id)).await;
+    drop(a);
+    let held = format!(
+        "SELECT COUNT(*) FROM outbox WHERE id = {} AND tries = 1 AND claimed_at IS NULL AND done_at IS NULL",
+        failed.id
+    );
+    assert_eq!(db.scalar(&held).await, Some(1), "machine A never retried: {failed:?}");
+    let posted = gh.comments(REPO, 1);
+    assert!(
+        posted.iter().any(|c| c.user == "ada" && c.body.starts_with("Completed on ")),
+        "A's first try posted the comment although its answer was lost: {posted:?}"
+    );
+    let b_home = home(&db.dir.path().join("b"), &orch, &gh.url());
+    let _b = machine(&b_home, &db, &orch, "desktop", &agent.script, &[("GITHUB_TOKEN", BOB)]);
+    db.exec(&format!("UPDATE outbox SET next_at = 0 WHERE id = {}", failed.id)).await;
+    let done = completed_row(&db, job.id, |r| r.done_at.is_some()).await;
+    assert_eq!(done.outcome.as_deref(), Some("delivered"), "{done:?}");
+    assert_eq!(done.tries, 2, "B's retry delivered it: {done:?}");
+    let bodies: Vec<(String, String)> = gh
+        .comments(REPO, 1)
+        .into_iter()
+        .filter(|c| c.body.starts_with("Completed on "))
+        .map(|c| (c.user, c.body))
+        .collect();
+    assert_eq!(bodies.len(), 1, "the completion, once, by A: {bodies:?}");
+    assert_eq!(bodies[0].0, "ada", "{bodies:?}");
+    assert!(gh.count("issues/list-comments") >= 1, "B looked for the comment");
     assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
 }
 

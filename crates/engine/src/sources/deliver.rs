@@ -106,7 +106,7 @@ async fn deliver_one(
             linear::deliver(c, issue, &report, &id, first).await
         }
         (TrackerClient::Github(c), Target::Github(issue)) => {
-            let marker = mac::marker(&key, orch, &issue.repo, issue.number, d);
+            let marker = mac::CommentMarker::new(&key, orch, &issue.repo, issue.number, d);
             github::deliver(c, issue, &report, &marker, github::Try::of(d), &source.settings.report.working_label).await
         }
         _ => return refused(format!("source '{}' has no client for the job's tracker", source.name)),

@@ -30,12 +30,33 @@ fn fields(orchestrator_id: &str, issue: &str, d: &Delivery) -> String {
     format!("{orchestrator_id}|{issue}|{}|{}|{token}|{}", d.job_id, d.event, d.id)
 }
 
-/// The hidden marker a GitHub comment of row `d` on `repo#number` ends with:
-/// `<!-- devpilot:job/N/EVENT/T/MAC -->`, the MAC (HMAC-SHA256, its first 128 bits) over
-/// the orchestrator, the issue, the job, the event, the claim token and the outbox row.
-pub fn marker(key: &MacKey, orchestrator_id: &str, repo: &str, number: u64, d: &Delivery) -> String {
-    let mac = hmac_sha256(key.bytes(), fields(orchestrator_id, &format!("{repo}#{number}"), d).as_bytes());
-    format!("<!-- devpilot:job/{}/{}/{}/{} -->", d.job_id, d.event, d.claim_token.unwrap_or(0), hex(&mac[..16]))
+/// Row `d`'s hidden markers on one GitHub issue. A marker also names, in its MAC, the user
+/// whose comment carries it: a machine signs for its own token's user, and a retry counts a
+/// comment only if its marker is the one signed for the comment's author. So machines whose
+/// tokens belong to different users find each other's comments, and a copy posted under
+/// another name (a stranger's) is no marker at all.
+pub struct CommentMarker<'a> {
+    key: &'a MacKey,
+    fields: String,
+    d: &'a Delivery,
+}
+
+impl<'a> CommentMarker<'a> {
+    /// The markers of row `d` on `repo#number` under the orchestrator's key.
+    pub fn new(key: &'a MacKey, orchestrator_id: &str, repo: &str, number: u64, d: &'a Delivery) -> Self {
+        Self { key, fields: fields(orchestrator_id, &format!("{repo}#{number}"), d), d }
+    }
+
+    /// The marker a comment by `author` ends with: `<!-- devpilot:job/N/EVENT/T/MAC -->`, the
+    /// MAC (HMAC-SHA256, its first 128 bits) over the orchestrator, the issue, the job, the
+    /// event, the claim token, the outbox row and the author's login (GitHub's logins are
+    /// case-insensitive, so it is lowercased).
+    pub fn by(&self, author: &str) -> String {
+        let msg = format!("{}|by:{}", self.fields, author.to_lowercase());
+        let mac = hmac_sha256(self.key.bytes(), msg.as_bytes());
+        let d = self.d;
+        format!("<!-- devpilot:job/{}/{}/{}/{} -->", d.job_id, d.event, d.claim_token.unwrap_or(0), hex(&mac[..16]))
+    }
 }
 
 /// The id of row `d`'s Linear comment on issue `issue`: a UUID in version-4 form (as
@@ -80,18 +101,25 @@ mod tests {
     }
 
     /// The marker keeps the readable part and adds a 128-bit MAC that changes with the key,
-    /// the issue, the claim and the row: a copy from another job, issue or row is not it.
+    /// the issue, the claim, the row and the author: a copy from another job, issue or row,
+    /// or under another user's name, is not it.
     #[test]
-    fn markers_are_keyed_and_bound_to_the_row() {
+    fn markers_are_keyed_and_bound_to_the_row_and_author() {
         let key = MacKey::from_bytes([1; 32]);
-        let m = marker(&key, "o", "acme/webapp", 1, &row(40, "completed", 2));
+        let at = |key: &MacKey, orch: &str, number: u64, d: &Delivery, who: &str| {
+            CommentMarker::new(key, orch, "acme/webapp", number, d).by(who)
+        };
+        let (r40, r41) = (row(40, "completed", 2), row(41, "completed", 2));
+        let m = at(&key, "o", 1, &r40, "ada");
         assert!(m.starts_with("<!-- devpilot:job/7/completed/2/") && m.ends_with(" -->"), "{m}");
         assert_eq!(m.len(), "<!-- devpilot:job/7/completed/2/ -->".len() + 32, "{m}");
-        assert_eq!(m, marker(&key, "o", "acme/webapp", 1, &row(40, "completed", 2)));
-        assert_ne!(m, marker(&MacKey::from_bytes([2; 32]), "o", "acme/webapp", 1, &row(40, "completed", 2)));
-        assert_ne!(m, marker(&key, "o", "acme/webapp", 2, &row(40, "completed", 2)));
-        assert_ne!(m, marker(&key, "o", "acme/webapp", 1, &row(41, "completed", 2)));
-        assert_ne!(m, marker(&key, "p", "acme/webapp", 1, &row(40, "completed", 2)));
+        assert_eq!(m, at(&key, "o", 1, &r40, "ada"));
+        assert_eq!(m, at(&key, "o", 1, &r40, "Ada"), "logins are case-insensitive");
+        assert_ne!(m, at(&MacKey::from_bytes([2; 32]), "o", 1, &r40, "ada"));
+        assert_ne!(m, at(&key, "o", 2, &r40, "ada"));
+        assert_ne!(m, at(&key, "o", 1, &r41, "ada"));
+        assert_ne!(m, at(&key, "p", 1, &r40, "ada"));
+        assert_ne!(m, at(&key, "o", 1, &r40, "mallory"));
     }
 
     /// A Linear comment id is a stable, keyed UUID v4 per row.

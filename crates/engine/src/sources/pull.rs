@@ -165,7 +165,7 @@ async fn link(
     match (client, issue) {
         (TrackerClient::Linear(c), Target::Linear(issue)) => linear::attach(c, issue, url, "Pull request").await,
         (TrackerClient::Github(c), Target::Github(issue)) => {
-            let marker = mac::marker(key, orch, &issue.repo, issue.number, d);
+            let marker = mac::CommentMarker::new(key, orch, &issue.repo, issue.number, d);
             let body = format!("Opened a pull request: {url}");
             github::post_once(c, issue, &body, &marker, github::Try::of(d)).await
         }

@@ -1,9 +1,11 @@
 //! One outbox row to a GitHub issue: its comment, which ends with a hidden marker naming the
-//! job, the event and the claim and signed with the orchestrator's key
-//! (`<!-- devpilot:job/12/completed/2/MAC -->`, see `sources::mac`), so a retry looks for the
-//! marker and never posts twice; and the "working" label while a machine runs it. Only a
-//! comment the token's own user wrote counts, so a stranger's copy of a marker stops nothing.
-//! Each call is idempotent, so a retried delivery does the same thing again.
+//! job, the event and the claim and signed with the orchestrator's key for the user who posts
+//! it (`<!-- devpilot:job/12/completed/2/MAC -->`, see `sources::mac`), so a retry looks for
+//! the marker and never posts twice; and the "working" label while a machine runs it. A
+//! comment counts only if its marker was signed for its own author: a retry on a machine
+//! whose token is another user's still finds the first machine's comment, and a stranger's
+//! copy of a marker stops nothing. Each call is idempotent, so a retried delivery does the
+//! same thing again.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -14,6 +16,7 @@ use serde_json::Value;
 use super::calls;
 use super::client::GithubClient;
 use crate::sources::error::TrackerError;
+use crate::sources::mac::CommentMarker;
 use crate::sources::render::Report;
 use crate::sources::settings::SourceKind;
 
@@ -77,7 +80,7 @@ pub async fn deliver(
     client: &GithubClient,
     issue: &IssueRef,
     report: &Report,
-    marker: &str,
+    marker: &CommentMarker<'_>,
     attempt: Try,
     working_label: &str,
 ) -> Result<(), TrackerError> {
@@ -100,13 +103,14 @@ pub async fn deliver(
     Ok(())
 }
 
-/// Posts `body` with `marker` at its end, unless a comment with the marker is there already
-/// (looked for on a retry only: a first try cannot have posted it).
+/// Posts `body` with the marker signed for the token's user at its end, unless a comment
+/// with its author's marker is there already (looked for on a retry only: a first try
+/// cannot have posted it).
 pub async fn post_once(
     client: &GithubClient,
     issue: &IssueRef,
     body: &str,
-    marker: &str,
+    marker: &CommentMarker<'_>,
     attempt: Try,
 ) -> Result<(), TrackerError> {
     if let Try::Retry { made_ms } = attempt {
@@ -114,30 +118,28 @@ pub async fn post_once(
             return Ok(());
         }
     }
-    let text = format!("{body}\n\n{marker}");
-    client.send(&calls::create_comment(&issue.repo, issue.number, &text), None).await.map(drop)
-}
-
-/// Whether a comment on `issue` written `since` (all, if `None`) by the token's own user
-/// carries `marker`. A lookup that cannot read every such comment (more than
-/// [`MAX_COMMENT_PAGES`] pages) says so: the row gives up rather than post a second time.
-async fn has_marker(
-    client: &GithubClient,
-    issue: &IssueRef,
-    marker: &str,
-    since: Option<&str>,
-) -> Result<bool, TrackerError> {
     let me = client.login().await?;
     if me.is_empty() {
         return Err(TrackerError::Refused(G, "GitHub did not say whose token this is (GET /user)".into()));
     }
+    let text = format!("{body}\n\n{}", marker.by(&me));
+    client.send(&calls::create_comment(&issue.repo, issue.number, &text), None).await.map(drop)
+}
+
+/// Whether a comment on `issue` written `since` (all, if `None`) carries the row's marker
+/// signed for the comment's own author, whoever that is: the first try may have run on a
+/// machine whose token is another user's. A lookup that cannot read every such comment
+/// (more than [`MAX_COMMENT_PAGES`] pages) says so: the row gives up rather than post a
+/// second time.
+async fn has_marker(
+    client: &GithubClient,
+    issue: &IssueRef,
+    marker: &CommentMarker<'_>,
+    since: Option<&str>,
+) -> Result<bool, TrackerError> {
     for page in 1..=MAX_COMMENT_PAGES {
         let answer = client.send(&calls::list_comments(&issue.repo, issue.number, page, since), None).await?;
-        let list = answer.body.as_array().cloned().unwrap_or_default();
-        if list
-            .iter()
-            .any(|c| mine(c, &me) && c.get("body").and_then(Value::as_str).is_some_and(|b| b.contains(marker)))
-        {
+        if answer.body.as_array().is_some_and(|list| list.iter().any(|c| signed_by_author(c, marker))) {
             return Ok(true);
         }
         if !answer.has_next {
@@ -156,7 +158,8 @@ async fn has_marker(
     ))
 }
 
-/// Whether comment `c` was written by `me` (GitHub's logins are case-insensitive).
-fn mine(c: &Value, me: &str) -> bool {
-    c.pointer("/user/login").and_then(Value::as_str).is_some_and(|l| l.eq_ignore_ascii_case(me))
+/// Whether comment `c` carries the marker signed for its own author.
+fn signed_by_author(c: &Value, marker: &CommentMarker<'_>) -> bool {
+    let Some(author) = c.pointer("/user/login").and_then(Value::as_str) else { return false };
+    c.get("body").and_then(Value::as_str).is_some_and(|b| b.contains(&marker.by(author)))
 }
