@@ -29,6 +29,10 @@ pub enum Verdict {
     ChangedAfter(Approval),
     /// Nobody with write access applied the label.
     Unapproved,
+    /// The issue changed, or was labelled, after the turn read its text (the history is read
+    /// after the text): the text in hand may be older than what was approved. Nothing is
+    /// done with it this turn; the next turn reads the issue again.
+    ReadTooEarly,
     /// The tracker's record is longer than DevPilot reads, so the approval cannot be shown
     /// (the reason says which): this issue starts nothing, and the others go on.
     Unreadable(String),
@@ -60,6 +64,20 @@ pub fn changed_after(changed: &str, labelled: &str) -> bool {
     }
 }
 
+/// GitHub's verdict on text read at `version` (the issue's `updated_at`) under `approval`:
+/// read before the label ([`Verdict::ReadTooEarly`]), changed after it
+/// ([`Verdict::ChangedAfter`]), or read at it ([`Verdict::Approved`]). An order that cannot be
+/// read is never approved.
+pub fn at_version(version: &str, approval: Approval) -> Verdict {
+    if changed_after(&approval.at, version) {
+        Verdict::ReadTooEarly
+    } else if changed_after(version, &approval.at) {
+        Verdict::ChangedAfter(approval)
+    } else {
+        Verdict::Approved(approval)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +92,17 @@ mod tests {
         assert!(!changed_after("2026-12-02T10:00:00Z", &a.at));
         assert!(changed_after("2026-12-02T10:00:01Z", &a.at));
         assert!(changed_after("garbage", &a.at));
+    }
+
+    /// Text read before the label was applied is not the approved text, whatever the label
+    /// says: it waits for the next turn's read; read at the label it is approved, after it
+    /// it changed.
+    #[test]
+    fn text_read_before_its_label_is_read_again() {
+        let a = Approval { id: "9".into(), by: "ada".into(), at: "2026-12-02T10:00:00Z".into() };
+        assert_eq!(at_version("2026-12-02T09:59:59Z", a.clone()), Verdict::ReadTooEarly);
+        assert_eq!(at_version("2026-12-02T10:00:00Z", a.clone()), Verdict::Approved(a.clone()));
+        assert_eq!(at_version("2026-12-02T10:00:01Z", a.clone()), Verdict::ChangedAfter(a.clone()));
+        assert_eq!(at_version("garbage", a), Verdict::ReadTooEarly);
     }
 }

@@ -19,7 +19,7 @@ use super::error::TrackerError;
 use super::github::Writers;
 use super::linear;
 use super::settings::SourceSettings;
-use super::tracker::{self, Item, TrackerClient};
+use super::tracker::{self, Item, TrackerClient, TurnRead};
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Start, Turn, TurnEnd};
 
@@ -55,6 +55,9 @@ pub struct PollReport {
     pub unapproved: Vec<String>,
     /// Issues whose approval could not be read, and why: no job, and a live job unchanged.
     pub unreadable: Vec<(String, String)>,
+    /// Issues that changed or were labelled after this turn read their text (the key, and
+    /// the version read): nothing is done with that text, and the next turn reads them again.
+    pub reread: Vec<(String, String)>,
     /// How many issues the tracker returned.
     pub seen: usize,
 }
@@ -73,6 +76,7 @@ impl PollReport {
             self.unapproved.iter().map(|k| format!("{k}: its label was not applied by anyone with write access")),
         );
         out.extend(self.unreadable.iter().map(|(k, why)| format!("{k}: not taken: {why}")));
+        out.extend(self.reread.iter().map(|(k, _)| format!("{k}: changed while it was read; read again next turn")));
         out
     }
 }
@@ -120,9 +124,10 @@ pub async fn poll(
     }
     let ctx = Ctx { queue, orchestrator_id, source, client, max_attempts };
     let report = apply(&ctx, &read.items).await?;
+    let (cursor, etag) = next_cursor(&read, &report);
     let end = TurnEnd {
-        cursor: read.newest.clone(),
-        etag: read.etag.clone(),
+        cursor,
+        etag,
         hold_until: read.rate.hold_until(RATE_FLOOR),
         rate_remaining: read.rate.remaining,
         rate_reset_at: read.rate.reset_at_ms,
@@ -131,6 +136,16 @@ pub async fn poll(
         tracing::info!(source = %source.name, "a newer intake turn ended first; its cursor stands");
     }
     Ok(Tried { report: Some(report), next_in })
+}
+
+/// Where the next turn reads from: the newest issue read, but never past an issue whose text
+/// was read too early (so the next turn reads it again, whatever came after), and then with
+/// no `ETag`, which belongs to the query from the newest.
+fn next_cursor(read: &TurnRead, report: &PollReport) -> (Option<String>, Option<String>) {
+    match report.reread.iter().map(|(_, version)| version).min() {
+        Some(oldest) if read.newest.as_ref().is_none_or(|n| oldest < n) => (Some(oldest.clone()), None),
+        _ => (read.newest.clone(), read.etag.clone()),
+    }
 }
 
 /// Keeps the error on the source's row; a rate limit holds the source until its reset.
@@ -236,6 +251,10 @@ async fn changed(
             report.unreadable.push((item.key.clone(), why));
             return Ok(());
         }
+        Some(Verdict::ReadTooEarly) => {
+            report.reread.push((item.key.clone(), item.version.clone()));
+            return Ok(());
+        }
         Some(_) => {
             if ctx.queue.edited_after_approval(j.id, &ctx.source.actor(), EDITED_AFTER_APPROVAL).await? {
                 tracing::info!(key = item.key, job = j.id, "{EDITED_AFTER_APPROVAL}");
@@ -270,6 +289,10 @@ async fn add(
         }
         Some(Verdict::Unreadable(why)) => {
             report.unreadable.push((item.key.clone(), why));
+            return Ok(());
+        }
+        Some(Verdict::ReadTooEarly) => {
+            report.reread.push((item.key.clone(), item.version.clone()));
             return Ok(());
         }
         Some(Verdict::Approved(a) | Verdict::ChangedAfter(a)) if acted_on(&a.id) => return Ok(()),

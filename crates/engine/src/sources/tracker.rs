@@ -123,7 +123,7 @@ pub async fn approval(
     match client {
         TrackerClient::Linear(c) => {
             let id = item.payload.pointer("/source/id").and_then(Value::as_str).unwrap_or_default();
-            linear::approval(c, id, s).await.map(Some)
+            linear::approval(c, id, &item.version, s).await.map(Some)
         }
         TrackerClient::Github(c) => {
             let number = item.payload.pointer("/source/number").and_then(Value::as_u64).unwrap_or(0);

@@ -3,7 +3,9 @@
 //! seconds) moves on any change, and no issue event records a body edit. So the text read is
 //! the approved one only when the issue's `updated_at` is not later than the newest `labeled`
 //! event of the label by a user with write access; anything later (an edit, a comment, a
-//! reopen) asks for a new label.
+//! reopen) asks for a new label. The events are read after the issue: an `updated_at`
+//! earlier than the label means the text was read before the label was applied (and maybe
+//! before an edit the label approved), so that text waits for the next turn's read.
 
 use std::collections::HashMap;
 
@@ -12,7 +14,7 @@ use serde_json::Value;
 
 use super::calls::{self, PER_PAGE};
 use super::client::{is_not_found, GithubClient};
-use crate::sources::approval::{changed_after, Approval, Verdict};
+use crate::sources::approval::{at_version, Approval, Verdict};
 use crate::sources::error::TrackerError;
 use crate::sources::settings::SourceKind;
 
@@ -68,11 +70,7 @@ pub async fn approval(
             continue;
         }
         let approval = Approval { id: e.id.to_string(), by: login, at: e.created_at.clone() };
-        return Ok(if changed_after(updated_at, &approval.at) {
-            Verdict::ChangedAfter(approval)
-        } else {
-            Verdict::Approved(approval)
-        });
+        return Ok(at_version(updated_at, approval));
     }
     Ok(Verdict::Unapproved)
 }

@@ -166,7 +166,12 @@ fn ms(at: &str) -> Option<i64> {
 /// The approval of issue `id` under source settings `s`: its whole history, read page by
 /// page, judged by [`judge`]. A history longer than [`MAX_PAGES`] is [`Verdict::Unreadable`]:
 /// that issue waits for a person, and the turn goes on with the others.
-pub async fn approval(client: &LinearClient, id: &str, s: &SourceSettings) -> Result<Verdict, TrackerError> {
+pub async fn approval(
+    client: &LinearClient,
+    id: &str,
+    version: &str,
+    s: &SourceSettings,
+) -> Result<Verdict, TrackerError> {
     let mut after: Option<String> = None;
     let mut entries = Vec::new();
     let steering = Steering { label: &s.label, settings: Some(s) };
@@ -177,7 +182,7 @@ pub async fn approval(client: &LinearClient, id: &str, s: &SourceSettings) -> Re
         entries.append(&mut issue.history.nodes);
         match (issue.history.page_info.has_next_page, issue.history.page_info.end_cursor.take()) {
             (true, Some(next)) => after = Some(next),
-            _ => return Ok(judge(&issue, &entries, &steering)),
+            _ => return Ok(judge(&issue, &entries, &steering, version)),
         }
     }
     Ok(Verdict::Unreadable(format!(
@@ -195,11 +200,17 @@ struct Applied<'a> {
     by_id: String,
 }
 
-/// The verdict on `issue` (its creation) with its history `entries` (any order): the newest
-/// application of the label by a member (or, if none and the issue had the label when it was
-/// filed, its filing by a member), and whether any change of the job may have come after.
-pub(crate) fn judge(issue: &IssueHistory, entries: &[Entry], steering: &Steering<'_>) -> Verdict {
+/// The verdict on `issue` (its creation) with its history `entries` (any order), for the
+/// text read at `version` (the issue's `updatedAt` then): the newest application of the label
+/// by a member (or, if none and the issue had the label when it was filed, its filing by a
+/// member), and whether any change of the job may have come after. The history is read after
+/// the text, so a label or a change newer than `version` means the text in hand is older
+/// than what was approved: [`Verdict::ReadTooEarly`].
+pub(crate) fn judge(issue: &IssueHistory, entries: &[Entry], steering: &Steering<'_>, version: &str) -> Verdict {
     let Some(applied) = applied(issue, entries, steering.label) else { return Verdict::Unapproved };
+    if read_too_early(&applied, entries, steering, version) {
+        return Verdict::ReadTooEarly;
+    }
     let after = entries.iter().filter(|e| e.changes_job(steering)).any(|e| match applied.entry {
         // Folded into the approving entry: the approver's own changes are approved, anyone
         // else's edit of the text is not.
@@ -212,6 +223,16 @@ pub(crate) fn judge(issue: &IssueHistory, entries: &[Entry], steering: &Steering
     } else {
         Verdict::Approved(applied.approval)
     }
+}
+
+/// Whether the text read at `version` predates the approval, or a change of the job that
+/// the history shows (an unreadable `version` is never shown not to).
+fn read_too_early(applied: &Applied<'_>, entries: &[Entry], steering: &Steering<'_>, version: &str) -> bool {
+    let Some(read) = ms(version) else { return true };
+    let later = |e: &Entry| [&e.created_at, &e.updated_at].into_iter().any(|t| ms(t).is_some_and(|t| t > read));
+    applied.from > read
+        || applied.entry.is_some_and(later)
+        || entries.iter().filter(|e| e.changes_job(steering)).any(later)
 }
 
 /// The approving application of `label`, if any: the newest entry that touches the label,
@@ -237,6 +258,8 @@ mod tests {
 
     /// The source's label, with no label that steers a job.
     const AGENT: Steering<'static> = Steering { label: "agent", settings: None };
+    /// When the text was read: after every entry of these histories.
+    const LATE: &str = "2026-12-02T00:00:00.000Z";
 
     fn user(id: &str, guest: bool) -> User {
         User { id: id.into(), name: id.into(), guest, active: true, app: false }
@@ -276,7 +299,7 @@ mod tests {
     fn id_of(v: &Verdict) -> Option<&str> {
         match v {
             Verdict::Approved(a) | Verdict::ChangedAfter(a) => Some(&a.id),
-            Verdict::Unapproved | Verdict::Unreadable(_) => None,
+            Verdict::Unapproved | Verdict::Unreadable(_) | Verdict::ReadTooEarly => None,
         }
     }
 
@@ -288,16 +311,38 @@ mod tests {
         let i = issue(Some(mal.clone()));
         let before = edited("e1", "2026-12-01T10:01:00.000Z", mal.clone());
         let label = labelled("l1", "2026-12-01T10:02:00.000Z", ada.clone());
-        let v = judge(&i, &[before.clone(), label.clone()], &AGENT);
+        let v = judge(&i, &[before.clone(), label.clone()], &AGENT, LATE);
         assert!(matches!(v, Verdict::Approved(ref a) if a.id == "l1" && a.by == "ada"), "{v:?}");
         let after = edited("e2", "2026-12-01T10:03:00.000Z", mal.clone());
-        let v = judge(&i, &[after.clone(), before, label], &AGENT);
+        let v = judge(&i, &[after.clone(), before, label], &AGENT, LATE);
         assert!(matches!(v, Verdict::ChangedAfter(ref a) if a.id == "l1"), "{v:?}");
         let guest = labelled("l2", "2026-12-01T10:04:00.000Z", mal.clone());
-        assert_eq!(judge(&i, &[guest], &AGENT), Verdict::Unapproved);
+        assert_eq!(judge(&i, &[guest], &AGENT, LATE), Verdict::Unapproved);
         let title = Entry { to_title: Some("x".into()), ..entry("t", "2026-12-01T10:05:00.000Z", Some(mal)) };
-        let v = judge(&i, &[labelled("l3", "2026-12-01T10:04:00.000Z", ada), title], &AGENT);
+        let v = judge(&i, &[labelled("l3", "2026-12-01T10:04:00.000Z", ada), title], &AGENT, LATE);
         assert!(matches!(v, Verdict::ChangedAfter(_)), "a title is text too: {v:?}");
+    }
+
+    /// The text in hand was read before the history: read before the member's label, or
+    /// before an edit (even one the label came after, so it approved it), or before a change
+    /// folded into an older entry, it is not the approved text and waits for the next read;
+    /// read after them all, the same history approves it.
+    #[test]
+    fn text_read_before_its_label_or_a_change_is_read_again() {
+        let (ada, mal) = (user("ada", false), user("mal", true));
+        let edit = edited("e", "2026-12-01T10:01:00.000Z", mal.clone());
+        let label = labelled("l", "2026-12-01T10:02:00.000Z", ada.clone());
+        let history = [edit.clone(), label.clone()];
+        let judged = |version: &str| judge(&issue(None), &history, &AGENT, version);
+        assert_eq!(judged("2026-12-01T10:00:30.000Z"), Verdict::ReadTooEarly, "read before the edit and the label");
+        assert_eq!(judged("2026-12-01T10:01:30.000Z"), Verdict::ReadTooEarly, "read before the label");
+        assert!(matches!(judged("2026-12-01T10:02:00.000Z"), Verdict::Approved(_)));
+        assert_eq!(judged("yesterday"), Verdict::ReadTooEarly, "an unreadable version proves nothing");
+        let folded = Entry { updated_at: "2026-12-01T10:05:00.000Z".into(), ..label };
+        let v = judge(&issue(None), &[edit, folded], &AGENT, "2026-12-01T10:03:00.000Z");
+        assert_eq!(v, Verdict::ReadTooEarly, "the label's entry changed after the read");
+        let filed = judge(&issue(Some(ada)), &[], &AGENT, "2026-12-01T10:00:00.000Z");
+        assert!(matches!(filed, Verdict::Approved(_)), "filed with the label, read at its filing: {filed:?}");
     }
 
     /// An entry that began before the label but took a change after it counts as after; so
@@ -313,7 +358,7 @@ mod tests {
         let same = edited("s", "2026-12-01T10:02:00.000Z", mal.clone());
         let garbled = Entry { updated_at: "yesterday".into(), ..edited("g", "2026-12-01T10:01:00.000Z", mal) };
         for e in [folded, same, garbled] {
-            let v = judge(&issue(None), &[label.clone(), e], &AGENT);
+            let v = judge(&issue(None), &[label.clone(), e], &AGENT, LATE);
             assert!(matches!(v, Verdict::ChangedAfter(_)), "{v:?}");
         }
     }
@@ -324,9 +369,9 @@ mod tests {
     fn an_edit_in_the_labels_own_entry_counts_unless_the_labeller_made_it() {
         let ada = user("ada", false);
         let own = Entry { updated_description: Some(true), ..labelled("l", "2026-12-01T10:02:00.000Z", ada.clone()) };
-        assert!(matches!(judge(&issue(None), std::slice::from_ref(&own), &AGENT), Verdict::Approved(_)));
+        assert!(matches!(judge(&issue(None), std::slice::from_ref(&own), &AGENT, LATE), Verdict::Approved(_)));
         let others = Entry { description_updated_by: Some(vec![Id { id: "mal".into() }]), ..own };
-        assert!(matches!(judge(&issue(None), &[others], &AGENT), Verdict::ChangedAfter(_)));
+        assert!(matches!(judge(&issue(None), &[others], &AGENT, LATE), Verdict::ChangedAfter(_)));
     }
 
     /// An issue filed with the label by a member is approved at its creation, and any edit
@@ -335,17 +380,17 @@ mod tests {
     #[test]
     fn a_label_from_the_filing_is_the_creators() {
         let (ada, mal) = (user("ada", false), user("mal", true));
-        let v = judge(&issue(Some(ada.clone())), &[], &AGENT);
+        let v = judge(&issue(Some(ada.clone())), &[], &AGENT, LATE);
         assert_eq!(id_of(&v), Some("issue"));
         assert!(matches!(v, Verdict::Approved(_)));
         let later = edited("e", "2026-12-01T10:05:00.000Z", ada.clone());
-        assert!(matches!(judge(&issue(Some(ada.clone())), &[later], &AGENT), Verdict::ChangedAfter(_)));
-        assert_eq!(judge(&issue(Some(mal.clone())), &[], &AGENT), Verdict::Unapproved);
-        assert_eq!(judge(&issue(None), &[], &AGENT), Verdict::Unapproved);
+        assert!(matches!(judge(&issue(Some(ada.clone())), &[later], &AGENT, LATE), Verdict::ChangedAfter(_)));
+        assert_eq!(judge(&issue(Some(mal.clone())), &[], &AGENT, LATE), Verdict::Unapproved);
+        assert_eq!(judge(&issue(None), &[], &AGENT, LATE), Verdict::Unapproved);
         let by_guest = labelled("l", "2026-12-01T10:05:00.000Z", mal);
-        assert_eq!(judge(&issue(Some(ada.clone())), &[by_guest], &AGENT), Verdict::Unapproved);
+        assert_eq!(judge(&issue(Some(ada.clone())), &[by_guest], &AGENT, LATE), Verdict::Unapproved);
         let inactive = User { active: false, ..ada };
-        assert_eq!(judge(&issue(Some(inactive)), &[], &AGENT), Verdict::Unapproved);
+        assert_eq!(judge(&issue(Some(inactive)), &[], &AGENT, LATE), Verdict::Unapproved);
     }
 
     /// After the member's label, a label that picks the repo or the machine, or a move to
@@ -369,16 +414,16 @@ mod tests {
             Entry { from_project_id: Some("p".into()), ..entry("p", at, Some(mal.clone())) },
         ];
         for e in changes {
-            let v = judge(&issue(None), &[label.clone(), e.clone()], &steering);
+            let v = judge(&issue(None), &[label.clone(), e.clone()], &steering, LATE);
             assert!(matches!(v, Verdict::ChangedAfter(_)), "{e:?}: {v:?}");
         }
         let noise = Entry { added_labels: named("bug"), ..entry("n", at, Some(mal)) };
-        assert!(matches!(judge(&issue(None), &[label.clone(), noise], &steering), Verdict::Approved(_)));
+        assert!(matches!(judge(&issue(None), &[label.clone(), noise], &steering, LATE), Verdict::Approved(_)));
         let own = Entry {
             added_labels: Some(vec![Named { name: "Agent".into() }, Named { name: "frontend".into() }]),
             ..label
         };
-        assert!(matches!(judge(&issue(None), &[own], &steering), Verdict::Approved(_)));
+        assert!(matches!(judge(&issue(None), &[own], &steering, LATE), Verdict::Approved(_)));
     }
 
     /// The label must still be the member's: removed after the member applied it and applied
@@ -393,12 +438,12 @@ mod tests {
             ..entry("r", "2026-12-01T10:03:00.000Z", Some(ada.clone()))
         };
         let by_guest = labelled("g", "2026-12-01T10:04:00.000Z", mal);
-        let v = judge(&issue(None), &[label.clone(), removed.clone(), by_guest.clone()], &AGENT);
+        let v = judge(&issue(None), &[label.clone(), removed.clone(), by_guest.clone()], &AGENT, LATE);
         assert_eq!(v, Verdict::Unapproved);
         let filed = issue(Some(ada.clone()));
-        assert_eq!(judge(&filed, &[removed.clone(), by_guest], &AGENT), Verdict::Unapproved);
+        assert_eq!(judge(&filed, &[removed.clone(), by_guest], &AGENT, LATE), Verdict::Unapproved);
         let again = labelled("m", "2026-12-01T10:05:00.000Z", ada);
-        let v = judge(&issue(None), &[label, removed, again], &AGENT);
+        let v = judge(&issue(None), &[label, removed, again], &AGENT, LATE);
         assert_eq!(id_of(&v), Some("m"));
     }
 }
