@@ -21,8 +21,8 @@ const TOKEN: &str = "ghp_TESTSECRET_h0st0a1b2c3d";
 const GHE_TOKEN: &str = "ghp_TESTSECRET_gh3h0st9z8y7";
 
 /// github.com's stand-in with `acme/webapp#1` and another host's (which accepts
-/// `ghe_token`) with `corp/tools#1`, both labelled; a home whose sources `gh` and `ghe`
-/// read them.
+/// `ghe_token`) with `corp/tools#1`, both labelled; a home whose sources `gh` and `corp`
+/// read them (`corp` first: the settings keep sources in name order).
 fn two_hosts(db: &TestDb, orch: &str, ghe_token: &str) -> (GitHubStandIn, GitHubStandIn, std::path::PathBuf) {
     let (gh, ghe) = (GitHubStandIn::start(TOKEN), GitHubStandIn::start(ghe_token));
     gh.add_repo("acme/webapp");
@@ -41,16 +41,17 @@ fn two_hosts(db: &TestDb, orch: &str, ghe_token: &str) -> (GitHubStandIn, GitHub
         &format!(
             "orchestrator_id = \"{orch}\"\n{}{}",
             source("gh", "acme/webapp", &gh.url()),
-            source("ghe", "corp/tools", &ghe.url())
+            source("corp", "corp/tools", &ghe.url())
         ),
     );
     (gh, ghe, home)
 }
 
-/// Issue 37, finding 9: `gh` reads github.com (the first stand-in) and `ghe` another host
+/// Issue 37, finding 9: `gh` reads github.com (the first stand-in) and `corp` another host
 /// (the second stand-in, which would accept the same token). `sources poll` and a machine
 /// that polls and delivers send the token to github.com only: the second stand-in sees no
-/// request at all, and the source says it has no token for its host. `login --from-gh` (which
+/// request at all, and the source says it has no token for its host and how to give it one
+/// (`sources poll` goes on to `gh` after `corp` fails, and exits non-zero). `login --from-gh` (which
 /// would import github.com's token) is refused for that host.
 async fn a_source_on_another_host_never_receives_the_github_com_token(backend: Backend) {
     let db = TestDb::new(backend).await;
@@ -58,9 +59,12 @@ async fn a_source_on_another_host_never_receives_the_github_com_token(backend: B
     let (gh, ghe, home) = two_hosts(&db, &orch, TOKEN);
     let env = [("GITHUB_TOKEN", TOKEN), ("DEVPILOT_GITHUB_API_URL", &gh.url())];
     let (code, out, err) = sources::cli(&home, &db, &env, &["sources", "poll", "--orchestrator", &orch]);
-    assert_ne!(code, 0, "the ghe source has no token here: {out}{err}");
-    assert!(out.contains("added github:acme/webapp#1"), "github.com's source was polled: {out}{err}");
-    assert!(err.contains("no GitHub token"), "{err}");
+    assert_ne!(code, 0, "the corp source has no token here: {out}{err}");
+    assert!(out.contains("added github:acme/webapp#1"), "github.com's source was polled after corp: {out}{err}");
+    let var = format!("GITHUB_TOKEN_127_0_0_1_{}", ghe.addr().port());
+    let hint = format!("--api-url {}", ghe.url());
+    assert!(err.contains("corp: no GitHub token for") && err.contains(&var) && err.contains(&hint), "{err}");
+    assert!(err.contains("1 of 2 sources could not be polled"), "{err}");
     let agent = RecordingAgent::new(db.dir.path(), "echo done");
     let m = machine(&home, &db, &orch, "desktop", &agent.script, &env);
     let delivered = || async {
@@ -71,7 +75,7 @@ async fn a_source_on_another_host_never_receives_the_github_com_token(backend: B
     assert!(devpilot_tests::wait_for(WAIT, delivered).await, "{}", std::fs::read_to_string(&m.log).unwrap());
     let log = || std::fs::read_to_string(&m.log).unwrap();
     let host = ghe.url().trim_start_matches("http://").to_string();
-    let said = || async { log().contains(&format!("source ghe: no GitHub token for {host}")) };
+    let said = || async { log().contains(&format!("source corp: no GitHub token for {host}")) };
     assert!(devpilot_tests::wait_for(WAIT, said).await, "the source says why: {}", log());
     assert_eq!(jobs(&db, &orch).await.len(), 1, "only github.com's issue became a job");
     assert!(gh.comments("acme/webapp", 1).len() >= 2, "github.com's issue was reported on");
@@ -82,7 +86,6 @@ async fn a_source_on_another_host_never_receives_the_github_com_token(backend: B
     let (code, out, err) = sources::cli(&home, &db, &env, &["sources", "--orchestrator", &orch]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("GitHub token on this machine: from GITHUB_TOKEN"), "{out}");
-    let var = format!("GITHUB_TOKEN_127_0_0_1_{}", ghe.addr().port());
     assert!(out.contains(&format!("GitHub token for {host} on this machine: none (")) && out.contains(&var), "{out}");
     // `gh auth token` gives github.com's token: it is not imported as another host's.
     let login = ["login", "--github", "--from-gh", "--api-url", &ghe.url()];

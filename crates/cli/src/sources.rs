@@ -29,17 +29,6 @@ async fn source_key(s: &SourceSettings) -> Option<ApiKey> {
     KeyStore::Keychain { service: secrets::SERVICE.into() }.for_source(s).await
 }
 
-/// "no GitHub token on this machine: `devpilot login --github`, or set GITHUB_TOKEN".
-fn no_key(kind: SourceKind) -> Error {
-    Error::Invalid(format!(
-        "no {} {} on this machine: `devpilot login --{}`, or set {}",
-        kind.tracker(),
-        kind.credential(),
-        kind.as_str(),
-        kind.env_var()
-    ))
-}
-
 /// `devpilot sources`: every source of the orchestrator, as its row says.
 pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
@@ -191,23 +180,47 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
     }
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let machine = settings.machine_name();
-    for (n, s) in chosen {
-        let key = source_key(s).await.ok_or_else(|| no_key(s.kind))?;
-        let bound = bind(&queue, &orchestrator, n, s).await?;
-        let client = TrackerClient::for_source(s, key.secret()).map_err(tracker)?;
-        match sources::poll(&queue, &orchestrator, &machine, &bound, &client, settings.max_attempts, true).await {
-            Ok(sources::Tried { report: Some(report), .. }) => {
-                for line in report.lines() {
-                    println!("{line}");
-                }
-                println!("{n}: {} issues read, {} jobs added", report.seen, report.added.len());
-            }
-            Ok(sources::Tried { report: None, .. }) => println!("{n}: another machine is polling it right now"),
-            Err(sources::IntakeError::Tracker(e)) => return Err(Error::Invalid(format!("source '{n}': {e}"))),
-            Err(sources::IntakeError::Store(e)) => return Err(e),
+    // One source's trouble (no key here, its tracker refusing) does not keep the others from
+    // their turn: each says what went wrong, and the exit code says that something did.
+    let mut failed = 0;
+    for (n, s) in &chosen {
+        if let Err(e) = poll_one(&queue, (&orchestrator, &machine), n, s, settings.max_attempts).await {
+            eprintln!("{n}: {e}");
+            failed += 1;
         }
     }
+    if failed > 0 {
+        return Err(Error::Invalid(format!("{failed} of {} sources could not be polled", chosen.len())));
+    }
     Ok(())
+}
+
+/// One turn of source `n` now, its report printed.
+async fn poll_one(
+    queue: &Queue,
+    (orchestrator, machine): (&str, &str),
+    n: &str,
+    s: &SourceSettings,
+    max_attempts: i32,
+) -> Result<()> {
+    let key = source_key(s).await.ok_or_else(|| Error::Invalid(sources::keys::no_key_here(s)))?;
+    let bound = bind(queue, orchestrator, n, s).await?;
+    let client = TrackerClient::for_source(s, key.secret()).map_err(tracker)?;
+    match sources::poll(queue, orchestrator, machine, &bound, &client, max_attempts, true).await {
+        Ok(sources::Tried { report: Some(report), .. }) => {
+            for line in report.lines() {
+                println!("{line}");
+            }
+            println!("{n}: {} issues read, {} jobs added", report.seen, report.added.len());
+            Ok(())
+        }
+        Ok(sources::Tried { report: None, .. }) => {
+            println!("{n}: another machine is polling it right now");
+            Ok(())
+        }
+        Err(sources::IntakeError::Tracker(e)) => Err(tracker(e)),
+        Err(sources::IntakeError::Store(e)) => Err(e),
+    }
 }
 
 async fn bind(queue: &Queue, orchestrator: &str, name: &str, s: &SourceSettings) -> Result<sources::Bound> {

@@ -99,28 +99,6 @@ impl Sources {
     }
 }
 
-/// What a source with no credential here says: where to put one (for a GitHub source on
-/// another host than github.com, a token of that host's own: github.com's is never sent there).
-fn no_key_here(s: &SourceSettings) -> String {
-    let kind = s.kind;
-    if kind == SourceKind::Github && !keys::is_github_com(&s.api_url()) {
-        let host = keys::host_of(&s.api_url()).unwrap_or_default();
-        return format!(
-            "no GitHub token for {host} on this machine (github.com's is never sent to another host): \
-             `devpilot login --github --api-url {}`, Settings → Sources, or {}",
-            s.api_url(),
-            crate::seal::github_token_var(&host)
-        );
-    }
-    format!(
-        "no {} {} on this machine: `devpilot login --{}`, Settings → Sources, or {}",
-        kind.tracker(),
-        kind.credential(),
-        kind.as_str(),
-        kind.env_var()
-    )
-}
-
 /// github.com's API as this machine reaches it (`DEVPILOT_GITHUB_API_URL` in its place).
 fn github_com_api() -> String {
     let default = crate::sources::SourceSettings { kind: SourceKind::Github, ..Default::default() };
@@ -271,7 +249,7 @@ impl Service {
                 }
             };
             let Some(k) = key else {
-                self.trouble(&name, HealthState::NoKey, no_key_here(&s));
+                self.trouble(&name, HealthState::NoKey, keys::no_key_here(&s));
                 continue;
             };
             if self.refused.get(&name) == Some(&k) {

@@ -47,6 +47,28 @@ pub fn is_github_com(api_url: &str) -> bool {
     Some(&host) == own.as_ref() || Some(&host) == stand_in.as_ref()
 }
 
+/// What a source with no credential here says: where to put one (for a GitHub source on
+/// another host than github.com, a token of that host's own: github.com's is never sent there).
+pub fn no_key_here(s: &super::settings::SourceSettings) -> String {
+    let kind = s.kind;
+    if kind == SourceKind::Github && !is_github_com(&s.api_url()) {
+        let host = host_of(&s.api_url()).unwrap_or_default();
+        return format!(
+            "no GitHub token for {host} on this machine (github.com's is never sent to another host): \
+             `devpilot login --github --api-url {}`, Settings → Sources, or {}",
+            s.api_url(),
+            crate::seal::github_token_var(&host)
+        );
+    }
+    format!(
+        "no {} {} on this machine: `devpilot login --{}`, Settings → Sources, or {}",
+        kind.tracker(),
+        kind.credential(),
+        kind.as_str(),
+        kind.env_var()
+    )
+}
+
 /// The keychain account of the GitHub token for the API at `api_url`: [`GITHUB_ACCOUNT`] for
 /// github.com's, `github-token@HOST` for any other host.
 pub fn github_account(api_url: &str) -> String {
