@@ -47,6 +47,8 @@ OPERATIONS = [
     # write to the repository: what pins a job's text to the label's approval.
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/events", "issues/list-events"),
     ("get", "/repos/{owner}/{repo}/collaborators/{username}/permission", "repos/get-collaborator-permission-level"),
+    # The issue read again after its events: whether it changed since its text was read.
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}", "issues/get"),
 ]
 
 # Schema keywords kept in parameter and request-body schemas; everything else

@@ -79,6 +79,7 @@ pub(crate) fn route(state: &mut State, ctx: &Ctx) -> Reply {
     let result = match ctx.op {
         "repos/get" => state.repo(&name).map(|r| Reply::new(200, render::repo(r, ctx.access))),
         "issues/list-for-repo" => state.repo(&name).map(|r| list_issues(r, ctx)),
+        "issues/get" => state.repo(&name).map(|r| get_issue(r, ctx)),
         "issues/get-label" => state.repo(&name).map(|r| get_label(r, ctx)),
         "issues/list-comments" => state.repo(&name).map(|r| list_comments(r, ctx)),
         "issues/create-comment" => create_comment(state, &name, ctx),
@@ -183,6 +184,11 @@ fn list_issues(repo: &Repo, ctx: &Ctx) -> Reply {
         items.reverse();
     }
     paginate(ctx, items.into_iter().map(|i| render::issue(repo, i)).collect())
+}
+
+/// `issues/get`: one issue (or pull request) as it is now.
+fn get_issue(repo: &Repo, ctx: &Ctx) -> Reply {
+    repo.item(ctx.number()).map_or_else(|| Reply::error(404, "Not Found"), |i| Reply::new(200, render::issue(repo, i)))
 }
 
 /// `issues/get-label`.
