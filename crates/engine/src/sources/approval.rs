@@ -64,14 +64,16 @@ pub fn changed_after(changed: &str, labelled: &str) -> bool {
     }
 }
 
-/// GitHub's verdict on text read at `version` (the issue's `updated_at`) under `approval`:
-/// read before the label ([`Verdict::ReadTooEarly`]), changed after it
-/// ([`Verdict::ChangedAfter`]), or read at it ([`Verdict::Approved`]). An order that cannot be
-/// read is never approved.
-pub fn at_version(version: &str, approval: Approval) -> Verdict {
-    if changed_after(&approval.at, version) {
+/// GitHub's verdict on text read at `read` (the issue's `updated_at` then) under `approval`,
+/// the issue read again after its events saying `now`: changed since the text was read
+/// ([`Verdict::ReadTooEarly`]: the text in hand may be older than what was approved), changed
+/// after the label ([`Verdict::ChangedAfter`]), or as labelled ([`Verdict::Approved`]). Only
+/// the issue's own `updated_at` is compared with itself for the first, so a label event a
+/// second off the issue's time never keeps an unchanged issue waiting.
+pub fn at_version(read: &str, now: &str, approval: Approval) -> Verdict {
+    if read != now {
         Verdict::ReadTooEarly
-    } else if changed_after(version, &approval.at) {
+    } else if changed_after(read, &approval.at) {
         Verdict::ChangedAfter(approval)
     } else {
         Verdict::Approved(approval)
@@ -94,15 +96,19 @@ mod tests {
         assert!(changed_after("garbage", &a.at));
     }
 
-    /// Text read before the label was applied is not the approved text, whatever the label
-    /// says: it waits for the next turn's read; read at the label it is approved, after it
-    /// it changed.
+    /// Text read before the issue last changed (a new label, an edit) is not the approved
+    /// text, whatever the label says: it waits for the next turn's read. Unchanged since, it
+    /// is approved at or after its label (even a label event a second later than the issue's
+    /// time), and changed after it otherwise.
     #[test]
-    fn text_read_before_its_label_is_read_again() {
+    fn text_read_before_the_issue_changed_is_read_again() {
         let a = Approval { id: "9".into(), by: "ada".into(), at: "2026-12-02T10:00:00Z".into() };
-        assert_eq!(at_version("2026-12-02T09:59:59Z", a.clone()), Verdict::ReadTooEarly);
-        assert_eq!(at_version("2026-12-02T10:00:00Z", a.clone()), Verdict::Approved(a.clone()));
-        assert_eq!(at_version("2026-12-02T10:00:01Z", a.clone()), Verdict::ChangedAfter(a.clone()));
-        assert_eq!(at_version("garbage", a), Verdict::ReadTooEarly);
+        let early = "2026-12-02T09:59:59Z";
+        assert_eq!(at_version(early, "2026-12-02T10:00:00Z", a.clone()), Verdict::ReadTooEarly);
+        assert_eq!(at_version(early, early, a.clone()), Verdict::Approved(a.clone()), "a skewed label event");
+        let at = "2026-12-02T10:00:00Z";
+        assert_eq!(at_version(at, at, a.clone()), Verdict::Approved(a.clone()));
+        let later = "2026-12-02T10:00:01Z";
+        assert_eq!(at_version(later, later, a.clone()), Verdict::ChangedAfter(a));
     }
 }

@@ -138,14 +138,21 @@ pub async fn poll(
     Ok(Tried { report: Some(report), next_in })
 }
 
-/// Where the next turn reads from: the newest issue read, but never past an issue whose text
-/// was read too early (so the next turn reads it again, whatever came after), and then with
-/// no `ETag`, which belongs to the query from the newest.
+/// Where the next turn reads from: the newest issue read (`None` keeps the current cursor),
+/// but never past an issue whose text was read too early, so the next turn reads it again;
+/// and then with no `ETag`, which belongs to the query from the newest. Times are compared
+/// as times, not as text.
 fn next_cursor(read: &TurnRead, report: &PollReport) -> (Option<String>, Option<String>) {
-    match report.reread.iter().map(|(_, version)| version).min() {
-        Some(oldest) if read.newest.as_ref().is_none_or(|n| oldest < n) => (Some(oldest.clone()), None),
-        _ => (read.newest.clone(), read.etag.clone()),
+    if report.reread.is_empty() {
+        return (read.newest.clone(), read.etag.clone());
     }
+    let ms = |t: &str| crate::span::parse_time_ms(t).ok();
+    let oldest = report.reread.iter().filter_map(|(_, v)| Some((ms(v)?, v))).min_by_key(|(t, _)| *t);
+    let cursor = match (&read.newest, oldest) {
+        (Some(newest), Some((t, v))) if ms(newest).is_none_or(|n| t < n) => Some(v.clone()),
+        (newest, _) => newest.clone(),
+    };
+    (cursor, None)
 }
 
 /// Keeps the error on the source's row; a rate limit holds the source until its reset.
@@ -341,4 +348,31 @@ async fn refuse(ctx: &Ctx<'_>, key: &str, id: i64, report: &mut PollReport) -> R
         report.edited.push((key.to_string(), id));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(newest: Option<&str>) -> TurnRead {
+        TurnRead { newest: newest.map(str::to_string), etag: Some("W/\"e\"".into()), ..Default::default() }
+    }
+
+    fn reread(versions: &[&str]) -> PollReport {
+        let reread = versions.iter().map(|v| ("github:acme/webapp#1".to_string(), v.to_string())).collect();
+        PollReport { reread, ..Default::default() }
+    }
+
+    /// An issue read too early holds the cursor at its version (the oldest of them, compared
+    /// as times), with no ETag, so the next turn reads it again; a turn that keeps its cursor
+    /// (`newest` is `None`) keeps it still; with none read too early, nothing changes.
+    #[test]
+    fn an_issue_read_too_early_holds_the_cursor() {
+        let newest = "2026-12-01T10:00:09Z";
+        assert_eq!(next_cursor(&read(Some(newest)), &reread(&[])), (Some(newest.into()), Some("W/\"e\"".into())));
+        let pinned = next_cursor(&read(Some(newest)), &reread(&["2026-12-01T10:00:05Z", "2026-12-01T10:00:03.000Z"]));
+        assert_eq!(pinned, (Some("2026-12-01T10:00:03.000Z".into()), None));
+        assert_eq!(next_cursor(&read(None), &reread(&["2026-12-01T10:00:03Z"])), (None, None));
+        assert_eq!(next_cursor(&read(Some(newest)), &reread(&["garbage"])), (Some(newest.into()), None));
+    }
 }

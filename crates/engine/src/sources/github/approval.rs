@@ -3,9 +3,9 @@
 //! seconds) moves on any change, and no issue event records a body edit. So the text read is
 //! the approved one only when the issue's `updated_at` is not later than the newest `labeled`
 //! event of the label by a user with write access; anything later (an edit, a comment, a
-//! reopen) asks for a new label. The events are read after the issue: an `updated_at`
-//! earlier than the label means the text was read before the label was applied (and maybe
-//! before an edit the label approved), so that text waits for the next turn's read.
+//! reopen) asks for a new label. The text is read before the events, so the issue is read
+//! again after them: if its `updated_at` moved since the text was read (a new label, an edit
+//! the new label approved), the text in hand waits for the next turn's read.
 
 use std::collections::HashMap;
 
@@ -70,9 +70,20 @@ pub async fn approval(
             continue;
         }
         let approval = Approval { id: e.id.to_string(), by: login, at: e.created_at.clone() };
-        return Ok(at_version(updated_at, approval));
+        let now = updated_now(client, repo, number).await?;
+        return Ok(at_version(updated_at, &now, approval));
     }
     Ok(Verdict::Unapproved)
+}
+
+/// The issue's `updated_at` now (read after its events). An issue gone since reads as "",
+/// which is never the version read.
+async fn updated_now(client: &GithubClient, repo: &str, number: u64) -> Result<String, TrackerError> {
+    match client.send(&calls::get_issue(repo, number), None).await {
+        Ok(answer) => Ok(answer.body.get("updated_at").and_then(Value::as_str).unwrap_or_default().to_string()),
+        Err(e) if is_not_found(&e) => Ok(String::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The issue's `labeled` events of `label` (case-insensitive), oldest first; `None` past

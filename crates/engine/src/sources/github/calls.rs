@@ -130,6 +130,11 @@ pub fn remove_label(repo: &str, number: u64, label: &str) -> Call {
     Call::on("issues/remove-label", Method::DELETE, repo, &["issues", &number.to_string(), "labels", label])
 }
 
+/// `GET /repos/{owner}/{repo}/issues/{n}`: the issue as it is now.
+pub fn get_issue(repo: &str, number: u64) -> Call {
+    Call::on("issues/get", Method::GET, repo, &["issues", &number.to_string()])
+}
+
 /// `GET /repos/{owner}/{repo}/issues/{n}/events`, a page of them (oldest first): who applied
 /// which label, and when.
 pub fn list_issue_events(repo: &str, number: u64, page: u32) -> Call {

@@ -43,7 +43,8 @@ impl Answer {
 pub struct GithubClient {
     http: reqwest::Client,
     base: url::Url,
-    /// The token's login, asked once (for "assigned to me").
+    /// The token's login, asked once (for "assigned to me", and the author a comment's
+    /// marker is signed for).
     login: std::sync::Arc<tokio::sync::OnceCell<String>>,
 }
 

@@ -11,8 +11,8 @@
 //!   write, and whether the issue changed after.
 //! - `issues.rs`: the query of a turn, every page of its answer (pull requests dropped).
 //! - `map.rs`: an issue as a job: key, payload, priority, repo, requires, branch.
-//! - `deliver.rs`: an outbox row's comment (its signed marker, on a comment of the token's
-//!   own user, looked for before a retry posts again) and the "working" label.
+//! - `deliver.rs`: an outbox row's comment (its marker, signed for the comment's author and
+//!   looked for before a retry posts again) and the "working" label.
 //! - `pulls.rs`: which remotes are GitHub's, and the pull request a completion opens (an
 //!   open one with the same head is reused).
 

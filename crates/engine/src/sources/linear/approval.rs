@@ -38,6 +38,8 @@ struct HistoryData {
 pub(crate) struct IssueHistory {
     pub id: String,
     pub created_at: String,
+    /// Its last change, as this answer says: compared with the version whose text is in hand.
+    pub updated_at: String,
     /// Null when an integration filed it, or its account was deleted.
     pub creator: Option<User>,
     pub history: Page,
@@ -174,12 +176,20 @@ pub async fn approval(
 ) -> Result<Verdict, TrackerError> {
     let mut after: Option<String> = None;
     let mut entries = Vec::new();
+    let mut moved: Option<String> = None;
     let steering = Steering { label: &s.label, settings: Some(s) };
     for _ in 0..MAX_PAGES {
         let (data, _): (HistoryData, RateLimit) =
             client.call(documents::ISSUE_HISTORY, json!({ "id": id, "after": after })).await?;
         let mut issue = data.issue;
         entries.append(&mut issue.history.nodes);
+        // A change between two pages counts as much as one before the first.
+        if issue.updated_at != version {
+            moved.get_or_insert(issue.updated_at.clone());
+        }
+        if let Some(m) = &moved {
+            issue.updated_at.clone_from(m);
+        }
         match (issue.history.page_info.has_next_page, issue.history.page_info.end_cursor.take()) {
             (true, Some(next)) => after = Some(next),
             _ => return Ok(judge(&issue, &entries, &steering, version)),
@@ -204,11 +214,13 @@ struct Applied<'a> {
 /// text read at `version` (the issue's `updatedAt` then): the newest application of the label
 /// by a member (or, if none and the issue had the label when it was filed, its filing by a
 /// member), and whether any change of the job may have come after. The history is read after
-/// the text, so a label or a change newer than `version` means the text in hand is older
-/// than what was approved: [`Verdict::ReadTooEarly`].
+/// the text, so an issue whose `updatedAt` moved since `version` (a new label, an edit the new
+/// label approved) may hold other text than the one in hand: [`Verdict::ReadTooEarly`]. Only
+/// the issue's own time is compared with itself, so a history entry a millisecond off the
+/// issue's time never keeps an unchanged issue waiting.
 pub(crate) fn judge(issue: &IssueHistory, entries: &[Entry], steering: &Steering<'_>, version: &str) -> Verdict {
     let Some(applied) = applied(issue, entries, steering.label) else { return Verdict::Unapproved };
-    if read_too_early(&applied, entries, steering, version) {
+    if issue.updated_at != version {
         return Verdict::ReadTooEarly;
     }
     let after = entries.iter().filter(|e| e.changes_job(steering)).any(|e| match applied.entry {
@@ -223,16 +235,6 @@ pub(crate) fn judge(issue: &IssueHistory, entries: &[Entry], steering: &Steering
     } else {
         Verdict::Approved(applied.approval)
     }
-}
-
-/// Whether the text read at `version` predates the approval, or a change of the job that
-/// the history shows (an unreadable `version` is never shown not to).
-fn read_too_early(applied: &Applied<'_>, entries: &[Entry], steering: &Steering<'_>, version: &str) -> bool {
-    let Some(read) = ms(version) else { return true };
-    let later = |e: &Entry| [&e.created_at, &e.updated_at].into_iter().any(|t| ms(t).is_some_and(|t| t > read));
-    applied.from > read
-        || applied.entry.is_some_and(later)
-        || entries.iter().filter(|e| e.changes_job(steering)).any(later)
 }
 
 /// The approving application of `label`, if any: the newest entry that touches the label,
@@ -293,7 +295,13 @@ mod tests {
 
     fn issue(creator: Option<User>) -> IssueHistory {
         let page = Page { nodes: vec![], page_info: PageInfo { has_next_page: false, end_cursor: None } };
-        IssueHistory { id: "issue".into(), created_at: "2026-12-01T10:00:00.000Z".into(), creator, history: page }
+        IssueHistory {
+            id: "issue".into(),
+            created_at: "2026-12-01T10:00:00.000Z".into(),
+            updated_at: LATE.into(),
+            creator,
+            history: page,
+        }
     }
 
     fn id_of(v: &Verdict) -> Option<&str> {
@@ -323,26 +331,24 @@ mod tests {
         assert!(matches!(v, Verdict::ChangedAfter(_)), "a title is text too: {v:?}");
     }
 
-    /// The text in hand was read before the history: read before the member's label, or
-    /// before an edit (even one the label came after, so it approved it), or before a change
-    /// folded into an older entry, it is not the approved text and waits for the next read;
-    /// read after them all, the same history approves it.
+    /// The text in hand was read before the history: if the issue changed since (its
+    /// `updatedAt` moved: a new label, an edit), it is not the approved text and waits for the
+    /// next read; unchanged since, the same history approves it, even with a label entry a
+    /// millisecond later than the issue's own time.
     #[test]
-    fn text_read_before_its_label_or_a_change_is_read_again() {
+    fn text_read_before_the_issue_changed_is_read_again() {
         let (ada, mal) = (user("ada", false), user("mal", true));
-        let edit = edited("e", "2026-12-01T10:01:00.000Z", mal.clone());
-        let label = labelled("l", "2026-12-01T10:02:00.000Z", ada.clone());
-        let history = [edit.clone(), label.clone()];
-        let judged = |version: &str| judge(&issue(None), &history, &AGENT, version);
-        assert_eq!(judged("2026-12-01T10:00:30.000Z"), Verdict::ReadTooEarly, "read before the edit and the label");
-        assert_eq!(judged("2026-12-01T10:01:30.000Z"), Verdict::ReadTooEarly, "read before the label");
-        assert!(matches!(judged("2026-12-01T10:02:00.000Z"), Verdict::Approved(_)));
-        assert_eq!(judged("yesterday"), Verdict::ReadTooEarly, "an unreadable version proves nothing");
-        let folded = Entry { updated_at: "2026-12-01T10:05:00.000Z".into(), ..label };
-        let v = judge(&issue(None), &[edit, folded], &AGENT, "2026-12-01T10:03:00.000Z");
-        assert_eq!(v, Verdict::ReadTooEarly, "the label's entry changed after the read");
-        let filed = judge(&issue(Some(ada)), &[], &AGENT, "2026-12-01T10:00:00.000Z");
-        assert!(matches!(filed, Verdict::Approved(_)), "filed with the label, read at its filing: {filed:?}");
+        let edit = edited("e", "2026-12-01T10:01:00.000Z", mal);
+        let label = labelled("l", "2026-12-01T10:02:00.000Z", ada);
+        let history = [edit, label];
+        let now = |at: &str| IssueHistory { updated_at: at.into(), ..issue(None) };
+        let read = "2026-12-01T10:00:30.000Z";
+        let v = judge(&now("2026-12-01T10:02:00.000Z"), &history, &AGENT, read);
+        assert_eq!(v, Verdict::ReadTooEarly, "read before the edit and the label");
+        let skewed = "2026-12-01T10:01:59.999Z";
+        let v = judge(&now(skewed), &history, &AGENT, skewed);
+        assert!(matches!(v, Verdict::Approved(_)), "unchanged since the read: {v:?}");
+        assert!(matches!(judge(&issue(None), &history, &AGENT, LATE), Verdict::Approved(_)));
     }
 
     /// An entry that began before the label but took a change after it counts as after; so

@@ -63,12 +63,13 @@ pub const LINK_URL: &str = "mutation DevpilotLinkUrl($issueId: String!, $url: St
 /// An issue's team, as Linear has it: a delivery checks it against the source's teams.
 pub const ISSUE_TEAM: &str = "query DevpilotIssueTeam($id: String!) { issue(id: $id) { id team { id key } } }";
 
-/// An issue's filing and one page of its history: who applied which label, and whether an
-/// entry changed the text, and when ([`super::approval`]). Read only for an issue that is new
-/// to the intake or whose text changed.
+/// An issue's filing, its last change (`updatedAt`: whether it changed since its text was
+/// read) and one page of its history: who applied which label, and whether an entry changed
+/// the text, and when ([`super::approval`]). Read only for an issue that is new to the intake
+/// or whose text changed.
 pub const ISSUE_HISTORY: &str = "query DevpilotIssueHistory($id: String!, $after: String) {
   issue(id: $id) {
-    id createdAt
+    id createdAt updatedAt
     creator { id name guest active app }
     history(first: 50, after: $after) {
       nodes {
