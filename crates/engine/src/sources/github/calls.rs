@@ -200,6 +200,7 @@ pub fn examples() -> Vec<Call> {
         get_label(repo, label),
         list_comments(repo, 7, 1, None),
         list_comments(repo, 7, 2, Some("2026-12-02T10:00:00Z")),
+        get_issue(repo, 7),
         list_issue_events(repo, 7, 1),
         list_issue_events(repo, 7, 2),
         get_permission(repo, "grace-hopper"),
