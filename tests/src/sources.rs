@@ -68,9 +68,20 @@ pub fn cli(home: &Path, db: &TestDb, env: &[(&str, &str)], args: &[&str]) -> (i3
     cli_at(home, &db.raw_url, env, args)
 }
 
-/// [`cli`] on the database at `db_url` (for a thread of its own, which cannot borrow the
-/// test's database).
-pub fn cli_at(home: &Path, db_url: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+/// `devpilot sources poll --orchestrator orch` with `env`, on a thread of its own: the test
+/// goes on while the turn runs (to change the tracker at a gate it holds), then joins it.
+pub fn poll_on_a_thread(
+    home: &Path,
+    db: &TestDb,
+    orch: &str,
+    env: (&'static str, &'static str),
+) -> std::thread::JoinHandle<(i32, String, String)> {
+    let (home, db_url, orch) = (home.to_path_buf(), db.raw_url.clone(), orch.to_string());
+    std::thread::spawn(move || cli_at(&home, &db_url, &[env], &["sources", "poll", "--orchestrator", &orch]))
+}
+
+/// [`cli`] on the database at `db_url`.
+fn cli_at(home: &Path, db_url: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
     let mut c = devpilot(home, db_url);
     for v in TRACKER_VARS {
         c.env_remove(v);
