@@ -36,7 +36,7 @@ fn home_with(root: &Path, orch: &str, api_url: &str, top: &str, extra: &str, res
         &format!(
             "orchestrator_id = \"{orch}\"\n{top}\n\
              [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             timeout = \"10s\"\napi_url = \"{api_url}\"\n{extra}\n{rest}\n"
+             timeout = \"10s\"\napi_url = \"{api_url}\"\nno_repo = true\n{extra}\n{rest}\n"
         ),
     );
     home

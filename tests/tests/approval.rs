@@ -49,7 +49,7 @@ fn home(root: &Path, orch: &str, api_url: &str) -> PathBuf {
         &home,
         &format!(
             "orchestrator_id = \"{orch}\"\n[sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\n\
-             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{api_url}\"\n"
+             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{api_url}\"\nno_repo = true\n"
         ),
     );
     home
@@ -277,7 +277,7 @@ fn linear_home(root: &Path, orch: &str, api_url: &str) -> PathBuf {
         &home,
         &format!(
             "orchestrator_id = \"{orch}\"\n[sources.lin]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\n\
-             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{api_url}\"\n"
+             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{api_url}\"\nno_repo = true\n"
         ),
     );
     home

@@ -32,7 +32,7 @@ fn home(root: &Path, name: &str, orch: &str, api: &str, rest: &str) -> PathBuf {
         &home,
         &format!(
             "orchestrator_id = \"{orch}\"\n[sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\n\
-             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{api}\"\n{rest}\n"
+             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{api}\"\nno_repo = true\n{rest}\n"
         ),
     );
     home

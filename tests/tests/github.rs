@@ -25,6 +25,8 @@ devpilot_tests::on_both_backends!(
     bad_input_is_said_clearly_and_nothing_is_lost,
     a_comment_whose_answer_was_lost_is_posted_once_and_the_working_label_comes_and_goes,
     rate_limits_hold_the_source_and_a_refused_token_is_said,
+    an_unmapped_source_runs_in_the_clone_of_its_repository_and_no_changes_open_no_pr,
+    an_unmapped_source_with_no_clone_anywhere_waits_and_says_why,
 );
 
 const TOKEN: &str = "ghp_TESTSECRET_0a1b2c3d4e5f";
@@ -44,7 +46,7 @@ fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, re
         &format!(
             "orchestrator_id = \"{orch}\"\n\
              [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             {timeout}api_url = \"{api_url}\"\n{extra}\n{rest}\n"
+             {timeout}api_url = \"{api_url}\"\nno_repo = true\n{extra}\n{rest}\n"
         ),
     );
     home
@@ -458,5 +460,103 @@ async fn rate_limits_hold_the_source_and_a_refused_token_is_said(backend: Backen
     let (code, out, err) = poll();
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("added github:{REPO}#1")), "nothing was lost: {out}");
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// `sources add github` as a new user types it (no `--maps-to`) on a machine whose repo `web`
+/// is a clone of acme/webapp: the CLI says the jobs run there, and they do (not in a scratch
+/// directory). The issue whose agent edits a file gets its branch and draft PR; the one
+/// whose agent changes nothing gets no branch, no PR request, and "No changes" on the issue.
+async fn an_unmapped_source_runs_in_the_clone_of_its_repository_and_no_changes_open_no_pr(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("map");
+    let remote = GitRemote::new(db.dir.path());
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo_with_git(REPO, &remote.bare);
+    gh.open_issue(REPO, IssueSeed::new("Fix the login", &["agent"]));
+    gh.open_issue(REPO, IssueSeed::new("Explain the cache", &["agent"]));
+    let clone = github_clone(&remote, db.dir.path(), "desktop");
+    // Named `web`, not after the repository: only its remote says which repository it is.
+    let home = db.dir.path().join("desktop");
+    let repo = format!("[repos.web]\npath = \"{}\"\npush = true\n", clone.display());
+    write_config(&home, &format!("orchestrator_id = \"{orch}\"\n{repo}"));
+    let add = ["sources", "add", "github", "--repo", REPO, "--label", "agent", "--interval", "15s"];
+    let (code, out, err) = cli(&home, &db, TOKEN, &[&add[..], &["--api-url", &gh.url()]].concat());
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("webapp: its jobs run in repo 'web'")
+            && out.contains("whose remote is acme/webapp")
+            && out.contains("opens a draft pull request"),
+        "the CLI says where its jobs run: {out}"
+    );
+    let agent = RecordingAgent::new(
+        db.dir.path(),
+        r#"if grep -q 'Fix the login' "$DEVPILOT_PAYLOAD_FILE"; then echo fixed > fix.txt; fi
+printf '{"summary":"done"}' > "$DEVPILOT_RESULT_FILE""#,
+    );
+    let m = machine(&home, &db, &orch, "desktop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    let delivered = |n: u64, event: &'static str| {
+        let (db, orch) = (&db, &orch);
+        async move {
+            let Some(job) = job_of(db, orch, n).await else { return false };
+            let rows = db.queue.outbox_of(job.id).await.unwrap();
+            rows.iter().any(|r| r.event == event && r.outcome.as_deref() == Some("delivered"))
+        }
+    };
+    let done = || async {
+        delivered(1, "pull_request").await && delivered(2, "completed").await && delivered(2, "pull_request").await
+    };
+    let said = || std::fs::read_to_string(&m.log).unwrap_or_default();
+    assert!(devpilot_tests::wait_for(WAIT * 2, done).await, "both jobs reported: {}", said());
+    let (fixed, explained) = (job_of(&db, &orch, 1).await.unwrap(), job_of(&db, &orch, 2).await.unwrap());
+    assert_eq!((fixed.repo.as_deref(), explained.repo.as_deref()), (Some("web"), Some("web")), "mapped by remote");
+    assert_eq!((fixed.state, explained.state), (JobState::Completed, JobState::Completed));
+    let pulls = gh.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "one PR, for the job that changed a file: {pulls:?}");
+    assert!(pulls[0].head.starts_with(&format!("devpilot/{}-", fixed.id)), "{pulls:?}");
+    assert!(remote.show(&pulls[0].head, "fix.txt").is_some(), "its branch is on the remote");
+    assert_eq!(gh.count("pulls/create"), 1, "no PR was asked for the job that changed nothing");
+    assert_eq!((fixed.commits, explained.commits), (Some(1), Some(0)));
+    assert_eq!(explained.pushed_remote, None, "nothing pushed for no changes");
+    let branches = git(&remote.bare, &["for-each-ref", "--format=%(refname)", "refs/heads/devpilot/"]);
+    assert_eq!(branches.lines().count(), 1, "one branch on the remote: {branches}");
+    let completed: Vec<String> =
+        gh.comments(REPO, 2).into_iter().map(|c| c.body).filter(|b| b.starts_with("Completed on ")).collect();
+    assert!(completed.len() == 1 && completed[0].contains("No changes"), "{completed:?}");
+    assert!(!completed[0].contains("Branch:"), "{completed:?}");
+    assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// An unmapped source on a machine with no clone of its repository: `sources add` warns, and
+/// the job carries repo `webapp` (the repository's name) and waits for a machine that has
+/// it, saying so, instead of running in a scratch directory whose work is thrown away.
+async fn an_unmapped_source_with_no_clone_anywhere_waits_and_says_why(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("nomap");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    gh.open_issue(REPO, IssueSeed::new("Fix the login", &["agent"]));
+    let home = db.dir.path().join("laptop");
+    write_config(&home, &format!("orchestrator_id = \"{orch}\"\n"));
+    let add = ["sources", "add", "github", "--repo", REPO, "--label", "agent", "--interval", "15s", "--api-url"];
+    let (code, out, err) = cli(&home, &db, TOKEN, &[&add[..], &[&gh.url()]].concat());
+    assert_eq!(code, 0, "saved all the same: {out}{err}");
+    assert!(
+        err.contains("warning: webapp: no repo on this machine has acme/webapp as its remote")
+            && err.contains("repo 'webapp'"),
+        "{err}"
+    );
+    let (code, out, err) = cli(&home, &db, TOKEN, &["sources", "poll", "--orchestrator", &orch]);
+    assert_eq!(code, 0, "{out}{err}");
+    let job = job_of(&db, &orch, 1).await.unwrap();
+    assert_eq!(job.repo.as_deref(), Some("webapp"));
+    assert_eq!(job.state, JobState::Queued);
+    let agent = RecordingAgent::new(db.dir.path(), "exit 0");
+    let _m = machine(&home, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    let online = || async { db.queue.machines(&orch).await.unwrap().iter().any(|m| m.online()) };
+    assert!(devpilot_tests::wait_for(WAIT, online).await, "the machine came online");
+    let machines = db.queue.machines(&orch).await.unwrap();
+    let why = devpilot_store::queue::unroutable(job.repo.as_deref(), &job.requires, &machines);
+    assert_eq!(why.as_deref(), Some("no online machine has repo webapp"));
     assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
 }

@@ -33,7 +33,7 @@ fn two_hosts(db: &TestDb, orch: &str, ghe_token: &str) -> (GitHubStandIn, GitHub
     let source = |name: &str, repo: &str, api: &str| {
         format!(
             "[sources.{name}]\nkind = \"github\"\nrepo = \"{repo}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             timeout = \"10s\"\napi_url = \"{api}\"\n"
+             timeout = \"10s\"\napi_url = \"{api}\"\nno_repo = true\n"
         )
     };
     write_config(

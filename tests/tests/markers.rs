@@ -36,7 +36,7 @@ fn home(root: &Path, orch: &str, api: &str) -> PathBuf {
         &home,
         &format!(
             "orchestrator_id = \"{orch}\"\n[sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\n\
-             interval = \"15s\"\ntimeout = \"5s\"\napi_url = \"{api}\"\n[sources.gh.report]\nclaimed = false\n"
+             interval = \"15s\"\ntimeout = \"5s\"\napi_url = \"{api}\"\nno_repo = true\n[sources.gh.report]\nclaimed = false\n"
         ),
     );
     home

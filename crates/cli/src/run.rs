@@ -249,7 +249,7 @@ fn log_event(ev: &Event) {
             tracing::warn!("{} {}: {error}", if *dead { "dead" } else { "failed" }, job.label())
         }
         Event::LeaseLost { job, reason } => tracing::warn!("lost {} ({reason:?})", job.label()),
-        Event::Released { job } => tracing::info!("handed off {}", job.label()),
+        Event::Released { job, .. } => tracing::info!("handed off {}", job.label()),
         Event::AgentError { job, error } => tracing::error!("{}: {error}", job.label()),
         Event::AgentUnavailable { error } => tracing::error!("not claiming: {error}"),
         Event::AgentAvailable => tracing::info!("the agent can run again; claiming"),

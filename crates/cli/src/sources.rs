@@ -183,7 +183,9 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
     // One source's trouble (no key here, its tracker refusing) does not keep the others from
     // their turn: each says what went wrong, and the exit code says that something did.
     let mut failed = 0;
+    let remotes = sources::maps::remotes_of(&settings.repos);
     for (n, s) in &chosen {
+        let s = &sources::maps::mapped((*s).clone(), &remotes).await;
         if let Err(e) = poll_one(&queue, (&orchestrator, &machine), n, s, settings.max_attempts).await {
             eprintln!("{n}: {e}");
             failed += 1;
@@ -298,10 +300,16 @@ async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> 
         let found = connection::test(&s, key.secret()).await.map_err(|e| Error::Invalid(e.to_string()))?;
         println!("{}", found.line());
     }
+    let runs = sources::maps::where_jobs_run(&s, &settings.repos).await;
     settings.sources.insert(name.clone(), s);
     settings.validate()?;
     paths.save(&settings)?;
     println!("source '{name}' saved to {}", paths.config_file().display());
+    if runs.warn {
+        eprintln!("warning: {name}: {}", runs.line);
+    } else {
+        println!("{name}: {}", runs.line);
+    }
     Ok(())
 }
 

@@ -34,6 +34,8 @@
 //!   (`history_id`), and `orchestrator_keys`, the key that signs what machines leave on a tracker.
 //! - `m20261209_000002_session_caps`: a carried session's bundle, path and id capped, in a
 //!   trigger, so a plain SQL INSERT meets the caps too.
+//! - `m20261210_000001_commits`: the commits a completed job's branch had beyond its start
+//!   (`commits`; 0: the agent changed nothing, so no branch and no pull request).
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
@@ -57,6 +59,7 @@ mod m20261207_000001_github;
 mod m20261208_000001_sessions;
 mod m20261209_000001_outbox_history;
 mod m20261209_000002_session_caps;
+mod m20261210_000001_commits;
 mod run;
 
 /// Applies the dispatch schema.
@@ -80,6 +83,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261208_000001_sessions::Migration),
             Box::new(m20261209_000001_outbox_history::Migration),
             Box::new(m20261209_000002_session_caps::Migration),
+            Box::new(m20261210_000001_commits::Migration),
         ]
     }
 }

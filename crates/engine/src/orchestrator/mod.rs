@@ -55,5 +55,5 @@ pub use self::spawn::{spawn, spawn_into};
 pub use self::start::{connect, machine_pool, start_machine, Wiring};
 pub use self::stats::Stats;
 pub use self::status::{
-    AgentKind, Backend, Event, JobRef, LossReason, MachineState, PresenceFields, RunningJob, Status,
+    AgentKind, Backend, Carried, Event, JobRef, LossReason, MachineState, PresenceFields, RunningJob, Status,
 };

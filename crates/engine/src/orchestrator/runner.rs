@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::bounds;
 use super::conversation;
 use super::lease::{Order, Standing};
-use super::status::{Event, JobRef, LossReason};
+use super::status::{Carried, Event, JobRef, LossReason};
 use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
 use crate::preset::trust::ProjectConfig;
 use crate::preset::Conversation;
@@ -555,8 +555,8 @@ async fn report_with_worktree(
                 }
             }
             // Before the completion: its pull request row reads where the branch went.
-            if let Some(remote) = &finished.pushed {
-                let write = || ctx.store.record_pushed(&fence, remote);
+            if finished.pushed.is_some() || finished.commits.is_some() {
+                let write = || ctx.store.record_branch(&fence, finished.pushed.as_deref(), finished.commits);
                 if let Err(e) = retry::transient("recording the push", Budget::NOTE, write).await {
                     tracing::warn!(job = job.id, error = %e, "could not record where the branch was pushed");
                 }
@@ -632,7 +632,7 @@ async fn report(
             };
             let resume = carried.as_ref().and_then(|c| c.pushed.as_deref());
             match retry::transient("handing off", Budget::WRITE, || ctx.store.release(&fence, &reason, resume)).await {
-                Ok(true) => Some(Event::Released { job }),
+                Ok(true) => Some(Event::Released { job, carried: Carried::of(carried.as_ref()) }),
                 Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
                 Err(e) => gave_up(id, "the hand-off", e),
             }

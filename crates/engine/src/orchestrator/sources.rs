@@ -212,7 +212,10 @@ impl Service {
             let spec = SourceSpec { name, kind: s.kind.as_str(), filter: &filter, interval: s.interval.get() };
             match self.queue.register_source(&self.cfg.orchestrator_id, &spec).await {
                 Ok(id) => {
-                    self.bound.insert(name.clone(), Bound { name: name.clone(), id, settings: s.clone() });
+                    // An unmapped GitHub source's jobs run in this machine's clone of its
+                    // repository, or wait for a machine that has one.
+                    let settings = crate::sources::maps::mapped(s.clone(), &self.cfg.remotes).await;
+                    self.bound.insert(name.clone(), Bound { name: name.clone(), id, settings });
                 }
                 Err(e) => tracing::warn!(source = %name, error = %e, "could not register the source"),
             }

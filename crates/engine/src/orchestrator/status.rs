@@ -39,6 +39,28 @@ impl JobRef {
     }
 }
 
+/// What a hand-off did with a job's work in progress: what its verdict says.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Carried {
+    /// Pushed to `branch` on the remote: the next machine starts from it.
+    Pushed { branch: String },
+    /// Nothing to carry: no worktree, or nothing in it the remote lacks.
+    Nothing,
+    /// Not pushed (`why`): the work stays on this machine, pushed when it can.
+    Stayed { why: String },
+}
+
+impl Carried {
+    pub fn of(h: Option<&crate::worktree::HandOff>) -> Self {
+        match h {
+            Some(crate::worktree::HandOff { pushed: Some(branch), .. }) => Carried::Pushed { branch: branch.clone() },
+            Some(crate::worktree::HandOff { stayed: Some(why), .. }) => Carried::Stayed { why: why.clone() },
+            _ => Carried::Nothing,
+        }
+    }
+}
+
 /// Why this machine lost a job.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -90,8 +112,10 @@ pub enum Event {
         error: String,
         dead: bool,
     },
+    /// Handed off: the claim released, with what became of the work in progress.
     Released {
         job: JobRef,
+        carried: Carried,
     },
     AgentError {
         job: JobRef,

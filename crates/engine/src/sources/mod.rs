@@ -21,6 +21,8 @@
 //! - `bind`: a delivery acts only on its own source's issue, repo and remote.
 //! - [`deliver`]: the outbox, row by row, fenced by each delivery's token; `ending`: how a
 //!   row ends; `pull`: the pull request row a completion leaves.
+//! - [`maps`]: which repo an unmapped GitHub source's jobs run in (the clone whose remote
+//!   is the repository, else one named after it, which the job waits for).
 //! - `mac`: the orchestrator's key signs what a machine leaves on a tracker (a comment's
 //!   marker, a Linear comment's id), so nobody on the tracker can forge either.
 //! - `http`: the one HTTP client builder (bounded, no redirects, the credential sensitive).
@@ -47,6 +49,7 @@ pub mod intake;
 pub mod keys;
 pub mod linear;
 pub mod mac;
+pub mod maps;
 mod pull;
 mod render;
 pub mod settings;

@@ -104,7 +104,11 @@ fn completed(job: &JobRow, machine: &str, branch: &str, hosts: &[String]) -> Str
     if let Some(s) = job.summary.as_deref().filter(|s| !s.trim().is_empty()) {
         out.push_str(&format!("\n\n{}", inert(s)));
     }
-    out.push_str(&format!("\n\nBranch: `{}`", code(branch)));
+    if job.commits == Some(0) {
+        out.push_str("\n\nNo changes: the agent changed no file, so there is no branch and no pull request.");
+    } else {
+        out.push_str(&format!("\n\nBranch: `{}`", code(branch)));
+    }
     if let Some(u) = job.url.as_deref().filter(|u| publishable(u, hosts)) {
         out.push_str(&format!("\nResult: {u}"));
     }
@@ -319,6 +323,35 @@ pub(super) mod tests {
         ));
     }
 
+    /// A completion whose agent changed nothing says so instead of naming a branch that was
+    /// never pushed.
+    #[test]
+    fn a_completion_with_no_changes_says_so() {
+        let d = Delivery {
+            id: 1,
+            token: 1,
+            job_id: 7,
+            source_id: 1,
+            event: event::COMPLETED.into(),
+            machine: Some("desktop".into()),
+            claim_token: Some(1),
+            detail: None,
+            tries: 1,
+            created_at: 0,
+        };
+        let github = SourceSettings { kind: SourceKind::Github, ..SourceSettings::default() };
+        let said = |commits: Option<i32>| {
+            let job = JobRow { commits, ..job_row() };
+            report(&d, &job, "devpilot/7", &github).comment.unwrap()
+        };
+        assert!(said(Some(0)).contains("No changes"), "{}", said(Some(0)));
+        assert!(!said(Some(0)).contains("devpilot/7"));
+        for commits in [None, Some(2)] {
+            assert!(said(commits).contains("Branch: `devpilot/7`"));
+            assert!(!said(commits).contains("No changes"));
+        }
+    }
+
     /// A completed job with nothing else said.
     pub(crate) fn job_row() -> JobRow {
         JobRow {
@@ -349,6 +382,7 @@ pub(super) mod tests {
             worktree: None,
             release_requested_by: None,
             pushed_remote: None,
+            commits: None,
             agent: AgentRun::default(),
             issue: None,
             issue_url: None,

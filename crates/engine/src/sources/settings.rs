@@ -124,6 +124,11 @@ pub struct SourceSettings {
     /// The DevPilot repo its jobs run in when no mapping above names one.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub maps_to: String,
+    /// GitHub: its jobs run with no repo, in a scratch directory whose files are not kept
+    /// (an agent whose answer is its comment). Otherwise an unmapped GitHub source's jobs
+    /// run in the clone of its repository, or wait for a machine that has one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_repo: bool,
     /// GitHub: labels that set the job's priority (higher runs first), e.g. `{ urgent = 4 }`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub priority_labels: BTreeMap<String, i32>,
@@ -152,6 +157,7 @@ impl Default for SourceSettings {
             repo_by_project: BTreeMap::new(),
             repo_by_team: BTreeMap::new(),
             maps_to: String::new(),
+            no_repo: false,
             priority_labels: BTreeMap::new(),
             prompt_cap: DEFAULT_PROMPT_CAP,
             report: ReportSettings::default(),
@@ -282,6 +288,13 @@ impl SourceSettings {
     }
 
     /// The filter as stored with the source's row: a change resets the cursor.
+    /// Whether the settings send any of the source's jobs to repo `repo`.
+    pub fn names_repo(&self, repo: &str) -> bool {
+        let mut mapped =
+            self.repo_by_label.values().chain(self.repo_by_project.values()).chain(self.repo_by_team.values());
+        self.maps_to == repo || mapped.any(|r| r == repo)
+    }
+
     pub fn filter_text(&self) -> String {
         if self.kind == SourceKind::Github {
             let label = self.label.trim().to_lowercase();

@@ -9,12 +9,31 @@ use super::record::{HandOff, Record, Worktree};
 use super::workspaces::{in_use, Workspaces, CLEANUP_BOUND, GIT_BOUND};
 use crate::git::Git;
 
-/// What a finish did: where the worktree is kept (if it is), and the remote the completed
-/// job's branch was pushed to (if it was).
+/// What a finish did: where the worktree is kept (if it is), the remote the completed job's
+/// branch was pushed to (if it was), and the commits the branch had beyond the remote's
+/// own branches (counted when the repo pushes; 0: the agent changed nothing, and nothing was
+/// pushed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Finished {
     pub kept: Option<String>,
     pub pushed: Option<String>,
+    pub commits: Option<i64>,
+}
+
+/// The commits on the worktree's HEAD that none of the remote's branches has, other than
+/// DevPilot's own (`devpilot/*`, where a hand-off or an earlier attempt pushed this very
+/// work): what a pull request would carry. `None`: git could not say.
+async fn new_commits(git: &Git, wt: &Worktree) -> Option<i64> {
+    let exclude = format!("--exclude={}/devpilot/*", wt.repo.remote);
+    let remotes = format!("--remotes={}", wt.repo.remote);
+    let out = git.run(&["rev-list", "--count", "HEAD", "--not", &exclude, &remotes], GIT_BOUND).await;
+    match out {
+        Ok(n) => n.trim().parse().ok(),
+        Err(e) => {
+            tracing::warn!(job = wt.job, error = %e, "could not count the branch's commits");
+            None
+        }
+    }
 }
 
 /// A remote's URL with any user name and password taken out (`https://tok@github.com/…`);
@@ -34,7 +53,7 @@ impl Workspaces {
     /// The cleanup after a hand-off's release: the worktree goes if nothing in it would be
     /// lost. Bounded, and after the release, so it never holds a job back.
     pub async fn after_hand_off(&self, wt: &Worktree, carried: &HandOff) {
-        if carried.pushed.is_some() || !carried.detail.contains("stayed on") {
+        if carried.stayed.is_none() {
             let _ = tokio::time::timeout(CLEANUP_BOUND, self.remove_if_safe(wt)).await;
         }
         in_use().remove(&wt.path);
@@ -44,37 +63,46 @@ impl Workspaces {
     /// so, then remove the worktree if nothing in it would be lost. A failed attempt keeps its
     /// worktree (until retention) for the next attempt here.
     pub async fn finish(&self, wt: &Worktree, completed: bool) -> Finished {
-        let pushed = if completed { self.push_completed(wt).await } else { None };
+        let (pushed, commits) = if completed { self.push_completed(wt).await } else { (None, None) };
         let kept = self.finish_inner(wt, completed).await;
         in_use().remove(&wt.path);
-        Finished { kept, pushed }
+        Finished { kept, pushed, commits }
     }
 
-    /// Commits what the agent left and pushes the branch, if the repo says so: the remote's
-    /// URL (without credentials) when the push went through.
-    async fn push_completed(&self, wt: &Worktree) -> Option<String> {
+    /// Commits what the agent left and pushes the branch, if the repo says so and the branch
+    /// has anything the remote's own branches lack: the remote's URL (without credentials)
+    /// when the push went through, and the commits counted.
+    async fn push_completed(&self, wt: &Worktree) -> (Option<String>, Option<i64>) {
         if !wt.repo.push {
-            return None;
+            return (None, None);
         }
-        let Ok(Ok(_lock)) = tokio::time::timeout(CLEANUP_BOUND, self.lock(&wt.repo.path)).await else { return None };
+        let Ok(Ok(_lock)) = tokio::time::timeout(CLEANUP_BOUND, self.lock(&wt.repo.path)).await else {
+            return (None, None);
+        };
         // An agent that leaves committing to us (aider with --no-auto-commits) still gets its
         // work onto the pushed branch.
         let message = format!("devpilot: job #{} completed on {}", wt.job, self.machine);
         let git = wt.git().await;
-        let pushed = async {
-            commit_all(&git, wt, &message, GIT_BOUND).await?;
-            push(&git, wt, GIT_BOUND).await
-        };
-        if let Err(e) = pushed.await {
+        if let Err(e) = commit_all(&git, wt, &message, GIT_BOUND).await {
+            tracing::warn!(job = wt.job, error = %e, "could not commit the job's work");
+            return (None, None);
+        }
+        let commits = new_commits(&git, wt).await;
+        if commits == Some(0) {
+            tracing::info!(job = wt.job, "the agent changed nothing: no branch is pushed");
+            return (None, commits);
+        }
+        if let Err(e) = push(&git, wt, GIT_BOUND).await {
             tracing::warn!(job = wt.job, error = %e, "could not push the job's branch");
-            return None;
+            return (None, commits);
         }
         let key = format!("remote.{}.url", wt.repo.remote);
-        match git.run(&["config", "--get", &key], GIT_BOUND).await {
-            Ok(url) => Some(without_credentials(url.trim())),
+        let url = match git.run(&["config", "--get", &key], GIT_BOUND).await {
+            Ok(url) => without_credentials(url.trim()),
             // A remote named by URL rather than by name.
-            Err(_) => Some(without_credentials(&wt.repo.remote)),
-        }
+            Err(_) => without_credentials(&wt.repo.remote),
+        };
+        (Some(url), commits)
     }
 
     pub(super) async fn finish_inner(&self, wt: &Worktree, completed: bool) -> Option<String> {

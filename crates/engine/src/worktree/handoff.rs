@@ -36,14 +36,18 @@ impl Workspaces {
             Ok(Some(branch)) => HandOff {
                 detail: format!("work in progress pushed to {}/{branch} in {secs}", wt.repo.remote),
                 pushed: Some(branch),
+                stayed: None,
                 took,
             },
-            Ok(None) => HandOff { pushed: None, detail: format!("no work in progress to carry ({secs})"), took },
+            Ok(None) => {
+                HandOff { pushed: None, stayed: None, detail: format!("no work in progress to carry ({secs})"), took }
+            }
             Err(e) => {
                 record.pending_push = true;
                 record.kept = Some("its hand-off could not push".into());
                 HandOff {
                     pushed: None,
+                    stayed: Some(format!("the push failed: {e}")),
                     detail: format!(
                         "work in progress stayed on {} at {} (push failed: {e}); it is pushed when this machine can",
                         self.machine,

@@ -82,6 +82,8 @@ pub struct Record {
 pub struct HandOff {
     /// The branch the work is on, on the remote; `None` when it could not be pushed.
     pub pushed: Option<String>,
+    /// Why the work stayed on this machine, when its push failed (it is pushed later).
+    pub stayed: Option<String>,
     /// One sentence for the history.
     pub detail: String,
     pub took: Duration,

@@ -337,18 +337,23 @@ impl Queue {
         Ok(self.exec(self.sql(&WORKTREE), values).await? > 0)
     }
 
-    /// Where claim `fence` pushed the job's branch (`remote`, a URL without credentials),
-    /// before its completion: the pull request's outbox row opens the PR there.
-    pub async fn record_pushed(&self, fence: &Fence, remote: &str) -> Result<bool> {
-        /// The pushed remote $3 of claim ($1, $2).
-        static PUSHED: Sql = Sql::new(|d| {
+    /// What claim `fence`'s completion left: where it pushed the job's branch (`remote`, a
+    /// URL without credentials; `None`: not pushed) and how many commits the branch had beyond
+    /// its start (0: no changes). Written before the completion: the pull request's outbox row
+    /// opens the PR where the branch went, and asks for none when nothing changed.
+    pub async fn record_branch(&self, fence: &Fence, remote: Option<&str>, commits: Option<i64>) -> Result<bool> {
+        /// The pushed remote $3 and the commits $4 of claim ($1, $2).
+        static BRANCH: Sql = Sql::new(|d| {
             format!(
-                "UPDATE dispatch_queue SET pushed_remote = $3 WHERE id = $1 AND claim_token = $2 AND {running}",
+                "UPDATE dispatch_queue SET pushed_remote = $3, commits = $4 \
+                 WHERE id = $1 AND claim_token = $2 AND {running}",
                 running = d.running
             )
         });
-        let values = vec![fence.job.into(), fence.token.into(), truncate(remote, 1000).into()];
-        Ok(self.exec(self.sql(&PUSHED), values).await? > 0)
+        let commits = commits.map(|c| i32::try_from(c).unwrap_or(i32::MAX));
+        let values =
+            vec![fence.job.into(), fence.token.into(), remote.map(|r| truncate(r, 1000)).into(), commits.into()];
+        Ok(self.exec(self.sql(&BRANCH), values).await? > 0)
     }
 
     /// A branch pushed after its hand-off could not push: the job resumes from it, if it is

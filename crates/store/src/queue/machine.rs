@@ -130,8 +130,9 @@ impl MachineStore {
         self.queue.note_now(fence.job, kind, &self.machine, Some(fence.token), &self.redactor.redact(detail)).await
     }
 
-    pub async fn record_pushed(&self, fence: &Fence, remote: &str) -> Result<bool> {
-        self.queue.record_pushed(fence, &self.redactor.redact(remote)).await
+    pub async fn record_branch(&self, fence: &Fence, remote: Option<&str>, commits: Option<i64>) -> Result<bool> {
+        let remote = remote.map(|r| self.redactor.redact(r));
+        self.queue.record_branch(fence, remote.as_deref(), commits).await
     }
 
     pub async fn store_log_tail(&self, fence: &Fence, tail: &str) -> Result<bool> {

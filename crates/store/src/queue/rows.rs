@@ -115,6 +115,8 @@ pub struct JobRow {
     pub release_requested_by: Option<String>,
     /// Where a completion pushed the job's branch (the remote's URL, without credentials).
     pub pushed_remote: Option<String>,
+    /// The commits its branch had beyond its start when it completed (0: no changes).
+    pub commits: Option<i32>,
     /// What the agent CLI of its last attempt reported.
     #[sea_orm(nested)]
     pub agent: AgentRun,
@@ -264,7 +266,7 @@ pub struct Pruned {
 pub(super) const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
      created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
      summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
-     release_requested_by, pushed_remote, agent, agent_session, cost_usd, tokens_in, tokens_out, session_from";
+     release_requested_by, pushed_remote, commits, agent, agent_session, cost_usd, tokens_in, tokens_out, session_from";
 
 /// Every row of `rows` as a `T`.
 pub(super) fn decode<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Vec<T>> {
