@@ -400,7 +400,8 @@ function renderSources(v) {
   sourcesView = v;
   sourcesHealth = JSON.stringify(status ? status.sources || [] : []);
   $('sources-list').replaceChildren(...v.sources.map((s) => el('li', { class: s.ok ? 'ok' : 'bad', dataset: { source: s.name } },
-    el('span', { class: 'line' }, s.line),
+    el('span', { class: 'line' }, s.line,
+      el('span', { class: 'runs-in ' + (s.runs_in_warn ? 'warn' : 'muted') }, s.runs_in ? `${s.name}: ${s.runs_in}` : '')),
     el('button', { type: 'button', class: 'edit', onclick: () => fillSource(s.form) }, 'Edit'),
     el('button', { type: 'button', class: 'remove', onclick: () => removeSource(s.name) }, 'Remove'))));
   $('sources-empty').hidden = v.sources.length > 0;
@@ -491,9 +492,15 @@ async function saveSource(ev) {
   sourceMsg('Saving…');
   $('source-save').disabled = true;
   try {
-    renderSources(await invoke('save_source', { source: sourceForm() }));
+    const form = sourceForm();
+    const v = await invoke('save_source', { source: form });
+    renderSources(v);
     $('source-key').value = '';
-    sourceMsg('Saved. The fleet polls it within its interval.', 'ok');
+    // The saved source is the one whose form matches (its name may come from a default).
+    const saved = v.sources.find((s) => s.form.kind === form.kind
+      && (form.name.trim() ? s.name === form.name.trim() : (form.kind === 'github' ? s.form.repo === form.repo : true)));
+    const where = saved && saved.runs_in ? ` ${saved.runs_in[0].toUpperCase()}${saved.runs_in.slice(1)}.` : '';
+    sourceMsg(`Saved. The fleet polls it within its interval.${where}`, saved && saved.runs_in_warn ? 'warn' : 'ok');
   } catch (e) {
     sourceMsg(errText(e), 'err');
   } finally {
@@ -528,25 +535,80 @@ async function importGhToken() {
 
 async function renderRepos() {
   let repos = [];
-  try { repos = await invoke('list_repos'); } catch (e) { console.error(e); }
-  $('repos').replaceChildren(...repos.map((r) => el('tr', { dataset: { repo: r.name } },
-    el('td', {}, r.name), el('td', {}, r.path), el('td', {}, r.push ? 'yes' : 'no'))));
+  try { repos = await invoke('list_repos'); } catch (e) { repoMsg(errText(e), 'err'); }
+  $('repos').replaceChildren(...repos.map(repoRow));
   $('repos-empty').hidden = repos.length > 0;
   return repos;
 }
 
+// One repo row: its switches act at once, its health says what keeps a finished job from
+// a pull request, Check tries a push, Remove forgets it (never the clone).
+function repoRow(r) {
+  const push = el('input', { type: 'checkbox', class: 'push', title: 'Push the job\'s branch when it completes' });
+  push.checked = r.push;
+  const pr = el('select', { class: 'pr', title: 'The pull request a finished tracker job opens' },
+    el('option', { value: 'draft' }, 'Draft'), el('option', { value: 'ready' }, 'Ready for review'),
+    el('option', { value: 'off' }, 'None'));
+  pr.value = r.pull_request;
+  pr.disabled = !r.push;
+  const change = () => setRepo(r.name, { push: push.checked, pull_request: pr.value });
+  push.addEventListener('change', change);
+  pr.addEventListener('change', change);
+  const remote = r.github ? `GitHub ${r.github}` : (r.remote_url || '');
+  return el('tr', { dataset: { repo: r.name } },
+    el('td', {}, r.name),
+    el('td', {}, el('div', {}, r.path), el('div', { class: 'muted small' }, remote)),
+    el('td', {}, el('label', { class: 'switch' }, push, r.push ? ' On' : ' Off')),
+    el('td', {}, pr),
+    el('td', { class: 'health ' + (r.problems.length ? 'bad' : 'ok') }, r.line),
+    el('td', { class: 'row-actions' },
+      el('button', { type: 'button', class: 'check', onclick: () => checkRepo(r.name) }, 'Check'),
+      el('button', { type: 'button', class: 'remove', onclick: () => removeRepo(r.name) }, 'Remove')));
+}
+
+function repoMsg(text, cls) {
+  $('repo-msg').textContent = text;
+  $('repo-msg').className = cls || '';
+}
+
+async function setRepo(name, switches) {
+  try {
+    await invoke('set_repo', { name, switches });
+    repoMsg(`Saved ${name}.`, 'ok');
+  } catch (e) {
+    repoMsg(errText(e), 'err');
+  }
+  await renderRepos();
+}
+
+async function checkRepo(name) {
+  repoMsg(`Checking ${name}…`);
+  try {
+    repoMsg(await invoke('check_repo', { name }), 'ok');
+  } catch (e) {
+    repoMsg(errText(e), 'err');
+  }
+}
+
+async function removeRepo(name) {
+  try {
+    await invoke('remove_repo', { name });
+    repoMsg(`Removed ${name} from this machine's settings (its clone is untouched).`, 'ok');
+  } catch (e) {
+    repoMsg(errText(e), 'err');
+  }
+  await renderRepos();
+}
+
 async function addRepo() {
-  const msg = $('repo-msg');
   try {
     await invoke('add_repo', { name: $('repo-name').value, path: $('repo-path').value });
-    msg.textContent = 'Added.';
-    msg.className = 'ok';
+    repoMsg(`Added ${$('repo-name').value.trim()}: a finished job pushes its branch and opens a draft pull request.`, 'ok');
     $('repo-name').value = '';
     $('repo-path').value = '';
     await renderRepos();
   } catch (e) {
-    msg.textContent = errText(e);
-    msg.className = 'err';
+    repoMsg(errText(e), 'err');
   }
 }
 
@@ -612,6 +674,19 @@ function show(section) {
   }
 }
 
+// The last hand-off's verdict, green ("Safe to close the lid") or red (which job's work
+// stayed on this machine, and why), until claiming resumes.
+function renderHandOff(v) {
+  const box = $('handoff-notice');
+  box.hidden = !v;
+  if (!v) return;
+  box.classList.toggle('safe', v.safe);
+  box.classList.toggle('unsafe', !v.safe);
+  $('handoff-title').textContent = v.title + (v.before_sleep ? ' (handed off before sleep)' : '') + '.';
+  $('handoff-text').textContent = v.text;
+  $('handoff-resume').hidden = !v.paused;
+}
+
 // No tray host: the header says so (and closing asks; see window.rs).
 function renderTrayHost(present) {
   $('tray-notice').hidden = !!present;
@@ -634,7 +709,12 @@ document.addEventListener('DOMContentLoaded', async () => {
     try { await invoke(status && status.paused ? 'resume' : 'pause', {}); } catch (e) { alert(errText(e)); }
   });
   $('handoff-btn').addEventListener('click', async () => {
-    try { await invoke('hand_off', { pause: true }); } catch (e) { alert(errText(e)); }
+    $('handoff-btn').disabled = true;
+    try { renderHandOff(await invoke('hand_off', { pause: true })); } catch (e) { notice(`Hand off failed: ${errText(e)}`); }
+    finally { $('handoff-btn').disabled = false; }
+  });
+  $('handoff-resume').addEventListener('click', async () => {
+    try { await invoke('resume', {}); renderHandOff(null); } catch (e) { notice(errText(e)); }
   });
   $('new-btn').addEventListener('click', () => { location.hash = '#new'; });
   $('new-form').addEventListener('submit', submitNewJob);
@@ -682,6 +762,7 @@ document.addEventListener('DOMContentLoaded', async () => {
     if (current() === 'settings' && JSON.stringify(e.payload.sources || []) !== sourcesHealth) loadSources();
   });
   await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
+  await T.event.listen('hand-off', (e) => renderHandOff(e.payload));
   await T.event.listen('tray-host', (e) => renderTrayHost(e.payload));
   await T.event.listen('navigate', (e) => {
     if (e.payload === 'close' && current() !== 'close') beforeClose = current();
@@ -702,6 +783,7 @@ document.addEventListener('DOMContentLoaded', async () => {
   });
   await refreshStatus();
   try { renderSetAside(await invoke('set_aside_config')); } catch (e) { console.error(e); }
+  try { renderHandOff(await invoke('last_hand_off')); } catch (e) { console.error(e); }
   try { renderTrayHost(await invoke('tray_host')); } catch (e) { console.error(e); }
   show(current());
 });

@@ -12,7 +12,9 @@ use devpilot_app::job::JobState;
 use devpilot_app::orchestrator::StopMode;
 use devpilot_app::queue::{CancelOutcome, Counts, Enqueued, JobRow};
 use devpilot_app::settings::Settings;
-use devpilot_app::{DbForm, Fleet, JobDetail, NewJob, SourceForm, SourcesView, Status};
+use devpilot_app::{
+    DbForm, Fleet, HandOffVerdict, JobDetail, NewJob, RepoSwitches, RepoView, SourceForm, SourcesView, Status,
+};
 use devpilot_app::{Error, Result};
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, Runtime, State};
@@ -29,10 +31,14 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         pause,
         resume,
         hand_off,
+        last_hand_off,
         enqueue_demo,
         enqueue_job,
         list_repos,
         add_repo,
+        set_repo,
+        remove_repo,
+        check_repo,
         list_jobs,
         fleet,
         job_detail,
@@ -86,8 +92,14 @@ pub fn resume(state: State<'_, AppState>) -> Result<()> {
 
 /// Releases this machine's claims now; with `pause`, claims nothing new afterwards.
 #[tauri::command]
-pub async fn hand_off(state: State<'_, AppState>, pause: Option<bool>) -> Result<Vec<i64>> {
+pub async fn hand_off(state: State<'_, AppState>, pause: Option<bool>) -> Result<HandOffVerdict> {
     state.engine.hand_off(pause.unwrap_or(true)).await
+}
+
+/// The last hand-off's verdict, until claiming resumes (the window's notice at its load).
+#[tauri::command]
+pub fn last_hand_off(state: State<'_, AppState>) -> Option<HandOffVerdict> {
+    state.engine.last_hand_off()
 }
 
 /// Enqueues a demo job, with an optional dedupe key (see [`Enqueued`] for a key that is live).
@@ -102,30 +114,39 @@ pub async fn enqueue_job(state: State<'_, AppState>, job: NewJob) -> Result<Enqu
     state.engine.enqueue_job(job).await
 }
 
-/// A repo of this machine, as the New job form and Settings list it.
-#[derive(Serialize)]
-pub struct RepoView {
-    pub name: String,
-    pub path: String,
-    pub push: bool,
-    pub setup: Vec<String>,
-}
-
+/// This machine's repos with their switches and health, as the New job form and Settings
+/// list them.
 #[tauri::command]
-pub fn list_repos(state: State<'_, AppState>) -> Vec<RepoView> {
-    state
-        .engine
-        .repos()
-        .into_iter()
-        .map(|(name, r)| RepoView { name, path: r.path, push: r.push, setup: r.setup })
-        .collect()
+pub async fn list_repos(state: State<'_, AppState>) -> Result<Vec<RepoView>> {
+    Ok(state.engine.repo_views().await)
 }
 
 /// Adds a repo (a git clone on this machine) to the settings; jobs of it can then run here.
+/// It pushes on completion and opens a draft pull request until its switches say otherwise.
 #[tauri::command]
 pub async fn add_repo(state: State<'_, AppState>, name: String, path: String) -> Result<Vec<RepoView>> {
     state.engine.add_repo(&name, &path).await?;
-    Ok(list_repos(state))
+    list_repos(state).await
+}
+
+/// A repo row's switches: push on completion, and the pull request it opens.
+#[tauri::command]
+pub async fn set_repo(state: State<'_, AppState>, name: String, switches: RepoSwitches) -> Result<Vec<RepoView>> {
+    state.engine.set_repo(&name, switches).await?;
+    list_repos(state).await
+}
+
+/// Removes a repo from this machine's settings (never its clone).
+#[tauri::command]
+pub async fn remove_repo(state: State<'_, AppState>, name: String) -> Result<Vec<RepoView>> {
+    state.engine.remove_repo(&name).await?;
+    list_repos(state).await
+}
+
+/// Whether the repo's remote takes a push from this machine now.
+#[tauri::command]
+pub async fn check_repo(state: State<'_, AppState>, name: String) -> Result<String> {
+    state.engine.check_repo(&name).await
 }
 
 #[derive(Serialize)]
@@ -630,8 +651,14 @@ mod tests {
         assert_eq!(call(&w, "quit", json!({"mode": "check"})).unwrap(), json!([id]));
         assert_eq!(call(&w, "quit", json!({"mode": "later"})).unwrap_err()["kind"], "invalid");
         // Hand off & pause releases the claim at once.
-        let ids = call(&w, "hand_off", json!({"pause": true})).unwrap();
-        assert_eq!(ids, json!([id]), "hand_off answers, once everything is released, with what it handed off");
+        let verdict = call(&w, "hand_off", json!({"pause": true})).unwrap();
+        assert_eq!(
+            verdict["jobs"][0]["id"],
+            json!(id),
+            "hand_off answers, once everything is released, with what it handed off: {verdict}"
+        );
+        assert_eq!(verdict["jobs"].as_array().map(Vec::len), Some(1), "{verdict}");
+        assert_eq!(verdict["safe"], json!(true), "{verdict}");
         let d = call(&w, "job_detail", json!({"id": id})).unwrap();
         assert_ne!(d["job"]["state"], "running", "{d}");
         assert!(d["history"].as_array().unwrap().iter().any(|h| h["kind"] == "handed_off"), "{d}");

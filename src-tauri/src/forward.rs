@@ -1,5 +1,6 @@
 //! What the engine says, passed on: its status to the tray and the window, its job events
-//! and a config file set aside to the window.
+//! a config file set aside to the window, and each hand-off's verdict to the window, the
+//! tray's menu and a notification.
 
 use tauri::{AppHandle, Emitter, Manager, Runtime};
 
@@ -47,6 +48,25 @@ pub fn spawn_set_aside_forwarder<R: Runtime>(app: &AppHandle<R>) {
         while set_aside.changed().await.is_ok() {
             let now = set_aside.borrow_and_update().clone();
             let _ = app.emit("config-set-aside", &now);
+        }
+    });
+}
+
+/// Each hand-off's verdict (the window's, the tray's, the sleep hook's): a notification, the
+/// tray's menu line and the window's notice. A cleared verdict (claiming resumed) takes the
+/// line and the notice away.
+pub fn spawn_hand_off_forwarder<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let mut verdicts = app.state::<AppState>().engine.watch_hand_off();
+    tauri::async_runtime::spawn(async move {
+        while verdicts.changed().await.is_ok() {
+            let now = verdicts.borrow_and_update().clone();
+            let state = app.state::<AppState>();
+            if let Some(v) = &now {
+                state.notifier.hand_off(v);
+            }
+            tray::refresh_now(&app);
+            let _ = app.emit("hand-off", &now);
         }
     });
 }

@@ -123,6 +123,7 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     let show_window = !tray_host::start(app) || show_window;
     forward::spawn_status_forwarder(app);
     forward::spawn_set_aside_forwarder(app);
+    forward::spawn_hand_off_forwarder(app);
     sleep::spawn(engine.clone());
     awake::spawn(engine.clone());
     autostart::sync(app);

@@ -56,6 +56,9 @@ pub enum Kind {
     ConfigSetAside,
     /// A tracker source has no usable API key here: no issue becomes a job until one is set.
     SourceTrouble,
+    /// A hand-off's verdict: "Safe to close the lid", or which work stayed here. Always
+    /// shown: the user asked for it (or the lid is closing).
+    HandOff,
 }
 
 /// One event worth telling, before coalescing.
@@ -184,6 +187,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             Kind::Online => "DevPilot: database back online",
             Kind::ConfigSetAside => "DevPilot: settings file could not be read",
             Kind::SourceTrouble => "DevPilot: a source needs its key or token",
+            Kind::HandOff => "DevPilot: handed off",
         };
         return (summary.into(), one.text.clone());
     }
@@ -328,6 +332,49 @@ impl Notifier {
         }
     }
 
+    /// A hand-off's verdict, at once and on its own (never coalesced with job events): its
+    /// title is the verdict; red (critical) when work stayed here. "Open" shows the window.
+    pub fn hand_off(&self, v: &devpilot_app::HandOffVerdict) {
+        let me = self.clone();
+        let summary = format!("DevPilot: {}", v.title);
+        let body = if v.before_sleep { format!("Before sleep: {}", v.text) } else { v.text.clone() };
+        let urgent = !v.safe;
+        let open = v.jobs.first().map(|j| Open::Job(j.id));
+        tauri::async_runtime::spawn(async move {
+            let on_open = me.on_open.lock().ok().and_then(|o| o.clone());
+            let (s2, b2) = (summary.clone(), body.clone());
+            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, on_open)).await;
+            me.record(summary, body, vec![Kind::HandOff], res);
+        });
+    }
+
+    /// Logs and keeps what was sent (at most 50, newest last).
+    fn record(
+        &self,
+        summary: String,
+        body: String,
+        kinds: Vec<Kind>,
+        res: Result<Result<Option<Open>, String>, tokio::task::JoinError>,
+    ) {
+        let (error, action) = match res {
+            Ok(Ok(action)) => (None, action),
+            Ok(Err(e)) => (Some(e), None),
+            Err(e) => (Some(format!("notification thread failed: {e}")), None),
+        };
+        match &error {
+            None => tracing::info!(%summary, "notified"),
+            Some(e) => {
+                tracing::warn!(%summary, error = %e, "cannot show a notification (is a notification daemon running?)")
+            }
+        }
+        if let Ok(mut r) = self.recent.lock() {
+            r.push_back(Sent { summary, body, kinds, error, action });
+            while r.len() > 50 {
+                r.pop_front();
+            }
+        }
+    }
+
     async fn batcher(self, mut rx: mpsc::UnboundedReceiver<Notice>) {
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
@@ -346,23 +393,7 @@ impl Notifier {
             };
             let on_open = self.on_open.lock().ok().and_then(|o| o.clone());
             let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, on_open)).await;
-            let (error, action) = match res {
-                Ok(Ok(action)) => (None, action),
-                Ok(Err(e)) => (Some(e), None),
-                Err(e) => (Some(format!("notification thread failed: {e}")), None),
-            };
-            match &error {
-                None => tracing::info!(%summary, "notified"),
-                Some(e) => {
-                    tracing::warn!(%summary, error = %e, "cannot show a notification (is a notification daemon running?)")
-                }
-            }
-            if let Ok(mut r) = self.recent.lock() {
-                r.push_back(Sent { summary, body, kinds, error, action });
-                while r.len() > 50 {
-                    r.pop_front();
-                }
-            }
+            self.record(summary, body, kinds, res);
         }
     }
 }

@@ -139,6 +139,13 @@ pub fn refresh<R: Runtime>(app: &AppHandle<R>, st: &Status) {
     refresh_inner(app, st, false);
 }
 
+/// [`refresh`] with the engine's status now, whatever the cache says (a hand-off's verdict
+/// came or went).
+pub fn refresh_now<R: Runtime>(app: &AppHandle<R>) {
+    let st = app.state::<AppState>().engine.status();
+    refresh_inner(app, &st, true);
+}
+
 fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     let Some(tray) = app.tray_by_id(TRAY_ID) else { return };
     let Some(cache) = app.try_state::<TrayCache<R>>() else { return };
@@ -283,7 +290,7 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     Ok(TrayMenu { menu, status, jobs_item, dispatch, pause, resume, handoff })
 }
 
-fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status) -> tauri::Result<()> {
+fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status) -> tauri::Result<()> {
     tm.status.set_text(state_line(st))?;
     // One fixed item for the running jobs, one line per job, then a line per source that does
     // not work here: inserting and removing items in a live appindicator menu left it unable
@@ -293,6 +300,9 @@ fn update_menu<R: Runtime>(_app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Statu
         lines.push("No jobs running here".to_string());
     }
     lines.extend(source_lines(st));
+    if let Some(v) = app.state::<AppState>().engine.last_hand_off() {
+        lines.push(crate::tray_text::verdict_line(&v));
+    }
     tm.jobs_item.set_text(lines.join("\n"))?;
     let can_dispatch = !matches!(st.state, S::NeedsAgent | S::Error | S::Starting | S::Stopped);
     tm.dispatch.set_checked(st.dispatch_enabled)?;
@@ -327,7 +337,7 @@ pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
         "handoff" => {
             tauri::async_runtime::spawn(async move {
                 match engine.hand_off(true).await {
-                    Ok(_) => tracing::info!("handed off and paused"),
+                    Ok(v) => tracing::info!(safe = v.safe, "tray hand-off: {}", v.text),
                     Err(e) => tracing::warn!(error = %e, "hand-off failed"),
                 }
             });

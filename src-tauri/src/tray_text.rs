@@ -177,6 +177,14 @@ pub fn job_lines(st: &Status) -> Vec<String> {
         .collect()
 }
 
+/// The tray menu's line for the last hand-off: "✓ Safe to close the lid: Handed off #12
+/// (pushed devpilot/12-fix-login). Claiming is paused.", or "⚠ Work stayed on this machine: …".
+pub fn verdict_line(v: &devpilot_app::HandOffVerdict) -> String {
+    let mark = if v.safe { "\u{2713}" } else { "\u{26a0}" };
+    let text = v.text.trim_end_matches(" Safe to close the lid.");
+    format!("{mark} {}: {text}", v.title)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

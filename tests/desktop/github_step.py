@@ -97,20 +97,29 @@ def github_repo():
 
 
 def add_pushing_repo(clone):
-    """Adds the clone as repo `acme-webapp` in Settings, then sets `push = true` on it (the
-    window has no switch for it) through the settings the window saves."""
+    """Adds the clone as repo `acme-webapp` in Settings, as a window user does: a new repo
+    pushes on completion and opens a draft pull request by default, and its row says so (no
+    edit of the settings file). The Push switch then turns off and on again from the row."""
     t.wd_exec("location.hash = '#settings';")
     t.wait("settings form loaded", lambda: t.wd_exec("return document.querySelector('#s-orchestrator_id').value") != "", timeout=10)
     t.wd_set("#repo-name", "acme-webapp")
     t.wd_set("#repo-path", clone)
     t.wd_click("#repo-add")
-    t.wait("the GitHub repo's clone is added", lambda: t.wd_text("#repo-msg") == "Added."
-           and t.wd_exec("return !!document.querySelector(`#repos tr[data-repo='acme-webapp']`)"), timeout=15)
-    view = t.wd_invoke("get_settings")
-    view["settings"]["repos"]["acme-webapp"]["push"] = True
-    t.wd_invoke("save_settings", {"input": {"settings": view["settings"], "db": view["db"], "password": None}})
+    row = "#repos tr[data-repo='acme-webapp']"
+    t.wait("the GitHub repo's clone is added", lambda: t.wd_text("#repo-msg").startswith("Added acme-webapp")
+           and t.wd_exec(f"return !!document.querySelector(`{row}`)"), timeout=15)
     text = t.config_text()
-    t.check("the repo pushes its jobs' branches", re.search(r"\[repos\.acme-webapp\][^\[]*push = true", text), text)
+    t.check("a repo added in the window pushes its jobs' branches",
+            re.search(r"\[repos\.acme-webapp\][^\[]*push = true", text), text)
+    health = lambda: t.wd_exec(f"return document.querySelector(`{row} td.health`).textContent")
+    t.check("its health line says a finished job opens a draft PR on acme/webapp",
+            "draft pull request on acme/webapp" in health(), health())
+    t.wd_click(f"{row} input.push")
+    t.wait("the Push switch turns push off", lambda: re.search(r"\[repos\.acme-webapp\][^\[]*push = false", t.config_text())
+           and "does not push" in health(), timeout=15)
+    t.wd_click(f"{row} input.push")
+    t.wait("and on again", lambda: re.search(r"\[repos\.acme-webapp\][^\[]*push = true", t.config_text())
+           and "draft pull request" in health(), timeout=15)
     t.wd_exec("loadSources();")
 
 

@@ -44,6 +44,8 @@ pub struct Engine {
     pub(crate) effective: watch::Sender<Settings>,
     /// A corrupt config file this engine set aside at a start, until the user dismisses it.
     pub(crate) set_aside: watch::Sender<Option<SetAside>>,
+    /// The last hand-off's verdict, until claiming resumes.
+    pub(crate) hand_off_tx: watch::Sender<Option<crate::verdict::HandOffVerdict>>,
     pub(crate) lifecycle: tokio::sync::Mutex<Option<Current>>,
     pub(crate) generation: AtomicU64,
     pub(crate) woke_at: Mutex<Option<Instant>>,
@@ -71,6 +73,7 @@ impl Engine {
             handle: RwLock::new(None),
             effective: watch::Sender::new(Settings::default()),
             set_aside: watch::Sender::new(None),
+            hand_off_tx: watch::Sender::new(None),
             lifecycle: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),

@@ -1,9 +1,8 @@
 //! The user's commands: dispatch on or off, pause and resume, hand off, enqueue, the job
-//! lists, a job's detail and log, requeue, cancel, and the repos.
+//! lists, a job's detail and log, requeue and cancel.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use devpilot_engine::orchestrator::Handle;
@@ -38,15 +37,12 @@ impl Engine {
     pub fn resume(&self) -> Result<()> {
         self.paused_for_sleep.store(false, Ordering::SeqCst);
         self.running_orchestrator()?.resume();
+        // The last hand-off's verdict is about a pause that is over.
+        self.hand_off_tx.send_replace(None);
         Ok(())
     }
 
-    /// Releases every claim of this machine now; with `pause`, claims nothing new after.
-    pub async fn hand_off(&self, pause: bool) -> Result<Vec<i64>> {
-        Ok(self.running_orchestrator()?.hand_off(pause).await)
-    }
-
-    fn running_orchestrator(&self) -> Result<Handle> {
+    pub(crate) fn running_orchestrator(&self) -> Result<Handle> {
         self.orchestrator().ok_or_else(|| {
             let st = self.status();
             Error::Invalid(match st.message {
@@ -203,29 +199,6 @@ impl Engine {
             h.wake();
         }
         Ok(added)
-    }
-
-    /// The repos this machine has configured, by name.
-    pub fn repos(&self) -> Vec<(String, devpilot_engine::worktree::RepoSettings)> {
-        self.settings().repos.into_iter().collect()
-    }
-
-    /// Adds (or replaces) a repo in the settings, after checking it is a git clone.
-    pub async fn add_repo(self: &Arc<Self>, name: &str, path: &str) -> Result<()> {
-        let name = name.trim();
-        let repo = devpilot_engine::worktree::Repo::from_settings(
-            name,
-            &devpilot_engine::worktree::RepoSettings { path: path.trim().into(), ..Default::default() },
-        )?;
-        if !repo.path.join(".git").exists() {
-            return Err(Error::Invalid(format!("{} is not a git clone (no .git in it)", repo.path.display())));
-        }
-        let old = self.file_settings()?;
-        let mut new = old.clone();
-        let entry = new.repos.entry(name.to_string()).or_default();
-        entry.path = path.trim().to_string();
-        self.paths.save(&new)?;
-        self.apply(&old, new, false).await
     }
 
     /// The last `max` bytes of this machine's agent log for job `id` (empty if none).

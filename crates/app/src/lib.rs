@@ -17,7 +17,12 @@
 //!
 //! - `engine`: the [`Engine`] struct, its constructors and accessors, [`DEMO_DURATION`].
 //! - `lifecycle`: start, stop and restart; connecting in the background; the orchestrator.
-//! - `jobs`: the user's commands (dispatch, pause, hand off, enqueue, job lists, cancel, repos).
+//! - `jobs`: the user's commands (dispatch, pause, hand off, enqueue, job lists, cancel).
+//! - `repos`: Settings → Repos: add (pushing, with a draft PR, by default), switches, health,
+//!   a push check, remove; [`RepoView`].
+//! - `handoff`: every hand-off, its verdict returned and published to the tray and window.
+//! - `verdict`: [`HandOffVerdict`], in words: "Safe to close the lid", or which job's work
+//!   stayed here and why.
 //! - `configure`: applying settings from the window, the stored password, checking a login.
 //! - `sleep`: what the engine does before the machine sleeps and after it wakes.
 //! - `sources`: Settings → Sources: the tracker sources listed with their health, tested,
@@ -33,12 +38,15 @@ mod configure;
 mod db_form;
 mod engine;
 pub mod guide;
+mod handoff;
 mod jobs;
 mod keychain;
 mod lifecycle;
 mod overrides;
+mod repos;
 mod sleep;
 mod sources;
+mod verdict;
 mod views;
 
 #[cfg(test)]
@@ -60,5 +68,7 @@ pub use db_form::{DbForm, DbMode};
 pub use devpilot_engine::sources::{HealthState, SourceHealth};
 pub use engine::{Engine, DEMO_DURATION};
 pub use overrides::Overrides;
+pub use repos::{RepoSwitches, RepoView};
 pub use sources::{SourceForm, SourceView, SourcesView};
+pub use verdict::{HandOffVerdict, HandedOff};
 pub use views::{Fleet, JobDetail, NewJob};

@@ -18,13 +18,13 @@ impl Engine {
         if st.paused || !st.dispatch_enabled {
             // Already not claiming: only release what runs, if the user wants hand-off.
             if self.settings().sleep_action == SleepAction::HandOff && !st.running.is_empty() {
-                return h.hand_off(false).await;
+                return self.sleep_hand_off(false).await;
             }
             return vec![];
         }
         self.paused_for_sleep.store(true, Ordering::SeqCst);
         match self.settings().sleep_action {
-            SleepAction::HandOff => h.hand_off(true).await,
+            SleepAction::HandOff => self.sleep_hand_off(true).await,
             SleepAction::Pause => {
                 h.pause(None);
                 vec![]
@@ -32,12 +32,25 @@ impl Engine {
         }
     }
 
+    /// The sleep hook's hand-off, its verdict published like any other; the ids handed off.
+    async fn sleep_hand_off(&self, pause: bool) -> Vec<i64> {
+        match self.hand_off_as(pause, true).await {
+            Ok(v) => v.jobs.iter().map(|j| j.id).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not hand off before sleep");
+                vec![]
+            }
+        }
+    }
+
     /// After a wake: re-check every lease first, then resume what sleep paused.
-    /// Returns the ids whose lease was lost while asleep.
+    /// Returns the ids whose lease was lost while asleep. A red verdict of the hand-off before
+    /// sleep is published again: its notification may have gone unseen as the lid closed.
     pub async fn woke(&self) -> Vec<i64> {
         if let Ok(mut w) = self.woke_at.lock() {
             *w = Some(Instant::now());
         }
+        self.hand_off_tx.send_if_modified(|v| v.as_ref().is_some_and(|v| v.before_sleep && !v.safe));
         let Some(h) = self.orchestrator() else { return vec![] };
         let lost = h.recheck_leases().await;
         if self.paused_for_sleep.swap(false, Ordering::SeqCst) {

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use devpilot_engine::sources::connection::{self, ConnectionError};
 use devpilot_engine::sources::linear::TrackerError;
+use devpilot_engine::sources::maps::WhereJobsRun;
 use devpilot_engine::sources::settings::STATE_TYPES;
 use devpilot_engine::sources::{keys, ApiKey, HealthState, KeyStore, SourceHealth, SourceKind, SourceSettings};
 use devpilot_engine::span::Span;
@@ -240,6 +241,11 @@ pub struct SourceView {
     pub line: String,
     /// Whether the line is good news (for the window's colour).
     pub ok: bool,
+    /// Where its jobs run on this machine: "its jobs run in repo 'webapp' (~/src/webapp), which
+    /// pushes on completion and opens a draft pull request", or what keeps them from it.
+    pub runs_in: String,
+    /// Whether `runs_in` is a warning (no pushed branch here, or waiting for another machine).
+    pub runs_in_warn: bool,
 }
 
 /// Everything Settings → Sources shows.
@@ -283,10 +289,16 @@ impl Engine {
         for (name, s) in file.sources.iter().filter(|(_, s)| on_another_host(s)) {
             own_host.insert(name, from(self.source_key(s).await));
         }
+        let mut runs = BTreeMap::new();
+        for (name, s) in &file.sources {
+            runs.insert(name.as_str(), devpilot_engine::sources::maps::where_jobs_run(s, &file.repos).await);
+        }
         let sources = file
             .sources
             .iter()
             .map(|(name, s)| {
+                let runs_in =
+                    runs.remove(name.as_str()).unwrap_or_else(|| WhereJobsRun { line: String::new(), warn: false });
                 let health = status.sources.iter().find(|h| &h.name == name).cloned();
                 let row = rows.iter().find(|r| &r.name == name).cloned();
                 let (mut line, ok) = health_line(name, s, health.as_ref(), row.as_ref(), &status.machine);
@@ -307,6 +319,8 @@ impl Engine {
                     row,
                     line,
                     ok,
+                    runs_in: runs_in.line,
+                    runs_in_warn: runs_in.warn,
                 }
             })
             .collect();

@@ -697,3 +697,72 @@ async fn sources_are_saved_listed_and_removed() {
     assert!(!std::fs::read_to_string(p.config_file()).unwrap().contains("[sources.eng]"));
     e.stop(StopMode::HandOff).await;
 }
+
+/// A repo added as the window adds it pushes and opens a draft PR with no edit of the file,
+/// and its row says so; its switches turn push off (the row then says what that costs); it
+/// cannot be removed while a source sends its jobs there, and can once none does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repo_added_in_the_window_pushes_and_opens_a_draft_pr() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let clone = dir.path().join("webapp");
+    let git = |args: &[&str]| {
+        assert!(std::process::Command::new("git").args(args).current_dir(&clone).status().unwrap().success())
+    };
+    std::fs::create_dir_all(&clone).unwrap();
+    git(&["init", "-q"]);
+    git(&["remote", "add", "origin", "https://github.com/acme/webapp.git"]);
+    let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
+    e.start().await;
+    e.add_repo("webapp", &clone.to_string_lossy()).await.unwrap();
+    let saved = p.load().unwrap().repos["webapp"].clone();
+    assert!(saved.push && saved.pull_request == devpilot_engine::worktree::PrMode::Draft, "{saved:?}");
+    let views = e.repo_views().await;
+    assert_eq!(views[0].github.as_deref(), Some("acme/webapp"));
+    assert_eq!(views[0].line, "a finished job pushes its branch and opens a draft pull request on acme/webapp");
+    let off = RepoSwitches { push: false, pull_request: devpilot_engine::worktree::PrMode::Draft };
+    e.set_repo("webapp", off).await.unwrap();
+    assert!(!p.load().unwrap().repos["webapp"].push);
+    assert!(e.repo_views().await[0].line.starts_with("does not push on completion"));
+    let mut file = p.load().unwrap();
+    let source = devpilot_engine::sources::SourceSettings {
+        kind: SourceKind::Github,
+        repo: "acme/webapp".into(),
+        maps_to: "webapp".into(),
+        ..Default::default()
+    };
+    file.sources.insert("gh".into(), source);
+    p.save(&file).unwrap();
+    let refused = e.remove_repo("webapp").await.unwrap_err().to_string();
+    assert!(refused.contains("source 'gh' runs its jobs in repo 'webapp'"), "{refused}");
+    file.sources.clear();
+    p.save(&file).unwrap();
+    e.remove_repo("webapp").await.unwrap();
+    assert!(p.load().unwrap().repos.is_empty() && clone.exists(), "out of the settings; the clone stays");
+    assert!(e.remove_repo("webapp").await.is_err(), "a repo that is not there is said");
+    e.stop(StopMode::HandOff).await;
+}
+
+/// A hand-off answers with its verdict once its jobs are released: a demo job (no worktree,
+/// nothing to carry) makes "Safe to close the lid", kept until claiming resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_says_safe_to_close_the_lid() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_secs(60));
+    let mut ev = e.subscribe();
+    e.start().await;
+    wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+    let id = e.enqueue_demo().await.unwrap();
+    wait_event(&mut ev, |x| matches!(x, Event::Claimed { job } if job.id == id)).await;
+    let v = e.hand_off(true).await.unwrap();
+    assert_eq!(v.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+    assert!(v.safe && v.paused, "{v:?}");
+    assert_eq!(v.text, format!("Handed off #{id}. Claiming is paused. Safe to close the lid."));
+    assert_eq!(e.last_hand_off(), Some(v));
+    e.resume().unwrap();
+    assert_eq!(e.last_hand_off(), None, "claiming resumed: the verdict is over");
+    e.stop(StopMode::HandOff).await;
+}
