@@ -292,9 +292,11 @@ async fn presets_pass_the_prompt_as_one_argument(backend: Backend) {
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let prompt = format!("{title}\n\n--model evil\nline 2\n\nSource: https://x/7");
-    let head = ["-p", prompt.as_str(), "--permission-mode", "acceptEdits", "--output-format", "json", "--session-id"];
+    let head =
+        ["-p", prompt.as_str(), "--permission-mode", "acceptEdits", "--output-format", "stream-json", "--verbose"];
     assert_eq!(argv[..7], head, "{argv:?}");
-    assert!(uuid_like(&argv[7]) && argv[8..10] == ["--model", "opus"], "a new session, then the extras: {argv:?}");
+    assert_eq!(argv[7], "--session-id", "{argv:?}");
+    assert!(uuid_like(&argv[8]) && argv[9..11] == ["--model", "opus"], "a new session, then the extras: {argv:?}");
     let (job, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!((job.state.as_str(), job.summary.as_deref()), ("completed", Some("model env yes")));
 

@@ -175,6 +175,34 @@ async fn claude_makes_a_real_edit() {
     assert_eq!(first.matches("Write hello.txt saying hi.").count(), 1, "the prompt once: {first}");
     assert!(!first.contains("\\\"title\\\"") && !first.contains("ENG-9 Write the notes\\\""), "no payload JSON");
     assert!(main[0].headers.iter().any(|(k, v)| k == "x-claude-code-session-id" && *v == session));
+    // Its log is a transcript streamed as it worked (stream-json): the start, the Write call
+    // and its result, and the result object the outcome was read from, one event a line.
+    let log = find_file(&laptop.home, &format!("job-{id}.log")).expect("the job's log");
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("type").is_some())
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|v| v["type"].as_str()).collect();
+    let wrote = events.iter().any(|v| v["type"] == "assistant" && v.to_string().contains("\"name\":\"Write\""));
+    assert!(kinds.first() == Some(&"system") && wrote && kinds.last() == Some(&"result"), "{kinds:?}");
+    assert!(kinds.len() >= 4, "one event a line, as claude worked: {kinds:?}");
+}
+
+/// The file named `name` under `dir`, at any depth.
+fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_file(&path, name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+    }
+    None
 }
 
 /// The real codex edits a file through its `exec` tool in the job's worktree; the job

@@ -181,8 +181,11 @@ fn s(x: &str) -> String {
 
 /// Claude Code, headless mode: `-p` prints the answer and exits; the prompt is the
 /// positional argument right after it (none: read from stdin, up to 10 MB). `acceptEdits`
-/// lets it edit files without asking (in -p nothing can be asked); `--output-format json`
-/// prints one result object (is_error, result, session_id, total_cost_usd, usage).
+/// lets it edit files without asking (in -p nothing can be asked); `--output-format
+/// stream-json` (which `-p` takes only with `--verbose`) prints one JSON event per line as it
+/// works (its messages, each tool call and result), so the job's log is a live transcript,
+/// and ends with the same result object `json` prints alone (is_error, result, session_id,
+/// total_cost_usd, usage).
 /// `--session-id` names a new conversation up front, so a hand-off can carry it even if the
 /// run never printed its result; `--resume` continues one.
 /// Source: https://code.claude.com/docs/en/headless and
@@ -190,7 +193,7 @@ fn s(x: &str) -> String {
 fn claude_argv(prompt: Option<&str>, talk: &Conversation) -> Vec<String> {
     let mut argv = vec![s("claude"), s("-p")];
     argv.extend(prompt.map(s));
-    argv.extend([s("--permission-mode"), s("acceptEdits"), s("--output-format"), s("json")]);
+    argv.extend([s("--permission-mode"), s("acceptEdits"), s("--output-format"), s("stream-json"), s("--verbose")]);
     match talk {
         Conversation::New { id: Some(id) } => argv.extend([s("--session-id"), id.clone()]),
         Conversation::Resume { id, .. } => argv.extend([s("--resume"), id.clone()]),

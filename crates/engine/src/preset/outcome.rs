@@ -57,7 +57,8 @@ impl Preset {
     }
 }
 
-/// claude's `--output-format json`: the last line that is its result object.
+/// claude's `--output-format stream-json` (or `json`): the last line that is its result
+/// object.
 fn claude(tail: &str) -> RunReport {
     let Some(r) = last_object(tail, |v| v.get("type").and_then(Value::as_str) == Some("result")) else {
         return RunReport::default();
