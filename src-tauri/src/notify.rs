@@ -65,6 +65,9 @@ pub enum Kind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
     pub kind: Kind,
+    /// The job it is about, as its title says it ("ENG-7 Fix login redirect"): a single
+    /// notice is titled with it.
+    pub subject: Option<String>,
     pub text: String,
     /// What "Open" opens, for a notification about one job.
     pub open: Option<Open>,
@@ -102,7 +105,11 @@ pub struct Sent {
 
 /// Which notice an event gives, if its toggle is on. Offline/online are handled separately.
 pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
-    let n = |kind, text: String| Some(Notice { kind, text, open: None });
+    let n = |kind, text: String| Some(Notice { kind, subject: None, text, open: None });
+    // About one job: titled with it, and "Open" shows it in the window.
+    let about = |job: &devpilot_app::orchestrator::JobRef, kind, text: String| {
+        Some(Notice { kind, subject: Some(subject_of(job)), text, open: Some(Open::Job(job.id)) })
+    };
     match ev {
         Event::Claimed { job } if on.claimed => n(Kind::Claimed, format!("Started {}", job.label())),
         Event::Completed { job, summary, url } if on.completed => {
@@ -113,12 +120,14 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             let target = job.issue_url.clone().or_else(|| url.clone());
             let otherwise = Box::new(target.map(Open::Url).unwrap_or(Open::Job(job.id)));
             let open = Some(Open::Result { job: job.id, otherwise });
-            Some(Notice { kind: Kind::Completed, text: format!("Finished {}{said}{link}", job.label()), open })
+            let text = format!("Finished {}{said}{link}", job.label());
+            Some(Notice { kind: Kind::Completed, subject: Some(subject_of(job)), text, open })
         }
         Event::Cancelled { job } if on.completed => {
-            n(Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
+            about(job, Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
         }
-        Event::Parked { job, .. } if on.failed => n(
+        Event::Parked { job, .. } if on.failed => about(
+            job,
             Kind::Parked,
             format!(
                 "{} is parked: the agent asked to be tried later (a usage limit?); the attempt did not count",
@@ -126,35 +135,20 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             ),
         ),
         Event::Failed { job, error, dead: true } if on.dead => {
-            n(Kind::Dead, format!("{} is dead after its last attempt: {error}", job.label()))
+            about(job, Kind::Dead, format!("{} is dead after its last attempt: {error}", job.label()))
         }
-        Event::Failed { job, error, dead: false } if on.failed => {
-            n(Kind::Failed, format!("{} failed (attempt {}), will retry: {error}", job.label(), job.attempt))
+        // A retry is told only when asked for: a job retried three times is one notification
+        // (its last failure, dead), not three.
+        Event::Failed { job, error, dead: false } if on.failed && on.every_retry => {
+            about(job, Kind::Failed, format!("{} failed (attempt {}), will retry: {error}", job.label(), job.attempt))
         }
-        Event::LeaseLost { job, reason } if on.lease_lost => n(
-            Kind::LeaseLost,
-            match reason {
-                LossReason::LeaseExpired => {
-                    format!(
-                        "Lost {}: its lease expired and another machine may have it. The agent was stopped.",
-                        job.label()
-                    )
-                }
-                LossReason::DeadlinePassed => {
-                    format!(
-                        "Stopped {}: the database could not be reached to renew its lease, so another machine may take it.",
-                        job.label()
-                    )
-                }
-                LossReason::CompletionRejected => {
-                    format!(
-                        "{} finished here, but another machine had taken it over; this result was not recorded.",
-                        job.label()
-                    )
-                }
-            },
-        ),
-        Event::AgentUnavailable { error } => n(Kind::AgentMissing, format!("Not claiming jobs: {error}")),
+        Event::LeaseLost { job, reason } if on.lease_lost => about(job, Kind::LeaseLost, lost_text(job, *reason)),
+        Event::AgentUnavailable { error } => Some(Notice {
+            kind: Kind::AgentMissing,
+            subject: None,
+            text: format!("Not claiming jobs: {error}"),
+            open: Some(Open::Settings),
+        }),
         // Said once by the machine as the source goes wrong. Only a key the user must set is
         // worth a notification (offline and rate limits mend themselves); both failure
         // toggles off silence it. The message names the tracker (Linear, GitHub) itself.
@@ -163,6 +157,7 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
         {
             Some(Notice {
                 kind: Kind::SourceTrouble,
+                subject: None,
                 text: format!("Source {source}: {message}"),
                 open: Some(Open::Settings),
             })
@@ -171,9 +166,42 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
     }
 }
 
+/// What a lost claim's notice says.
+fn lost_text(job: &devpilot_app::orchestrator::JobRef, reason: LossReason) -> String {
+    match reason {
+        LossReason::LeaseExpired => {
+            format!("Lost {}: its lease expired and another machine may have it. The agent was stopped.", job.label())
+        }
+        LossReason::DeadlinePassed => {
+            format!(
+                "Stopped {}: the database could not be reached to renew its lease, so another machine may take it.",
+                job.label()
+            )
+        }
+        LossReason::CompletionRejected => {
+            format!(
+                "{} finished here, but another machine had taken it over; this result was not recorded.",
+                job.label()
+            )
+        }
+    }
+}
+
+/// What a notification about `job` is titled: its title ("ENG-7 Fix login redirect", "#1 Fix
+/// the login"), else "DevPilot job #12".
+fn subject_of(job: &devpilot_app::orchestrator::JobRef) -> String {
+    match job.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        Some(t) => t.to_string(),
+        None => format!("DevPilot job #{}", job.id),
+    }
+}
+
 /// One notification for a burst.
 pub fn render(batch: &[Notice]) -> (String, String) {
     if let [one] = batch {
+        if let Some(subject) = &one.subject {
+            return (subject.clone(), one.text.clone());
+        }
         let summary = match one.kind {
             Kind::Claimed => "DevPilot: job started",
             Kind::Completed => "DevPilot: job finished",
@@ -309,6 +337,7 @@ impl Notifier {
                         if engine.settings().notify.offline {
                             let _ = tx.send(Notice {
                                 kind: Kind::Offline,
+                                subject: None,
                                 text: format!("Nothing is claimed until it is back. {error}"),
                                 open: None,
                             });
@@ -320,7 +349,12 @@ impl Notifier {
                         t.abort();
                     }
                     if offline_sent.swap(false, Ordering::SeqCst) && on.online {
-                        let _ = tx.send(Notice { kind: Kind::Online, text: "Dispatch carries on.".into(), open: None });
+                        let _ = tx.send(Notice {
+                            kind: Kind::Online,
+                            subject: None,
+                            text: "Dispatch carries on.".into(),
+                            open: None,
+                        });
                     }
                 }
                 other => {
@@ -337,7 +371,9 @@ impl Notifier {
     pub fn hand_off(&self, v: &devpilot_app::HandOffVerdict) {
         let me = self.clone();
         let summary = format!("DevPilot: {}", v.title);
-        let body = if v.before_sleep { format!("Before sleep: {}", v.text) } else { v.text.clone() };
+        // The title says the verdict: the body need not end with it again.
+        let text = v.text.trim_end_matches(" Safe to close the lid.");
+        let body = if v.before_sleep { format!("Before sleep: {text}") } else { text.to_string() };
         let urgent = !v.safe;
         let open = v.jobs.first().map(|j| Open::Job(j.id));
         tauri::async_runtime::spawn(async move {
@@ -421,6 +457,7 @@ async fn watch_set_aside(
 pub fn set_aside_notice(kept: &devpilot_app::config::SetAside, told: Option<&str>) -> Option<Notice> {
     (told != Some(kept.kept_as.as_str())).then(|| Notice {
         kind: Kind::ConfigSetAside,
+        subject: None,
         text: format!(
             "It could not be parsed ({}). It was kept as {} and DevPilot started with default settings; nothing was overwritten.",
             kept.reason, kept.kept_as
@@ -526,6 +563,7 @@ mod tests {
             lease_lost: false,
             offline: false,
             online: false,
+            every_retry: false,
         };
         let ev = Event::AgentUnavailable { error: "agent program 'claude' was not found".into() };
         let n = notice_for(&ev, &none).unwrap();
@@ -546,7 +584,22 @@ mod tests {
         assert_eq!(s, "DevPilot: 1 claim lost, 7 jobs finished");
         assert!(b.contains("… and 3 more"), "{b}");
         let (s, b) = render(&batch[..1]);
-        assert_eq!((s.as_str(), b.as_str()), ("DevPilot: job finished", "Finished T1 (#1)"));
+        assert_eq!((s.as_str(), b.as_str()), ("T1", "Finished T1 (#1)"), "one job's notice is titled with the job");
+    }
+
+    /// A job retried until it is dead makes one notification, its last failure, and opens the
+    /// job; every retry is told only when the setting asks for it.
+    #[test]
+    fn only_the_last_failure_is_told() {
+        let d = NotifySettings::default();
+        let retry = Event::Failed { job: job(1), error: "exit 1".into(), dead: false };
+        let last = Event::Failed { job: job(1), error: "exit 1".into(), dead: true };
+        let told: Vec<Notice> = [&retry, &retry, &last].into_iter().filter_map(|e| notice_for(e, &d)).collect();
+        assert_eq!(told.len(), 1, "three failed attempts, one notification: {told:?}");
+        assert_eq!((told[0].kind, told[0].open.clone()), (Kind::Dead, Some(Open::Job(1))));
+        assert_eq!(render(&told).0, "T1");
+        let every = NotifySettings { every_retry: true, ..d };
+        assert!(notice_for(&retry, &every).is_some_and(|n| n.kind == Kind::Failed));
     }
 
     /// A config file set aside is told once, names where it was kept, and opens Settings.

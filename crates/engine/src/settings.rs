@@ -30,6 +30,9 @@ pub struct NotifySettings {
     pub lease_lost: bool,
     pub offline: bool,
     pub online: bool,
+    /// Every failed attempt, not only a job's last (dead): one job retried three times
+    /// otherwise makes one notification, not three.
+    pub every_retry: bool,
 }
 
 impl Default for NotifySettings {
@@ -42,6 +45,7 @@ impl Default for NotifySettings {
             lease_lost: true,
             offline: true,
             online: true,
+            every_retry: false,
         }
     }
 }
