@@ -64,6 +64,8 @@ const WORDS = {
 };
 
 function renderStatus(st) {
+  problemsFrom.status = statusProblems(st);
+  renderProblems();
   status = st;
   const pill = $('state');
   pill.dataset.state = st.state;
@@ -127,51 +129,115 @@ async function refreshFleet() {
       const stale = seen > 120000 && m.status !== 'stopped';
       const word = stale ? 'offline' : m.status;
       const held = (holds[m.machine] || []).map((j) => `${j.title || '#' + j.id} (#${j.id}, ${ago(j.now - (j.claimed_at || j.now))})`).join(', ');
+      const me = status && m.machine === status.machine;
+      const ask = (holds[m.machine] || []).length && !stale
+        ? el('button', { type: 'button', class: 'ask-handoff', title: 'It releases its jobs at its next renewal, pushing their work, so another machine takes them',
+          onclick: async () => {
+            try {
+              if (me) renderHandOff(await invoke('hand_off', { pause: false }));
+              else notice(await invoke('ask_hand_off', { machine: m.machine }));
+            } catch (e) { notice(errText(e)); }
+            refreshFleet();
+          } }, me ? 'Hand off' : 'Ask to hand off')
+        : '';
       body.append(el('tr', { dataset: { machine: m.machine } },
-        el('td', {}, m.machine),
-        el('td', { class: 'state' }, word + (m.dispatch_enabled ? '' : ' (dispatch off)')),
+        el('td', {}, m.machine, me ? el('span', { class: 'muted small' }, ' (this machine)') : ''),
+        el('td', { class: 'state' }, word + (m.dispatch_enabled ? '' : ' (dispatch off)'),
+          m.problem ? el('div', { class: 'warn small' }, 'not claiming: ' + m.problem) : ''),
         el('td', {}, ago(seen) + ' ago'),
         el('td', {}, `${m.running}/${m.concurrency}`),
-        el('td', {}, held || '—')));
+        el('td', {}, held || '—'),
+        el('td', {}, (m.repos || []).join(', ') || el('span', { class: 'muted' }, 'none')),
+        el('td', {}, (m.labels || []).join(', ') || el('span', { class: 'muted' }, 'none')),
+        el('td', {}, ask)));
     }
     $('fleet-empty').hidden = f.machines.length > 0;
   } catch (e) {
-    body.replaceChildren(el('tr', {}, el('td', { colSpan: 5 }, errText(e))));
+    body.replaceChildren(el('tr', {}, el('td', { colSpan: 8 }, errText(e))));
   }
 }
 
 // ---------------------------------------------------------------- queue
 
+// Where a job came from, for the Source filter: the tracker part of its key
+// ("github:acme/webapp", "linear"), else "added here".
+function sourceOf(j) {
+  const k = j.unique_key || '';
+  if (k.startsWith('github:')) return k.split('#')[0];
+  if (k.startsWith('linear:')) return 'linear';
+  return 'added here';
+}
+
+// The machine that ran (or runs) a job, as far as its row says.
+function machineOf(j) { return j.claimed_by || ''; }
+
+// Fills a filter's options from the rows, keeping what was chosen.
+function fillFilter(id, values, any) {
+  const sel = $(id);
+  const keep = sel.value;
+  const sorted = [...new Set(values.filter(Boolean))].sort();
+  sel.replaceChildren(el('option', { value: '' }, any), ...sorted.map((v) => el('option', { value: v }, v)));
+  sel.value = sorted.includes(keep) ? keep : '';
+}
+
+let lastJobs = null;
+
 async function refreshJobs() {
   const body = $('jobs');
   try {
     const r = await invoke('list_jobs', { jobState: filter, limit: 200 });
+    lastJobs = r;
     const c = r.counts;
     $('counts').textContent = `queued ${c.queued} · running ${c.running} · failed ${c.failed} · completed ${c.completed} · dead ${c.dead} · cancelled ${c.cancelled}`;
-    body.replaceChildren();
-    for (const j of r.jobs) {
-      const actions = el('td', {});
-      if (j.state === 'dead' || j.state === 'failed') {
-        actions.append(el('button', { type: 'button', class: 'requeue', onclick: (ev) => { ev.stopPropagation(); act('requeue', j.id); } }, 'Requeue'));
-      }
-      // Running jobs too, wherever they run: the holder stops the agent at its next renewal.
-      if ((j.state === 'queued' || j.state === 'failed' || j.state === 'running') && !j.cancel_requested_by) {
-        actions.append(el('button', { type: 'button', class: 'cancel', onclick: (ev) => { ev.stopPropagation(); act('cancel', j.id); } }, 'Cancel'));
-      }
-      body.append(el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
-        el('td', {}, j.id),
-        el('td', {}, j.title || '', issueLink(j)),
-        el('td', { class: `state state-${j.state}` }, stateText(j),
-          r.unroutable[j.id] ? el('div', { class: 'warn', title: 'Only a machine that has the repo and every label takes it' }, r.unroutable[j.id]) : ''),
-        el('td', {}, j.attempts),
-        el('td', {}, j.claimed_by || ''),
-        el('td', {}, ago(j.now - j.created_at)),
-        actions));
-    }
+    fillFilter('q-machine', r.jobs.map(machineOf), 'Any machine');
+    fillFilter('q-repo', r.jobs.map((j) => j.repo), 'Any repo');
+    fillFilter('q-source', r.jobs.map(sourceOf), 'Any source');
+    renderJobRows();
     if (openJob != null) showJob(openJob);
   } catch (e) {
-    body.replaceChildren(el('tr', {}, el('td', { colSpan: 7 }, errText(e))));
+    body.replaceChildren(el('tr', {}, el('td', { colSpan: 10 }, errText(e))));
   }
+}
+
+// The listed jobs through the filters and the search.
+function renderJobRows() {
+  const r = lastJobs;
+  if (!r) return;
+  const q = $('q-search').value.trim().toLowerCase();
+  const [m, repo, src] = [$('q-machine').value, $('q-repo').value, $('q-source').value];
+  const shown = r.jobs.filter((j) => (!m || machineOf(j) === m) && (!repo || j.repo === repo) && (!src || sourceOf(j) === src)
+    && (!q || `#${j.id} ${j.title || ''} ${j.issue || ''}`.toLowerCase().includes(q)));
+  $('jobs').replaceChildren(...shown.map((j) => jobRow(j, r.unroutable[j.id])));
+  const total = Object.values(r.counts).reduce((a, b) => a + (typeof b === 'number' ? b : 0), 0);
+  $('jobs-empty').hidden = shown.length > 0;
+  $('jobs-empty-text').textContent = total === 0
+    ? 'No jobs yet. Add one by hand, or connect GitHub or Linear and label an issue.'
+    : 'No job matches these filters.';
+}
+
+function jobRow(j, unroutable) {
+  const actions = el('td', {});
+  if (j.state === 'dead' || j.state === 'failed') {
+    actions.append(el('button', { type: 'button', class: 'requeue', onclick: (ev) => { ev.stopPropagation(); act('requeue', j.id); } }, 'Retry'));
+  }
+  // Running jobs too, wherever they run: the holder stops the agent at its next renewal.
+  if ((j.state === 'queued' || j.state === 'failed' || j.state === 'running') && !j.cancel_requested_by) {
+    actions.append(el('button', { type: 'button', class: 'cancel', onclick: (ev) => { ev.stopPropagation(); act('cancel', j.id); } }, 'Cancel'));
+  }
+  const end = j.state === 'running' ? j.now : (j.finished_at || j.completed_at);
+  const pr = j.url && j.url.includes('/pull/') && webLink(j.url);
+  return el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
+    el('td', {}, j.id),
+    el('td', {}, j.title || ''),
+    el('td', {}, j.repo || ''),
+    el('td', {}, issueLink(j)),
+    el('td', { class: `state state-${j.state}` }, stateText(j),
+      unroutable ? el('div', { class: 'warn', title: 'Only a machine that has the repo and every label takes it' }, unroutable) : ''),
+    el('td', {}, machineOf(j)),
+    el('td', {}, j.claimed_at && end ? span(end - j.claimed_at) : ''),
+    el('td', {}, j.agent && j.agent.cost_usd != null ? usd(j.agent.cost_usd) : ''),
+    el('td', {}, pr ? el('a', { class: 'pr', href: pr, onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); invoke('open_link', { url: pr }).catch((e) => notice(errText(e))); } }, '#' + pr.split('/pull/')[1]) : ''),
+    actions);
 }
 
 // The tracker issue a job came from ("ENG-7"), as a link the user's browser opens: the
@@ -203,9 +269,10 @@ function stateText(j) {
 async function act(cmd, id) {
   try {
     const ok = await invoke(cmd, { id });
-    if (!ok) alert(`Job #${id} could not be ${cmd === 'cancel' ? 'cancelled' : 'requeued'} (its state changed).`);
+    if (!ok) notice(`Job #${id} could not be ${cmd === 'cancel' ? 'cancelled' : 'retried'}: its state changed.`);
     else if (ok.outcome === 'requested') notice(`Asked ${ok.holder || 'its machine'} to stop job #${id}; it ends cancelled at that machine's next renewal.`);
-  } catch (e) { alert(errText(e)); }
+    else notice(cmd === 'cancel' ? `Cancelled job #${id}.` : `Job #${id} is queued again.`);
+  } catch (e) { notice(errText(e)); }
   refreshJobs();
 }
 
@@ -236,50 +303,262 @@ function usd(x) { return '$' + (x === 0 || x >= 0.01 ? x.toFixed(2) : x.toFixed(
 // 24693 as "24,693"; unknown as "?".
 function count(n) { return n == null ? '?' : n.toLocaleString('en-US'); }
 
+// "12 min", "1 h 5 min", "40 s".
+function span(ms) {
+  if (ms == null || ms < 0) return '';
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.round(s / 60);
+  if (m < 60) return `${m} min`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+// A date and time on the local clock: "Dec 5, 14:02".
+function when(ms) {
+  if (ms == null) return '';
+  return new Date(ms).toLocaleString('en-US', { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', hour12: false });
+}
+
+// What the job's state means, in words, for the top of its page.
+function verdictOf(d) {
+  const j = d.job;
+  const by = (kind) => [...d.history].reverse().find((h) => h.kind === kind);
+  switch (j.state) {
+    case 'completed': {
+      const done = by('completed');
+      const on = done && done.machine ? ` on ${done.machine}` : '';
+      return { cls: 'ok', text: `Completed${on}` + (j.commits === 0 ? ': no changes (the agent changed no file, so no branch and no pull request)' : '.') };
+    }
+    case 'running':
+      return { cls: 'run', text: `Running on ${j.claimed_by || '?'} for ${span(j.now - (j.claimed_at || j.now))}` + (j.cancel_requested_by ? ', cancelling.' : '.') };
+    case 'failed':
+      return { cls: 'bad', text: `Failed (attempt ${j.attempts} of ${j.max_attempts})` + (j.run_at > j.now ? `; it is tried again in ${ago(j.run_at - j.now)}.` : '; it is tried again.') };
+    case 'dead':
+      return { cls: 'bad', text: `Dead after ${j.attempts} attempt${j.attempts === 1 ? '' : 's'}: nothing will try it again until it is retried.` };
+    case 'cancelled': {
+      const c = by('cancelled');
+      return { cls: 'muted', text: `Cancelled${c && c.machine ? ' by ' + c.machine : ''}.` };
+    }
+    default:
+      if (d.unroutable) return { cls: 'warn', text: `Waiting: ${d.unroutable}.` };
+      if (j.run_at > j.now) return { cls: 'muted', text: `Queued; it starts in ${ago(j.run_at - j.now)}.` };
+      return { cls: 'muted', text: 'Queued: the next free machine takes it.' };
+  }
+}
+
+// A button that opens an http(s) link in the user's browser (never in the window).
+function linkButton(label, url, cls) {
+  const u = webLink(url);
+  if (!u) return null;
+  return el('button', { type: 'button', class: cls, title: u, onclick: () => invoke('open_link', { url: u }).catch((e) => notice(errText(e))) }, label);
+}
+
+// One line per report to the tracker: what it is, and done, waiting or failed (with why).
+const DELIVERY = {
+  claimed: 'Said it started', completed: 'Posted the result', failed: 'Posted the failure', dead: 'Posted that it gave up',
+  cancelled: 'Posted the cancel', parked: 'Said it is parked', pull_request: 'Pull request', updated: 'Said it was updated',
+  edited_after_approval: 'Said the issue changed after approval',
+};
+function deliveryLine(r, j) {
+  const what = DELIVERY[r.event] || r.event;
+  let state; let cls;
+  if (r.outcome === 'delivered') {
+    cls = 'ok';
+    state = r.event === 'pull_request' ? (webLink(j.url) && j.url.includes('/pull/') ? `opened ${j.url}` : (j.commits === 0 ? 'none: no changes' : 'none')) : 'done';
+  } else if (r.outcome) {
+    cls = 'bad';
+    state = `failed: ${r.last_error || r.outcome}`;
+  } else {
+    cls = 'warn';
+    state = r.tries ? `waiting (tried ${r.tries}×${r.last_error ? ': ' + r.last_error : ''})` : 'waiting';
+  }
+  return el('li', { class: cls, dataset: { event: r.event } }, el('b', {}, what), ' · ', state);
+}
+
 async function showJob(id) {
   openJob = id;
   try {
     const d = await invoke('job_detail', { id });
     const j = d.job;
     $('detail-title').textContent = `#${j.id} ${j.title || ''}`;
-    const where = [];
-    if (j.repo) where.push('repo ' + j.repo);
-    if (j.requires && j.requires.length) where.push('needs ' + j.requires.join(', '));
-    if (j.resume_branch) where.push(`resumes ${j.resume_branch} from ${j.resumed_from || '?'}`);
-    if (j.worktree) where.push('worktree kept at ' + j.worktree);
-    $('detail-meta').textContent = `${stateText(j)} · attempts ${j.attempts} · priority ${j.priority} · ${j.claimed_by ? 'held by ' + j.claimed_by : 'unclaimed'}${j.unique_key ? ' · key ' + j.unique_key : ''}${where.length ? ' · ' + where.join(' · ') : ''}${j.last_error ? ' · last error: ' + j.last_error : ''}`;
-    if (d.unroutable) $('detail-meta').append(' · ', el('span', { class: 'warn' }, d.unroutable));
+    const v = verdictOf(d);
+    $('detail-verdict').className = 'verdict ' + v.cls;
+    $('detail-verdict').replaceChildren(el('div', { class: 'verdict-text' }, v.text),
+      j.last_error && j.state !== 'completed' ? el('pre', { class: 'error' }, j.last_error) : '');
+    const links = [linkButton(j.url && j.url.includes('/pull/') ? 'Open pull request' : 'Open result', j.url, 'pr primary'),
+      j.issue ? linkButton(`Open ${j.issue}`, j.issue_url, 'issue-btn') : null].filter(Boolean);
+    $('detail-links').replaceChildren(...links);
+    $('detail-links').hidden = !links.length;
+    const facts = [];
+    const fact = (k, val) => { if (val) facts.push(el('dt', {}, k), el('dd', {}, val)); };
+    fact('Repo', j.repo);
+    fact('Branch', d.branch ? d.branch + (j.commits != null ? ` (${j.commits} commit${j.commits === 1 ? '' : 's'})` : '') : null);
+    fact('Machine', j.claimed_by || ([...d.history].reverse().find((h) => h.machine && h.kind !== 'requeued') || {}).machine);
+    fact('Started', when(j.claimed_at));
+    const end = j.finished_at || j.completed_at;
+    fact('Ended', j.state === 'running' ? null : when(end));
+    fact('Duration', j.claimed_at ? span((j.state === 'running' ? j.now : (end || j.now)) - j.claimed_at) : null);
+    fact('Attempts', `${j.attempts} of ${j.max_attempts}`);
+    fact('Added', when(j.created_at));
+    if (j.resume_branch) fact('Resumes', `${j.resume_branch} from ${j.resumed_from || '?'}`);
+    if (j.worktree) fact('Worktree kept', j.worktree);
+    $('detail-facts').replaceChildren(...facts);
     const run = agentRun(j.agent);
     $('detail-agent').replaceChildren(...run.flatMap((p, i) => (i ? [' · ', p] : [p])));
     $('detail-agent').hidden = !run.length;
     const res = $('detail-result');
     res.replaceChildren();
     if (j.summary) res.append(el('span', {}, j.summary));
-    // Only an http(s) link is a link (a row written by hand may say `javascript:`).
-    const link = webLink(j.url);
-    if (link) res.append(' ', el('a', { href: link, target: '_blank', rel: 'noopener' }, j.url));
-    else if (j.url) res.append(' ', el('span', {}, j.url));
-    res.hidden = !(j.summary || j.url);
+    res.hidden = !j.summary;
+    $('detail-actions').replaceChildren(...jobActions(d));
+    $('detail-deliveries').replaceChildren(...d.deliveries.map((r) => deliveryLine(r, j)));
+    $('detail-tracker').hidden = !d.deliveries.length;
     const h = $('detail-history');
     h.replaceChildren();
     for (const ev of d.history) {
-      h.append(el('li', {}, `${new Date(ev.at).toLocaleTimeString()} ${ev.kind}${ev.machine ? ' by ' + ev.machine : ''}${ev.detail ? ': ' + ev.detail : ''}`));
+      h.append(el('li', {}, `${when(ev.at)} ${ev.kind}${ev.machine ? ' by ' + ev.machine : ''}${ev.detail ? ': ' + ev.detail : ''}`));
     }
     $('detail-payload').textContent = JSON.stringify(d.payload, null, 2);
-    const live = d.log_from && d.log_from !== 'local';
-    $('detail-log-title').textContent = live
-      ? `Agent log (last 16 KiB from ${d.log_from}${j.state === 'running' ? ', live' : ''})`
-      : 'Agent log (this machine)';
-    $('detail-log').classList.toggle('live', !!live);
-    $('detail-log').textContent = d.log_tail || '(no log yet)';
-    // A job running on another machine: follow its log as its holder stores it.
-    clearTimeout(logTimer);
-    if (live && j.state === 'running' && openJob === j.id) logTimer = setTimeout(() => { if (openJob === j.id) showJob(j.id); }, 3000);
+    $('detail-meta').textContent = `job #${j.id} · priority ${j.priority}${j.unique_key ? ' · key ' + j.unique_key : ''}${j.requires && j.requires.length ? ' · needs ' + j.requires.join(', ') : ''}`;
+    renderLog(d);
     $('detail').hidden = false;
   } catch (e) {
     $('detail-title').textContent = errText(e);
     $('detail').hidden = false;
   }
+}
+
+// The agent's log: the transcript a preset streams, or the plain lines a command prints.
+// A running job's log is followed (here or on another machine) while Follow is on.
+function renderLog(d) {
+  const j = d.job;
+  const live = d.log_from && d.log_from !== 'local';
+  $('detail-log-title').textContent = live
+    ? `Agent log (last 16 KiB from ${d.log_from}${j.state === 'running' ? ', live' : ''})`
+    : `Agent log (this machine${j.state === 'running' ? ', live' : ''})`;
+  const pre = $('detail-log');
+  const tr = transcriptOf(d.log_tail || '');
+  const box = tr ? $('detail-transcript') : pre;
+  $('detail-transcript').hidden = !tr;
+  pre.hidden = !!tr;
+  box.classList.toggle('live', j.state === 'running');
+  const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
+  // What the user opened stays open across a refresh.
+  const open = new Set([...box.querySelectorAll('details[open]')].map((x) => x.dataset.key));
+  if (tr) {
+    box.replaceChildren(...tr.lines);
+    for (const x of box.querySelectorAll('details')) x.open = open.has(x.dataset.key);
+    $('detail-log-title').append(tr.cost ? ` · ${tr.cost}` : '');
+  } else {
+    pre.textContent = d.log_tail || '(no log yet)';
+  }
+  if ($('detail-follow').checked && atEnd) box.scrollTop = box.scrollHeight;
+  $('detail-full-log').hidden = !d.log_path;
+  $('detail-full-log').onclick = () => invoke('open_job_log', { id: j.id }).catch((e) => notice(errText(e)));
+  clearTimeout(logTimer);
+  if (j.state === 'running' && openJob === j.id && $('detail-follow').checked) {
+    logTimer = setTimeout(() => { if (openJob === j.id) showJob(j.id); }, 2000);
+  }
+}
+
+// The log as a transcript, when the agent streams JSON events (claude's stream-json,
+// codex's --json): its messages as lines, each tool call, command and file edit as a line
+// that expands to its input and output, and the cost so far. `null`: plain output.
+function transcriptOf(text) {
+  const lines = [];
+  let events = 0;
+  let cost = null;
+  let tokens = 0;
+  const say = (cls, head, body, key) => {
+    if (body == null || body === '') { lines.push(el('div', { class: 't-line ' + cls }, head)); return; }
+    const d = el('details', { class: 't-line ' + cls, dataset: { key: key || String(lines.length) } },
+      el('summary', {}, head), el('pre', {}, typeof body === 'string' ? body : JSON.stringify(body, null, 2)));
+    lines.push(d);
+  };
+  const short = (x, n) => { const t = String(x == null ? '' : x).replace(/\s+/g, ' ').trim(); return t.length > n ? t.slice(0, n) + '…' : t; };
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (!line) continue;
+    let ev = null;
+    if (line.startsWith('{')) { try { ev = JSON.parse(line); } catch (e) { ev = null; } }
+    if (!ev || typeof ev.type !== 'string') { lines.push(el('div', { class: 't-line plain' }, raw)); continue; }
+    events++;
+    switch (ev.type) {
+      case 'system':
+        if (ev.subtype === 'init') say('sys', `Started ${ev.model ? 'with ' + ev.model : ''}${ev.session_id ? ' · session ' + short(ev.session_id, 8) : ''}`);
+        else if (ev.subtype === 'api_retry') say('warn', 'Retrying the model call…', ev);
+        break;
+      case 'assistant':
+        for (const c of (ev.message && ev.message.content) || []) {
+          if (c.type === 'text' && c.text) say('msg', c.text);
+          else if (c.type === 'tool_use') {
+            const i = c.input || {};
+            const target = i.file_path || i.path || i.command || i.pattern || i.url || '';
+            say('tool', `▸ ${c.name}${target ? ' ' + short(target, 90) : ''}`, i, c.id);
+          }
+        }
+        if (ev.message && ev.message.usage) tokens += (ev.message.usage.output_tokens || 0);
+        break;
+      case 'user':
+        for (const c of (ev.message && ev.message.content) || []) {
+          if (c.type !== 'tool_result') continue;
+          const out = Array.isArray(c.content) ? c.content.map((x) => x.text || '').join('\n') : c.content;
+          say(c.is_error ? 'bad' : 'result', `  ↳ ${c.is_error ? 'failed' : 'result'}: ${short(out, 80)}`, out, c.tool_use_id && c.tool_use_id + ':r');
+        }
+        break;
+      case 'result':
+        if (ev.total_cost_usd != null) cost = usd(ev.total_cost_usd);
+        say(ev.is_error ? 'bad' : 'done', `${ev.is_error ? '✗ Ended with an error' : '✓ Done'}${cost ? ' · ' + cost : ''}${ev.num_turns ? ' · ' + ev.num_turns + ' turns' : ''}`, ev.result);
+        break;
+      case 'item.completed':
+      case 'item.started': {
+        const it = ev.item || {};
+        if (ev.type === 'item.started' && it.type !== 'command_execution') break;
+        if (it.type === 'agent_message') say('msg', it.text || '');
+        else if (it.type === 'reasoning') say('sys', `thinking: ${short(it.text, 100)}`, it.text);
+        else if (it.type === 'command_execution') {
+          if (ev.type === 'item.started') say('tool', `▸ ${short(it.command, 100)}`, null);
+          else say(it.exit_code ? 'bad' : 'result', `  ↳ exit ${it.exit_code == null ? '?' : it.exit_code}: ${short(it.aggregated_output, 80)}`, it.aggregated_output, it.id);
+        } else if (it.type === 'file_change') say('tool', `▸ edited ${(it.changes || []).map((c) => c.path).join(', ')}`, it.changes, it.id);
+        else if (it.type === 'error') say('bad', it.message || 'error', it);
+        break;
+      }
+      case 'turn.completed':
+        if (ev.usage) tokens += ev.usage.output_tokens || 0;
+        break;
+      case 'turn.failed':
+      case 'error':
+        say('bad', `✗ ${(ev.error && ev.error.message) || ev.message || 'error'}`, ev);
+        break;
+      default:
+        break;
+    }
+  }
+  if (!events) return null;
+  if (!cost && tokens) cost = `${count(tokens)} tokens out so far`;
+  return { lines, cost };
+}
+
+// What can be done with the job from here: Cancel, Retry, Hand off, Open worktree.
+function jobActions(d) {
+  const j = d.job;
+  const out = [];
+  const btn = (label, cls, f, title) => out.push(el('button', { type: 'button', class: cls, title: title || '', onclick: f }, label));
+  if (['queued', 'failed', 'running'].includes(j.state) && !j.cancel_requested_by) btn('Cancel', 'cancel', () => act('cancel', j.id));
+  if (['dead', 'failed', 'cancelled'].includes(j.state)) btn('Retry', 'retry', () => act('requeue', j.id), 'Queue it again now, with its attempts reset');
+  if (j.state === 'running' && j.claimed_by) {
+    const here = status && j.claimed_by === status.machine;
+    btn(here ? 'Hand off' : `Ask ${j.claimed_by} to hand off`, 'handoff',
+      async () => {
+        try {
+          if (here) renderHandOff(await invoke('hand_off', { pause: false }));
+          else notice(await invoke('ask_hand_off', { machine: j.claimed_by }));
+        } catch (e) { notice(errText(e)); }
+        showJob(j.id);
+      }, here ? 'Release this machine\'s jobs now, pushing their work, so another machine takes them' : 'That machine releases its jobs at its next renewal');
+  }
+  if (d.worktree_here) btn('Open worktree', 'worktree', () => invoke('open_worktree', { id: j.id }).catch((e) => notice(errText(e))));
+  return out;
 }
 
 // ---------------------------------------------------------------- settings
@@ -380,6 +659,29 @@ async function saveSettings(ev) {
   }
 }
 
+// ---------------------------------------------------------------- problems
+
+// What is wrong on this machine, from each part of Settings: "Problems (N)" at the top,
+// each row with a Fix that goes to where it is set.
+const problemsFrom = { status: [], repos: [], sources: [] };
+
+function statusProblems(st) {
+  const out = [];
+  if (!st) return out;
+  if (!st.db_online && st.state !== 'starting') out.push({ text: `The database cannot be reached${st.message ? ': ' + st.message : ''}.`, fix: 'fs-database' });
+  else if (st.state === 'needs_agent') out.push({ text: 'No agent is set: this machine claims nothing. Name one (claude, codex, aider, gemini, or a command).', fix: 'fs-machine' });
+  else if (st.state === 'error' && st.message) out.push({ text: st.message, fix: 'fs-machine' });
+  return out;
+}
+
+function renderProblems() {
+  const all = [...problemsFrom.status, ...problemsFrom.repos, ...problemsFrom.sources];
+  $('problems').hidden = !all.length;
+  $('problems-title').textContent = `Problems (${all.length})`;
+  $('problems-list').replaceChildren(...all.map((p) => el('li', {}, el('span', {}, p.text),
+    el('button', { type: 'button', onclick: () => $(p.fix).scrollIntoView({ block: 'start' }) }, 'Fix'))));
+}
+
 // ---------------------------------------------------------------- sources
 
 // What the list last showed of the machine's health, so a status event redraws it only on a change.
@@ -398,10 +700,15 @@ let sourcesView = null;
 
 function renderSources(v) {
   sourcesView = v;
+  problemsFrom.sources = v.sources.flatMap((x) => [
+    ...(x.ok ? [] : [{ text: x.line, fix: 'sources' }]),
+    ...(x.runs_in_warn ? [{ text: `${x.name}: ${x.runs_in}`, fix: 'sources' }] : []),
+  ]);
+  renderProblems();
   sourcesHealth = JSON.stringify(status ? status.sources || [] : []);
   $('sources-list').replaceChildren(...v.sources.map((s) => el('li', { class: s.ok ? 'ok' : 'bad', dataset: { source: s.name } },
-    el('span', { class: 'line' }, s.line,
-      el('span', { class: 'runs-in ' + (s.runs_in_warn ? 'warn' : 'muted') }, s.runs_in ? `${s.name}: ${s.runs_in}` : '')),
+    el('span', { class: 'line' }, s.line),
+    el('span', { class: 'runs-in ' + (s.runs_in_warn ? 'warn' : 'muted') }, s.runs_in ? `${s.name}: ${s.runs_in}` : ''),
     el('button', { type: 'button', class: 'edit', onclick: () => fillSource(s.form) }, 'Edit'),
     el('button', { type: 'button', class: 'remove', onclick: () => removeSource(s.name) }, 'Remove'))));
   $('sources-empty').hidden = v.sources.length > 0;
@@ -538,6 +845,8 @@ async function renderRepos() {
   try { repos = await invoke('list_repos'); } catch (e) { repoMsg(errText(e), 'err'); }
   $('repos').replaceChildren(...repos.map(repoRow));
   $('repos-empty').hidden = repos.length > 0;
+  problemsFrom.repos = repos.filter((r) => r.problems.length).map((r) => ({ text: `Repo ${r.name}: ${r.line}`, fix: 'fs-repos' }));
+  renderProblems();
   return repos;
 }
 
@@ -683,7 +992,8 @@ function renderHandOff(v) {
   box.classList.toggle('safe', v.safe);
   box.classList.toggle('unsafe', !v.safe);
   $('handoff-title').textContent = v.title + (v.before_sleep ? ' (handed off before sleep)' : '') + '.';
-  $('handoff-text').textContent = v.text;
+  // The bold title says the verdict: the sentence need not end with it again.
+  $('handoff-text').textContent = v.text.replace(/ Safe to close the lid\.$/, '');
   $('handoff-resume').hidden = !v.paused;
 }
 
@@ -696,17 +1006,17 @@ function renderTrayHost(present) {
 function current() { return (location.hash || '#fleet').slice(1); }
 
 async function quit(mode) {
-  try { await invoke('quit', { mode }); } catch (e) { alert(errText(e)); }
+  try { await invoke('quit', { mode }); } catch (e) { notice(errText(e)); }
 }
 
 window.addEventListener('hashchange', () => show(current()));
 
 document.addEventListener('DOMContentLoaded', async () => {
   $('dispatch').addEventListener('change', async (e) => {
-    try { renderStatus(await invoke('set_dispatch', { enabled: e.target.checked })); } catch (err) { alert(errText(err)); refreshStatus(); }
+    try { renderStatus(await invoke('set_dispatch', { enabled: e.target.checked })); } catch (err) { notice(errText(err)); refreshStatus(); }
   });
   $('pause-btn').addEventListener('click', async () => {
-    try { await invoke(status && status.paused ? 'resume' : 'pause', {}); } catch (e) { alert(errText(e)); }
+    try { await invoke(status && status.paused ? 'resume' : 'pause', {}); } catch (e) { notice(errText(e)); }
   });
   $('handoff-btn').addEventListener('click', async () => {
     $('handoff-btn').disabled = true;
@@ -729,7 +1039,7 @@ document.addEventListener('DOMContentLoaded', async () => {
       const r = await invoke('enqueue_demo', { key: key || null });
       if (r.existing) notice(`Job #${r.id} with key "${key}" is already ${r.existing}; nothing was added.`);
       openJob = r.id; location.hash = '#queue'; refreshJobs();
-    } catch (e) { alert(errText(e)); }
+    } catch (e) { notice(errText(e)); }
   });
   for (const b of document.querySelectorAll('#filters button')) {
     b.addEventListener('click', () => {
@@ -738,11 +1048,15 @@ document.addEventListener('DOMContentLoaded', async () => {
       refreshJobs();
     });
   }
-  $('detail-close').addEventListener('click', () => { openJob = null; $('detail').hidden = true; });
+  $('detail-close').addEventListener('click', () => { openJob = null; clearTimeout(logTimer); $('detail').hidden = true; });
+  $('detail-follow').addEventListener('change', () => { if (openJob != null) showJob(openJob); });
+  for (const id of ['q-search', 'q-machine', 'q-repo', 'q-source']) $(id).addEventListener('input', renderJobRows);
+  $('empty-new').addEventListener('click', () => { location.hash = '#new'; });
+  $('empty-connect').addEventListener('click', () => { location.hash = '#settings'; setTimeout(() => $('sources').scrollIntoView({ block: 'start' }), 200); });
   $('db-mode').addEventListener('change', dbModeChanged);
   $('settings-form').addEventListener('submit', saveSettings);
   $('forget-pw').addEventListener('click', async () => {
-    try { await invoke('forget_password'); await loadSettings(); } catch (e) { alert(errText(e)); }
+    try { await invoke('forget_password'); await loadSettings(); } catch (e) { notice(errText(e)); }
   });
   $('config-notice-settings').addEventListener('click', () => { location.hash = '#settings'; });
   $('config-notice-dismiss').addEventListener('click', async () => {
@@ -751,7 +1065,7 @@ document.addEventListener('DOMContentLoaded', async () => {
   });
   $('quit-handoff').addEventListener('click', () => quit('hand_off'));
   $('close-quit').addEventListener('click', () => quit('hand_off'));
-  $('close-background').addEventListener('click', () => invoke('close_window').catch((e) => alert(errText(e))));
+  $('close-background').addEventListener('click', () => invoke('close_window').catch((e) => notice(errText(e))));
   // Cancel goes back to what the window showed before the question (the guide, a form...).
   $('close-cancel').addEventListener('click', () => { location.hash = '#' + (beforeClose || 'fleet'); });
   $('quit-drain').addEventListener('click', () => quit('drain'));

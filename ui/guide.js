@@ -1,5 +1,6 @@
 // The first-run guide (the window opens on it when there is no settings file): where jobs
-// live, which agent runs them, a first job. Finishing saves the settings (the same command as
+// live, which agent runs them, GitHub or Linear (a source, its key, the local clone its jobs
+// run in), a first job. Finishing saves the settings (the same command as
 // the Settings tab, with its checks); skipping saves the defaults. Either way a settings file
 // exists afterwards, so the guide never shows again. Uses app.js's invoke, $ and errText.
 'use strict';
@@ -59,6 +60,16 @@ function gRender() {
   demoJob.disabled = agent !== 'demo';
   $('g-demo-choice').classList.toggle('muted', demoJob.disabled);
   if (demoJob.disabled && demoJob.checked) document.querySelector('input[name="g-job"][value="real"]').checked = true;
+  const tracker = gPick('g-tracker');
+  $('g-connect').hidden = tracker === 'none';
+  for (const e of document.querySelectorAll('#g-connect [data-tracker]')) e.hidden = e.dataset.tracker !== tracker;
+  $('g-key-name').textContent = tracker === 'github' ? 'Token' : 'API key';
+  // A connected tracker's first job is an issue: the choice is offered, and taken by default.
+  const issue = document.querySelector('input[name="g-job"][value="issue"]');
+  $('g-issue-choice').hidden = tracker === 'none';
+  issue.disabled = tracker === 'none';
+  if (issue.disabled && issue.checked) document.querySelector('input[name="g-job"][value="none"]').checked = true;
+  $('g-issue-label').textContent = $('g-label').value.trim() || 'any label';
   $('g-real').hidden = gPick('g-job') !== 'real';
   $('g-job-agent').textContent = agent === 'command' ? 'your command' : (agent === 'demo' ? 'the demo agent' : agent);
   for (const li of document.querySelectorAll('#g-steps li')) {
@@ -68,7 +79,7 @@ function gRender() {
   }
   for (const s of document.querySelectorAll('#guide .step')) s.hidden = parseInt(s.dataset.step, 10) !== guide.step;
   $('g-back').hidden = guide.step === 1;
-  $('g-next').textContent = guide.step === 3 ? 'Finish' : 'Next';
+  $('g-next').textContent = guide.step === 4 ? 'Finish' : 'Next';
 }
 
 // The password only with PostgreSQL: typed and then switched to this machine only, it must
@@ -81,7 +92,7 @@ function gConnection() {
 
 // One request at a time: the buttons wait while one is out.
 async function gBusy(f) {
-  const buttons = ['g-test', 'g-setup', 'g-check', 'g-next', 'g-back', 'g-skip'].map($);
+  const buttons = ['g-test', 'g-setup', 'g-check', 'g-next', 'g-back', 'g-skip', 'g-source-test', 'g-gh-import'].map($);
   for (const b of buttons) b.disabled = true;
   try { return await f(); } finally { for (const b of buttons) b.disabled = false; }
 }
@@ -132,7 +143,12 @@ async function gNext() {
   gSay('g-msg', '');
   if (guide.step === 1 && gShared() && !(await gTest())) return;
   if (guide.step === 2 && !(await gCheck())) return;
-  if (guide.step < 3) {
+  if (guide.step === 3 && !gConnectReady()) return;
+  if (guide.step < 4) {
+    if (guide.step === 3 && gPick('g-tracker') !== 'none' && !gIssueTaken) {
+      document.querySelector('input[name="g-job"][value="issue"]').checked = true;
+      gIssueTaken = true;
+    }
     guide.step += 1;
     gRender();
     return;
@@ -169,8 +185,81 @@ async function gFinish() {
       job: { title: $('g-title').value, prompt: $('g-prompt').value, repo: null, labels: '', priority: 0, key: null },
     });
   }
+  const connected = await gConnect();
   gSay('g-msg', 'Saved.', 'ok');
+  if (job === 'issue' && connected) {
+    location.hash = '#queue';
+    notice(connected);
+    return;
+  }
   location.hash = added ? `#job-${added.id}` : '#fleet';
+}
+
+// Whether step 3 is filled in enough to go on (or "Not now").
+let gIssueTaken = false;
+function gConnectReady() {
+  const tracker = gPick('g-tracker');
+  if (tracker === 'none') return true;
+  if (tracker === 'github' && !/^[\w.-]+\/[\w.-]+$/.test($('g-gh-repo').value.trim())) {
+    gSay('g-source-msg', 'Name the repository as OWNER/REPO, e.g. acme/webapp.', 'err');
+    return false;
+  }
+  if (tracker === 'linear' && !$('g-teams').value.trim()) {
+    gSay('g-source-msg', 'Name the team key, e.g. ENG.', 'err');
+    return false;
+  }
+  return true;
+}
+
+// The repo name for a clone: its directory's name ("~/src/webapp" is webapp).
+function gRepoName() {
+  const path = $('g-clone').value.trim().replace(/\/+$/, '');
+  return path ? path.split('/').pop().replace(/[^A-Za-z0-9._-]/g, '-') : '';
+}
+
+// The source as Settings → Sources' form sends it.
+function gSourceForm() {
+  const tracker = gPick('g-tracker');
+  return {
+    kind: tracker, name: '', teams: $('g-teams').value, repo: $('g-gh-repo').value.trim(), label: $('g-label').value,
+    states: ['unstarted', 'started'], assigned_to_me: false, interval: '60s', api_url: '', maps_to: gRepoName(),
+    key: $('g-key').value || null,
+  };
+}
+
+async function gSourceTest() {
+  gSay('g-source-msg', 'Testing…');
+  try {
+    gSay('g-source-msg', await invoke('test_source', { source: gSourceForm() }), 'ok');
+  } catch (e) {
+    gSay('g-source-msg', errText(e), 'err');
+  }
+}
+
+async function gImportGh() {
+  gSay('g-source-msg', 'Importing…');
+  try {
+    gSay('g-source-msg', await invoke('import_gh_token'), 'ok');
+  } catch (e) {
+    gSay('g-source-msg', errText(e), 'err');
+  }
+}
+
+// After the settings are saved: the clone as a repo (pushing, with a draft PR), then the
+// source whose jobs run in it. What the first job will be, in words; null if nothing was
+// connected. A failure is said, and the rest of the guide's settings stay saved.
+async function gConnect() {
+  const tracker = gPick('g-tracker');
+  if (tracker === 'none') return null;
+  const repo = gRepoName();
+  if (repo) await invoke('add_repo', { name: repo, path: $('g-clone').value.trim() });
+  const v = await invoke('save_source', { source: gSourceForm() });
+  $('g-key').value = '';
+  const saved = v.sources.find((s) => s.form.kind === tracker);
+  const where = saved && saved.runs_in ? ` ${saved.runs_in[0].toUpperCase()}${saved.runs_in.slice(1)}.` : '';
+  const what = tracker === 'github' ? `an issue of ${$('g-gh-repo').value.trim()}` : `a ${$('g-teams').value.trim().toUpperCase()} issue`;
+  const label = $('g-label').value.trim();
+  return `Connected. Label ${what}${label ? ' with "' + label + '"' : ''}: it becomes a job within a minute.${where}`;
 }
 
 async function gSkip() {
@@ -212,4 +301,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('g-next').addEventListener('click', () => gBusy(gNext));
   $('g-back').addEventListener('click', () => { guide.step = Math.max(1, guide.step - 1); gRender(); });
   $('g-skip').addEventListener('click', gSkip);
+  $('g-source-test').addEventListener('click', () => gBusy(gSourceTest));
+  $('g-gh-import').addEventListener('click', () => gBusy(gImportGh));
+  $('g-label').addEventListener('input', gRender);
 });

@@ -65,6 +65,9 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         remove_source,
         import_gh_token,
         open_link,
+        open_worktree,
+        open_job_log,
+        ask_hand_off,
     ]
 }
 
@@ -429,6 +432,35 @@ pub fn set_aside_config(state: State<'_, AppState>) -> Option<SetAside> {
 #[tauri::command]
 pub fn dismiss_set_aside(state: State<'_, AppState>) {
     state.engine.dismiss_set_aside()
+}
+
+/// Opens job `id`'s worktree on this machine in the file manager.
+#[tauri::command]
+pub fn open_worktree(state: State<'_, AppState>, id: i64) -> Result<String> {
+    let dir = state
+        .engine
+        .worktree_path(id)
+        .ok_or_else(|| devpilot_app::Error::Invalid(format!("job #{id} has no worktree on this machine")))?;
+    crate::window::reveal(&dir)?;
+    Ok(dir.display().to_string())
+}
+
+/// Opens this machine's full log of job `id` (its folder, with the file in it).
+#[tauri::command]
+pub fn open_job_log(state: State<'_, AppState>, id: i64) -> Result<String> {
+    let file = state.engine.job_log(id);
+    if !file.exists() {
+        return Err(devpilot_app::Error::Invalid(format!("this machine has no log of job #{id}")));
+    }
+    let dir = file.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    crate::window::reveal(&dir)?;
+    Ok(file.display().to_string())
+}
+
+/// Asks machine `machine` to hand off its jobs (Fleet, and a job running elsewhere).
+#[tauri::command]
+pub async fn ask_hand_off(state: State<'_, AppState>, machine: String) -> Result<String> {
+    state.engine.ask_hand_off(&machine).await
 }
 
 /// Opens the log folder in the file manager.

@@ -443,7 +443,8 @@ def main():
     check("CLI sees it completed", status()["counts"]["completed"] >= 1)
     wd_exec("document.querySelector(`#jobs tr[data-id='%d']`).click();" % jid)
     wait("job detail shows payload and log tail",
-         lambda: "enqueued while off" in (wd_text("#detail-payload") or "") and "e2e agent done" in (wd_text("#detail-log") or ""),
+         lambda: "enqueued while off" in (wd_exec("return document.getElementById('detail-payload').textContent") or "")
+         and "e2e agent done" in (wd_text("#detail-log") or ""),
          timeout=10)
     # The header's status pill is truthful: once the job is done it no longer says Working.
     pill = wait("the window's status pill says Idle once the job is done",
@@ -474,7 +475,8 @@ def main():
     wait("and the hover text says nothing runs", lambda: sni_prop("Title") == "DevPilot — dispatching · nothing running", timeout=10)
 
     # 5. Notifications reached the notification daemon over D-Bus.
-    wait("a 'job finished' notification on D-Bus", lambda: "DevPilot: job finished" in notify_log(), timeout=15)
+    wait("a 'job finished' notification on D-Bus, titled with the job", lambda: "after resuming early" in notify_log()
+         and "Finished after resuming early" in notify_log(), timeout=15)
     wait("the app recorded the notification as accepted by the daemon",
          lambda: any(s["error"] is None for s in wd_invoke("recent_notifications")), timeout=10)
     # A burst of three failures coalesces into one notification. (One attempt each: a retry
@@ -613,6 +615,15 @@ def main():
          lambda: sni_prop("Title") == "DevPilot — paused until resumed", timeout=10)
     hist = [h["kind"] for h in wd_invoke("job_detail", {"id": long_id})["history"]]
     check("history records the hand-off", "handed_off" in hist, hist)
+    verdict = wait("the window says it: safe to close the lid",
+                   lambda: wd_exec("const n = document.getElementById('handoff-notice'); return !n.hidden && n.textContent"), timeout=10)
+    check("naming the job, that claiming is paused, and that it is safe",
+          f"Handed off #{long_id}." in verdict and "Claiming is paused" in verdict and "Safe to close the lid" in verdict, verdict)
+    told = wait("a notification says it", lambda: [x for x in wd_invoke("recent_notifications") if "hand_off" in x["kinds"]], timeout=10)
+    check("titled with the verdict", told[-1]["summary"] == "DevPilot: Safe to close the lid" and f"#{long_id}" in told[-1]["body"], told[-1])
+    labels = wait("and a line in the tray menu", lambda: (x := tray_menu_labels()) and any("Safe to close the lid" in l for l in x) and x, timeout=10)
+    log(f"tray menu after the hand-off: {labels}")
+    shot("07e-handoff-verdict")
     runner = subprocess.run([CLI, "run", "--orchestrator", ORCH, "--machine", "e2e-runner", "--until-empty",
                              "--poll-interval", "300ms", "--", "true"],
                             env=app_env(), capture_output=True, text=True, timeout=60)
@@ -656,7 +667,7 @@ def main():
     wait("a path that is not a git clone is refused", lambda: "not a git clone" in (wd_text("#repo-msg") or ""), timeout=10)
     wd_set("#repo-path", clone)
     wd_click("#repo-add")
-    wait("the repo is added and listed", lambda: wd_text("#repo-msg") == "Added." and wd_exec("return !!document.querySelector(`#repos tr[data-repo='webapp']`)"), timeout=15)
+    wait("the repo is added and listed", lambda: (wd_text("#repo-msg") or "").startswith("Added webapp: a finished job pushes its branch") and wd_exec("return !!document.querySelector(`#repos tr[data-repo='webapp']`)"), timeout=15)
     with open(cfg) as f:
         check("the repo is in the config file", "[repos.webapp]" in f.read())
     wd_exec("location.hash = '#new';")

@@ -160,6 +160,21 @@ def guide_agent():
     shot("first-run-2-which-agent")
     D.click("#g-next")
     wait("Next goes to step 3", lambda: D.visible("#g-step-3"), timeout=20)
+    check("step 3 offers GitHub and Linear, and 'Not now' is chosen",
+          D.exec("return document.querySelector('input[name=g-tracker][value=none]').checked") and not D.visible("#g-connect"))
+    D.click("input[name=g-tracker][value=github]")
+    wait("GitHub's fields show", lambda: D.visible("#g-gh-repo") and D.visible("#g-gh-import") and not D.visible("#g-teams"), timeout=10)
+    D.set("#g-gh-repo", "not a repository")
+    D.click("#g-next")
+    cls, text = message("#g-source-msg")
+    check("a repository not named OWNER/REPO is said, and the guide stays", cls == "err" and "OWNER/REPO" in text
+          and D.visible("#g-step-3"), text)
+    D.set("#g-gh-repo", "acme/webapp")
+    D.set("#g-clone", "~/src/webapp")
+    shot("first-run-3-connect")
+    D.click("input[name=g-tracker][value=none]")
+    D.click("#g-next")
+    wait("Not now goes to step 4", lambda: D.visible("#g-step-4"), timeout=20)
 
 
 def guide_first_job():
@@ -168,7 +183,7 @@ def guide_first_job():
                  " && document.querySelector('input[name=g-job][value=real]').checked"))
     D.set("#g-title", "First job from the guide")
     D.set("#g-prompt", "Say hello from the first-run guide.")
-    shot("first-run-3-first-job")
+    shot("first-run-4-first-job")
     D.click("#g-next")
     def opened():
         h = D.exec("return location.hash")

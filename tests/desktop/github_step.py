@@ -200,6 +200,57 @@ def open_from_the_notification(jid, issue, pr_url):
     t.check("Open opened the pull request (the job's result link now), not the issue", opened.strip().splitlines()[-1] == pr_url, opened)
 
 
+def job_page(jid, pr_url):
+    """The finished job's page leads with its result: the verdict, the PR as a button that
+    opens it through the app, the branch, and every report to the issue, done."""
+    t.wd_exec("location.hash = '#queue'; showJob(arguments[0]);", [jid])
+    verdict = t.wait("the job page says it completed", lambda: (x := t.wd_text("#detail-verdict") or "").startswith("Completed") and x, timeout=15)
+    t.log(f"job page verdict: {verdict!r}")
+    # Each look reads the page and asks it to load again for the next one.
+    lines = t.wait("every report to the issue is done, the PR opened",
+                   lambda: (x := t.wd_exec("const l = [...document.querySelectorAll('#detail-deliveries li')]"
+                                           ".map((l) => l.className + ' ' + l.textContent); showJob(arguments[0]); return l;", [jid]))
+                   and all(l.startswith("ok ") for l in x) and any(pr_url in l for l in x) and x, timeout=60)
+    t.log(f"deliveries: {lines}")
+    facts = t.wd_text("#detail-facts") or ""
+    t.check("the page names the job's branch", f"devpilot/{jid}-" in facts, facts)
+    t.shot("15b-github-job-page")
+    before = open(opened_log()).read() if os.path.exists(opened_log()) else ""
+    t.wd_click("#detail-links button.pr")
+    opened = t.wait("the PR button opened a link", lambda: (x := open(opened_log()).read()[len(before):] if os.path.exists(opened_log()) else "").strip() and x, timeout=20)
+    t.check("it opened the pull request, in the browser", opened.strip().splitlines()[-1] == pr_url, opened)
+
+
+def red_hand_off(bare):
+    """A hand-off whose push cannot reach the remote: the window's verdict is red and names
+    the job whose work stayed on this machine, and why."""
+    global_config = os.path.join(t.ENV["XDG_CONFIG_HOME"], "git", "config")
+    g = lambda *a: subprocess.run(["git", "config", "--file", global_config, *a], check=True, capture_output=True, text=True)
+    payload = {"title": "Keep the draft", "sleep": 120, "write": "draft.txt"}
+    jid = int(t.cli("enqueue", "--orchestrator", t.ORCH, "--repo", "acme-webapp", "--payload", json.dumps(payload)).strip())
+    t.wait("the job runs here and wrote its draft",
+           lambda: "e2e agent wrote draft.txt" in t.wd_invoke("job_detail", {"id": jid})["log_tail"], timeout=60)
+    g("--unset", f"url.{bare}.insteadOf")
+    g(f"url.{os.path.join(t.WORK, 'unreachable.git')}.insteadOf", REMOTE)
+    try:
+        t.wd_exec("location.hash = '#queue';")
+        t.wd_click("#handoff-btn")
+        verdict = t.wait("the red verdict", lambda: (x := t.wd_exec("const n = document.getElementById('handoff-notice'); return !n.hidden && n.textContent"))
+                         and "Work stayed on this machine" in x and x, timeout=30)
+        t.log(f"red verdict: {verdict!r}")
+        t.check("it names the job, says its work stayed here and why",
+                f"#{jid} Keep the draft: its work stayed on this machine (the push failed" in verdict and "Safe to close" not in verdict, verdict)
+        told = [x for x in t.wd_invoke("recent_notifications") if "hand_off" in x["kinds"]]
+        t.check("the notification says it too", told and told[-1]["summary"] == "DevPilot: Work stayed on this machine", told[-1:])
+        t.shot("17-handoff-work-stayed")
+    finally:
+        g("--unset", f"url.{os.path.join(t.WORK, 'unreachable.git')}.insteadOf")
+        g(f"url.{bare}.insteadOf", REMOTE)
+    t.cli("cancel", str(jid))
+    t.wd_invoke("resume")
+    t.wait("the verdict goes once claiming resumes", lambda: t.wd_exec("return document.getElementById('handoff-notice').hidden"), timeout=10)
+
+
 def run(e2e):
     """Settings → Sources with a GitHub source against the stand-in; an issue becomes a job
     that runs in a clone of a github.com remote, pushes its branch, gets its pull request, and
@@ -228,6 +279,7 @@ def run(e2e):
     t.check("the PR's head is exactly the job's one pushed branch", len(pushed) == 1 and pr.get("head") == pushed[0], (pr.get("head"), pushed))
     t.wait("the PR is the job's result link", lambda: t.wd_invoke("job_detail", {"id": jid})["job"]["url"] == pr["html_url"], timeout=30)
     open_from_the_notification(jid, issue, pr["html_url"])
+    job_page(jid, pr["html_url"])
     comments = t.wait("DevPilot linked the PR on the issue",
                       lambda: (c := admin("GET", f"/_admin/comments?repo={REPO}&number={issue['number']}")) and any(pr["html_url"] in x.get("body", "") for x in c) and c, timeout=60, every=1)
     t.log(f"comments on #{issue['number']}: {json.dumps(comments)[:400]}")
@@ -238,6 +290,7 @@ def run(e2e):
     t.log(f"GitHub source line: {line!r}")
     t.wd_exec("document.getElementById('sources').scrollIntoView();")
     t.shot("16-sources-github")
+    red_hand_off(bare)
     rejected = admin("GET", "/_admin/rejected")
     t.check("the GitHub stand-in refused no request DevPilot sent (its published description allows each)", rejected == [], rejected)
     leaked = t.files_holding(TOKEN, t.ENV["XDG_CONFIG_HOME"], t.ENV["XDG_DATA_HOME"])

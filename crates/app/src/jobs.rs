@@ -147,7 +147,48 @@ impl Engine {
         } else {
             None
         };
-        Ok(JobDetail { job, payload, history, log_tail, log_from, unroutable })
+        let branch = job
+            .repo
+            .as_ref()
+            .map(|_| devpilot_store::spec::JobSpec::parse(&payload).map(|s| s.branch(id)).unwrap_or_default())
+            .filter(|b| !b.is_empty());
+        let deliveries = q.outbox_of(id).await?;
+        let worktree_here = self.worktree_path(id).is_some();
+        let log_path = Some(self.job_log(id)).filter(|p| p.exists()).map(|p| p.display().to_string());
+        Ok(JobDetail {
+            job,
+            payload,
+            history,
+            log_tail,
+            log_from,
+            unroutable,
+            branch,
+            deliveries,
+            worktree_here,
+            log_path,
+        })
+    }
+
+    /// Job `id`'s worktree on this machine, if it has one now.
+    pub fn worktree_path(&self, id: i64) -> Option<PathBuf> {
+        let s = self.settings();
+        let root = devpilot_engine::orchestrator::worktree_root(&self.paths.data_dir, &s.orchestrator_id);
+        Some(root.join(id.to_string())).filter(|p| p.is_dir())
+    }
+
+    /// Asks machine `machine` to hand off its jobs (it releases them at its next renewal);
+    /// what was asked, in words.
+    pub async fn ask_hand_off(&self, machine: &str) -> Result<String> {
+        let s = self.settings();
+        let asked = self.queue()?.request_release(&s.orchestrator_id, machine, &s.machine_name()).await?;
+        Ok(match asked.len() {
+            0 => format!("{machine} holds no job to hand off."),
+            n => format!(
+                "Asked {machine} to hand off {n} job{}: it releases {} at its next renewal, pushing the work.",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "it" } else { "them" }
+            ),
+        })
     }
 
     /// Where a finished job's notification "Open" goes, asked when the user clicks it: the

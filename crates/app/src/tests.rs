@@ -79,6 +79,9 @@ async fn demo_job_runs_on_the_sqlite_default() {
     assert!(d.log_tail.contains("demo agent: done"), "{}", d.log_tail);
     assert!(d.history.iter().any(|h| h.kind == "claimed"));
     assert_eq!(d.payload["source"], "devpilot-tray");
+    // Its page: no repo, so no branch and no worktree; no tracker, so no reports; its log here.
+    assert_eq!((d.branch.as_deref(), d.worktree_here, d.deliveries.len()), (None, false, 0));
+    assert!(d.log_path.as_deref().is_some_and(|p| p.ends_with(&format!("job-{id}.log"))), "{:?}", d.log_path);
     // What a preset's CLI reported reaches the window with the job, under `agent`.
     assert_eq!(
         serde_json::to_value(&d).unwrap()["job"]["agent"]["agent"],

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use devpilot_store::queue::{Counts, JobEvent, JobRow, MachineRow};
+use devpilot_store::queue::{Counts, JobEvent, JobRow, MachineRow, OutboxRow};
 
 /// One job with everything the detail view shows.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -17,6 +17,14 @@ pub struct JobDetail {
     pub log_from: Option<String>,
     /// Why no online machine can take this queued job, if none can.
     pub unroutable: Option<String>,
+    /// The job's branch (a job with a repo), as every machine names it.
+    pub branch: Option<String>,
+    /// Its reports to the tracker, oldest first: what each is, and whether it got there.
+    pub deliveries: Vec<OutboxRow>,
+    /// Its worktree is on this machine (Open worktree).
+    pub worktree_here: bool,
+    /// This machine's full log of it exists (Open the full log).
+    pub log_path: Option<String>,
 }
 
 /// A job as the window's New job form sends it.

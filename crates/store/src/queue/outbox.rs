@@ -38,8 +38,8 @@ pub struct Delivery {
     pub created_at: i64,
 }
 
-/// An outbox row, for status and tests.
-#[derive(Clone, Debug, Serialize, FromQueryResult)]
+/// An outbox row, for status, a job's page and tests.
+#[derive(Clone, Debug, Serialize, PartialEq, FromQueryResult)]
 pub struct OutboxRow {
     pub id: i64,
     pub job_id: i64,
