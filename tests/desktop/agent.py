@@ -2,18 +2,21 @@
 """The e2e test's agent: prints its payload (and where it runs), sleeps payload["sleep"]
 seconds (default 1), or until the file payload["until"] exists, printing a line every half
 second when payload["chatter"] is set, and exits with payload["exit"] (default 0). With
-payload["write"], it first writes that file where it runs (work in progress for a hand-off to
-carry). SIGTERM ends it at once."""
-import json, os, signal, sys, time
+payload["write"], or a "write: FILE" in its prompt (a tracker issue's text), it first writes
+that file where it runs: a change for a hand-off to carry, or for a pull request (a job that
+changes nothing opens none). SIGTERM ends it at once."""
+import json, os, re, signal, sys, time
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 payload = json.loads(sys.stdin.read() or "{}")
 print("e2e agent got:", json.dumps(payload), "job", os.environ.get("DEVPILOT_JOB_ID"), flush=True)
 print("e2e agent runs in", os.getcwd(), "on branch", os.environ.get("DEVPILOT_BRANCH", "(none)"), flush=True)
-if payload.get("write"):
-    with open(payload["write"], "w") as f:
+asked = re.search(r"\bwrite: ([\w.-]+)", str(payload.get("prompt", "")))
+write = payload.get("write") or (asked and asked.group(1))
+if write:
+    with open(write, "w") as f:
         f.write("work in progress\n")
-    print("e2e agent wrote", payload["write"], flush=True)
+    print("e2e agent wrote", write, flush=True)
 end = time.time() + float(payload.get("sleep", 1))
 until = payload.get("until")
 step = 0

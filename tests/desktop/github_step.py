@@ -213,7 +213,7 @@ def job_page(jid, pr_url):
                    and all(l.startswith("ok ") for l in x) and any(pr_url in l for l in x) and x, timeout=60)
     t.log(f"deliveries: {lines}")
     facts = t.wd_text("#detail-facts") or ""
-    t.check("the page names the job's branch", f"devpilot/{jid}-" in facts, facts)
+    t.check("the page names the job's branch, when it started and how long it took", f"devpilot/{jid}-" in facts and "Started" in facts and "Duration" in facts, facts)
     t.shot("15b-github-job-page")
     before = open(opened_log()).read() if os.path.exists(opened_log()) else ""
     t.wd_click("#detail-links button.pr")
@@ -242,6 +242,8 @@ def red_hand_off(bare):
                 f"#{jid} Keep the draft: its work stayed on this machine (the push failed" in verdict and "Safe to close" not in verdict, verdict)
         told = [x for x in t.wd_invoke("recent_notifications") if "hand_off" in x["kinds"]]
         t.check("the notification says it too", told and told[-1]["summary"] == "DevPilot: Work stayed on this machine", told[-1:])
+        t.check("the reason is git's own, not its advice", "Could not read from remote repository" in verdict, verdict)
+        t.wd_exec("window.scrollTo(0, 0);")
         t.shot("17-handoff-work-stayed")
     finally:
         g("--unset", f"url.{os.path.join(t.WORK, 'unreachable.git')}.insteadOf")
@@ -261,7 +263,7 @@ def run(e2e):
     admin("POST", "/_admin/repos", {"repo": REPO, "git": bare})
     add_pushing_repo(clone)
     # The issue comes first: the connection test finds its label.
-    issue = admin("POST", "/_admin/issues", {"repo": REPO, "title": "Fix the signup redirect", "body": "After signup, users land on /.", "labels": ["agent"]})
+    issue = admin("POST", "/_admin/issues", {"repo": REPO, "title": "Fix the signup redirect", "body": "After signup, users land on /. (For the e2e agent, write: fix.txt)", "labels": ["agent"]})
     t.log(f"issue made in the stand-in: #{issue['number']} {issue['html_url']}")
     t.wd_exec("location.hash = '#settings';")
     t.wait("Settings → Sources loaded", lambda: "No GitHub token yet" in (t.wd_text("#sources-key") or ""), timeout=15)
