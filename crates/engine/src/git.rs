@@ -32,7 +32,8 @@ use std::time::Duration;
 pub enum GitError {
     #[error("cannot run git: {0}")]
     Spawn(#[source] std::io::Error),
-    /// Git ran and failed: its last line on stderr, with any credentials in a URL redacted.
+    /// Git ran and failed: its last `fatal:` line on stderr (else its last line), with any
+    /// credentials in a URL redacted.
     #[error("git {command} failed: {stderr}")]
     Failed { command: String, stderr: String },
     #[error("git {command} took longer than {}", humantime::format_duration(*.bound))]
@@ -242,7 +243,10 @@ impl Git {
             return Ok(String::from_utf8_lossy(&out.stdout).trim().to_string());
         }
         let err = String::from_utf8_lossy(&out.stderr);
-        let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        // Git's own verdict (its last `fatal:` line) over the advice it prints after it
+        // ("Please make sure you have the correct access rights / and the repository exists.").
+        let lines = || err.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+        let line = lines().find(|l| l.starts_with("fatal:")).or_else(|| lines().next()).unwrap_or("");
         Err(GitError::Failed { command, stderr: redact_credentials(line) })
     }
 }
