@@ -394,10 +394,13 @@ async function showJob(id) {
     fact('Repo', j.repo);
     fact('Branch', d.branch ? d.branch + (j.commits != null ? ` (${j.commits} commit${j.commits === 1 ? '' : 's'})` : '') : null);
     fact('Machine', j.claimed_by || ([...d.history].reverse().find((h) => h.machine && h.kind !== 'requeued') || {}).machine);
-    fact('Started', when(j.claimed_at));
+    // A finished job's row no longer holds its claim: its last claim is in the history.
+    const claimed = [...d.history].reverse().find((h) => h.kind === 'claimed');
+    const started = j.claimed_at || (claimed && claimed.at);
+    fact('Started', when(started));
     const end = j.finished_at || j.completed_at;
     fact('Ended', j.state === 'running' ? null : when(end));
-    fact('Duration', j.claimed_at ? span((j.state === 'running' ? j.now : (end || j.now)) - j.claimed_at) : null);
+    fact('Duration', started ? span((j.state === 'running' ? j.now : (end || j.now)) - started) : null);
     fact('Attempts', `${j.attempts} of ${j.max_attempts}`);
     fact('Added', when(j.created_at));
     if (j.resume_branch) fact('Resumes', `${j.resume_branch} from ${j.resumed_from || '?'}`);

@@ -30,20 +30,27 @@ impl Engine {
         let mut events = self.subscribe();
         let ids = handle.hand_off(pause).await;
         let mut released: BTreeMap<i64, (Option<String>, Carried)> = BTreeMap::new();
+        // An agent that exited as the hand-off began ends its attempt as usual: said as such.
+        let mut ended: BTreeMap<i64, (Option<String>, &str)> = BTreeMap::new();
         loop {
             match events.try_recv() {
                 Ok(Event::Released { job, carried }) => {
                     released.insert(job.id, (job.title, carried));
                 }
+                Ok(Event::Completed { job, .. }) => drop(ended.insert(job.id, (job.title, "completed"))),
+                Ok(Event::Failed { job, .. }) => drop(ended.insert(job.id, (job.title, "failed"))),
+                Ok(Event::Parked { job, .. }) => drop(ended.insert(job.id, (job.title, "parked"))),
+                Ok(Event::Cancelled { job }) => drop(ended.insert(job.id, (job.title, "cancelled"))),
                 Ok(_) | Err(TryRecvError::Lagged(_)) => {}
                 Err(_) => break,
             }
         }
         let jobs = ids
             .into_iter()
-            .map(|id| match released.remove(&id) {
-                Some((title, carried)) => HandedOff { id, title, carried: Some(carried) },
-                None => HandedOff { id, title: None, carried: None },
+            .map(|id| match (released.remove(&id), ended.remove(&id)) {
+                (Some((title, carried)), _) => HandedOff { id, title, carried: Some(carried), ended: None },
+                (None, Some((title, how))) => HandedOff { id, title, carried: None, ended: Some(how.into()) },
+                (None, None) => HandedOff { id, title: None, carried: None, ended: None },
             })
             .collect();
         let verdict = HandOffVerdict::of(jobs, pause, before_sleep);

@@ -14,6 +14,9 @@ pub struct HandedOff {
     /// What became of its work; `None`: its claim was gone before the release (another
     /// machine may have it), and whatever it had here is kept here.
     pub carried: Option<Carried>,
+    /// Its agent ended on its own as the hand-off began: how the attempt ended
+    /// ("completed", "failed", "parked", "cancelled"), recorded as any attempt's end.
+    pub ended: Option<String>,
 }
 
 /// What a hand-off did, in words.
@@ -62,6 +65,7 @@ impl HandOffVerdict {
 fn handed_part(j: &HandedOff) -> String {
     match &j.carried {
         Some(Carried::Pushed { branch }) => format!("#{} (pushed {branch})", j.id),
+        _ if j.ended.is_some() => format!("#{} ({} before the hand-off)", j.id, j.ended.as_deref().unwrap_or_default()),
         _ => format!("#{}", j.id),
     }
 }
@@ -74,7 +78,7 @@ fn stayed_line(j: &HandedOff) -> Option<String> {
     };
     match &j.carried {
         Some(Carried::Stayed { why }) => Some(format!("{name}: its work stayed on this machine ({why}).")),
-        None => Some(format!(
+        None if j.ended.is_none() => Some(format!(
             "{name}: its claim was gone before the hand-off (another machine may have it); what it left is kept here."
         )),
         _ => None,
@@ -95,7 +99,7 @@ mod tests {
     use super::*;
 
     fn job(id: i64, carried: Option<Carried>) -> HandedOff {
-        HandedOff { id, title: Some(format!("Fix {id}")), carried }
+        HandedOff { id, title: Some(format!("Fix {id}")), carried, ended: None }
     }
 
     /// Pushed and nothing-to-carry jobs make the green verdict, naming each branch.
@@ -130,6 +134,10 @@ mod tests {
         );
         assert!(v.text.contains("#16 Fix 16: its claim was gone"), "{}", v.text);
         assert!(v.text.contains("Claiming goes on.") && !v.text.contains("Safe to close"), "{}", v.text);
+        // An agent that ended on its own as the hand-off began: its end is recorded, nothing stays.
+        let done = HandedOff { ended: Some("completed".into()), ..job(17, None) };
+        let v = HandOffVerdict::of(vec![done], true, false);
+        assert!(v.safe && v.text.starts_with("Handed off #17 (completed before the hand-off)."), "{}", v.text);
         assert_eq!(and_list(&["a".into(), "b".into(), "c".into()]), "a, b and c");
     }
 }
