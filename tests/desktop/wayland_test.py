@@ -110,11 +110,11 @@ def main():
 
     wait("the icon registers with the tray host", lambda: ITEM in desk.sni_items(), timeout=30)
 
-    before = notifications().count("job finished")
     added = D.invoke("enqueue_demo", {"key": None})
     wait("the engine runs a demo job to the end",
          lambda: D.invoke("job_detail", {"id": added["id"]})["job"]["state"] == "completed", timeout=60)
-    wait("its notification is sent", lambda: notifications().count("job finished") > before, timeout=30)
+    # Titled with the job; its body says it finished, naming the job's id.
+    wait("its notification is sent", lambda: f"(#{added['id']})" in notifications() and "Finished Demo job" in notifications(), timeout=30)
     D.end()
     log(f"wayland: ALL {len(CHECKS.results)} CHECKS PASSED")
 
