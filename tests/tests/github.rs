@@ -551,6 +551,21 @@ async fn an_unmapped_source_with_no_clone_anywhere_waits_and_says_why(backend: B
     let job = job_of(&db, &orch, 1).await.unwrap();
     assert_eq!(job.repo.as_deref(), Some("webapp"));
     assert_eq!(job.state, JobState::Queued);
+    // The desktop, whose clone of acme/webapp is named `web`, takes the next turn after the
+    // issue changed (a comment): the job keeps its repo, and nothing calls it edited.
+    let remote = GitRemote::new(db.dir.path());
+    let clone = github_clone(&remote, db.dir.path(), "desktop");
+    let desktop = db.dir.path().join("desktop");
+    let laptop_config = std::fs::read_to_string(home.join("config").join("devpilot").join("config.toml")).unwrap();
+    write_config(&desktop, &format!("{laptop_config}\n[repos.web]\npath = \"{}\"\npush = true\n", clone.display()));
+    gh.comment_as(REPO, 1, "ada", "Any news?");
+    let (code, out, err) = cli(&desktop, &db, TOKEN, &["sources", "poll", "--orchestrator", &orch]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 issues read") && !out.contains("edited"), "{out}");
+    let again = job_of(&db, &orch, 1).await.unwrap();
+    assert_eq!(again.repo.as_deref(), Some("webapp"), "the job keeps the repo it was added with");
+    let history = db.queue.history(job.id).await.unwrap();
+    assert!(!history.iter().any(|h| h.kind == "edited_after_approval"), "{history:?}");
     let agent = RecordingAgent::new(db.dir.path(), "exit 0");
     let _m = machine(&home, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
     let online = || async { db.queue.machines(&orch).await.unwrap().iter().any(|m| m.online()) };

@@ -230,6 +230,21 @@ async fn take(
 ) -> Result<(), IntakeError> {
     let actor = ctx.source.actor();
     let again = |j: &KeyedJob| j.state == JobState::Cancelled && j.cancelled_by.as_deref() == Some(&actor);
+    // A repo found by remote depends on which machine polled (its clone may have another
+    // name than the repository): a live job keeps the one it was added with.
+    let kept;
+    let item = match job {
+        Some(j) if ctx.source.settings.repo_from_remote && j.live() => {
+            let mut same = item.clone();
+            match j.payload.get("repo") {
+                Some(r) => same.payload["repo"] = r.clone(),
+                None => drop(same.payload.as_object_mut().map(|p| p.remove("repo"))),
+            }
+            kept = same;
+            &kept
+        }
+        _ => item,
+    };
     match job {
         Some(j) if j.live() && refused(&j.payload) => refuse(ctx, &item.key, j.id, report).await,
         Some(j) if j.live() && linear::same_task(&j.payload, &item.payload) => Ok(()),

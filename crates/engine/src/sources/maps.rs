@@ -64,6 +64,7 @@ pub async fn map(s: &SourceSettings, remotes: &BTreeMap<String, RepoRemote>) -> 
 pub async fn mapped(mut s: SourceSettings, remotes: &BTreeMap<String, RepoRemote>) -> SourceSettings {
     if let Some(r) = map(&s, remotes).await.repo() {
         s.maps_to = r.to_string();
+        s.repo_from_remote = true;
     }
     s
 }
@@ -118,7 +119,7 @@ pub async fn where_jobs_run(s: &SourceSettings, repos: &BTreeMap<String, RepoSet
             match named.as_slice() {
                 [] => {
                     return WhereJobsRun {
-                        line: "its jobs name no repo: they run in a scratch directory and nothing the agent writes                                is kept (name one with --maps-to, or \"Runs in repo\")"
+                        line: "its jobs name no repo: they run in a scratch directory and nothing the agent writes is kept (name one with --maps-to, or \"Runs in repo\")"
                             .into(),
                         warn: true,
                     }
@@ -135,18 +136,18 @@ pub async fn where_jobs_run(s: &SourceSettings, repos: &BTreeMap<String, RepoSet
     let Some(r) = repos.get(&repo) else {
         let line = match &mapped {
             Mapped::Named(_) => format!(
-                "no repo on this machine has {} as its remote: its jobs carry repo '{repo}' and wait for a                  machine that has a repo of that name (add your clone in Settings → Repos, or [repos.{repo}]                  in the settings)",
+                "no repo on this machine has {} as its remote: its jobs carry repo '{repo}' and wait for a machine that has a repo of that name (add your clone in Settings → Repos, or [repos.{repo}] in the settings)",
                 s.repo
             ),
             _ => format!(
-                "its jobs run in repo '{repo}', which is not configured on this machine: they wait for a                  machine that has it"
+                "its jobs run in repo '{repo}', which is not configured on this machine: they wait for a machine that has it"
             ),
         };
         return WhereJobsRun { line, warn: true };
     };
     if !r.push {
         let line = format!(
-            "its jobs run in repo '{repo}' ({}){why}, which does not push on completion here: a finished              job leaves no branch and no pull request (switch Push on in Settings → Repos, or push = true              in [repos.{repo}])",
+            "its jobs run in repo '{repo}' ({}){why}, which does not push on completion here: a finished job leaves no branch and no pull request (switch Push on in Settings → Repos, or push = true in [repos.{repo}])",
             r.path
         );
         return WhereJobsRun { line, warn: true };

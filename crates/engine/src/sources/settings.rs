@@ -129,6 +129,10 @@ pub struct SourceSettings {
     /// run in the clone of its repository, or wait for a machine that has one.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_repo: bool,
+    /// Set at bind time when `maps_to` was found from this machine's clones (never in the
+    /// file): another machine may name that repo differently, so a live job keeps its own.
+    #[serde(skip)]
+    pub repo_from_remote: bool,
     /// GitHub: labels that set the job's priority (higher runs first), e.g. `{ urgent = 4 }`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub priority_labels: BTreeMap<String, i32>,
@@ -158,6 +162,7 @@ impl Default for SourceSettings {
             repo_by_team: BTreeMap::new(),
             maps_to: String::new(),
             no_repo: false,
+            repo_from_remote: false,
             priority_labels: BTreeMap::new(),
             prompt_cap: DEFAULT_PROMPT_CAP,
             report: ReportSettings::default(),
