@@ -7,8 +7,6 @@
 //! row with GitHub's error; the job stays completed. A machine with no GitHub token leaves
 //! the row for one that has one.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use super::bind::{self, Target};
@@ -23,7 +21,6 @@ use super::linear;
 use super::mac;
 use super::settings::SourceKind;
 use super::tracker::TrackerClient;
-use crate::git::Git;
 use crate::worktree::PrMode;
 use devpilot_store::queue::{Delivery, DeliveryEnd, JobRow, MacKey, Queue};
 use devpilot_store::spec::JobSpec;
@@ -94,13 +91,8 @@ async fn own_remote(
             format!("repo '{repo}' is not configured on {}: another machine opens its pull request", cfg.machine);
         return Err((DeliveryEnd::Retry { after: backoff(d.tries), error }, None));
     };
-    let git = Git::clone_at(&here.clone).await;
-    let key = format!("remote.{}.url", here.remote);
-    let url = match git.run(&["config", "--get", &key], Duration::from_secs(10)).await {
-        Ok(url) => url.trim().to_string(),
-        // A remote named by its URL rather than by a name.
-        Err(_) => here.remote.clone(),
-    };
+    // A remote git cannot read is compared as named (a remote named by its URL is its own).
+    let url = super::maps::remote_url(here).await.unwrap_or_else(|| here.remote.clone());
     bind::same_remote(pushed, &url).map_err(refused)
 }
 

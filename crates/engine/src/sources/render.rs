@@ -292,18 +292,7 @@ pub(super) mod tests {
     #[test]
     fn result_links_only_on_the_trackers_or_the_repos_host() {
         let on = |kind: SourceKind| SourceSettings { kind, ..SourceSettings::default() };
-        let d = Delivery {
-            id: 1,
-            token: 1,
-            job_id: 7,
-            source_id: 1,
-            event: event::COMPLETED.into(),
-            machine: Some("desktop".into()),
-            claim_token: Some(1),
-            detail: None,
-            tries: 1,
-            created_at: 0,
-        };
+        let d = completed_row();
         let linked = |kind: SourceKind, url: &str, pushed: Option<&str>| {
             let job = JobRow { url: Some(url.into()), pushed_remote: pushed.map(str::to_string), ..job_row() };
             let r = report(&d, &job, "devpilot/7", &on(kind));
@@ -327,18 +316,7 @@ pub(super) mod tests {
     /// never pushed.
     #[test]
     fn a_completion_with_no_changes_says_so() {
-        let d = Delivery {
-            id: 1,
-            token: 1,
-            job_id: 7,
-            source_id: 1,
-            event: event::COMPLETED.into(),
-            machine: Some("desktop".into()),
-            claim_token: Some(1),
-            detail: None,
-            tries: 1,
-            created_at: 0,
-        };
+        let d = completed_row();
         let github = SourceSettings { kind: SourceKind::Github, ..SourceSettings::default() };
         let said = |commits: Option<i32>| {
             let job = JobRow { commits, ..job_row() };
@@ -349,6 +327,22 @@ pub(super) mod tests {
         for commits in [None, Some(2)] {
             assert!(said(commits).contains("Branch: `devpilot/7`"));
             assert!(!said(commits).contains("No changes"));
+        }
+    }
+
+    /// The `completed` outbox row of job 7, claimed by desktop.
+    fn completed_row() -> Delivery {
+        Delivery {
+            id: 1,
+            token: 1,
+            job_id: 7,
+            source_id: 1,
+            event: event::COMPLETED.into(),
+            machine: Some("desktop".into()),
+            claim_token: Some(1),
+            detail: None,
+            tries: 1,
+            created_at: 0,
         }
     }
 
