@@ -224,7 +224,6 @@ function jobRow(j, unroutable) {
   if ((j.state === 'queued' || j.state === 'failed' || j.state === 'running') && !j.cancel_requested_by) {
     actions.append(el('button', { type: 'button', class: 'cancel', onclick: (ev) => { ev.stopPropagation(); act('cancel', j.id); } }, 'Cancel'));
   }
-  const end = j.state === 'running' ? j.now : (j.finished_at || j.completed_at);
   const pr = j.url && j.url.includes('/pull/') && webLink(j.url);
   return el('tr', { class: 'clickable', dataset: { id: j.id, state: j.state }, onclick: () => showJob(j.id) },
     el('td', {}, j.id),
@@ -234,10 +233,18 @@ function jobRow(j, unroutable) {
     el('td', { class: `state state-${j.state}` }, stateText(j),
       unroutable ? el('div', { class: 'warn', title: 'Only a machine that has the repo and every label takes it' }, unroutable) : ''),
     el('td', {}, machineOf(j)),
-    el('td', {}, j.claimed_at && end ? span(end - j.claimed_at) : ''),
+    el('td', {}, jobSpan(j)),
     el('td', {}, j.agent && j.agent.cost_usd != null ? usd(j.agent.cost_usd) : ''),
     el('td', {}, pr ? el('a', { class: 'pr', href: pr, onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); invoke('open_link', { url: pr }).catch((e) => notice(errText(e))); } }, '#' + pr.split('/pull/')[1]) : ''),
     actions);
+}
+
+// How long a job ran: its last attempt's start (kept after it ends) to its end, or to now.
+function jobSpan(j) {
+  const start = j.claimed_at || j.started_at;
+  if (!start || j.state === 'queued') return '';
+  const end = j.state === 'running' ? j.now : (j.finished_at || j.completed_at);
+  return end ? span(end - start) : '';
 }
 
 // The tracker issue a job came from ("ENG-7"), as a link the user's browser opens: the
@@ -396,7 +403,7 @@ async function showJob(id) {
     fact('Machine', j.claimed_by || ([...d.history].reverse().find((h) => h.machine && h.kind !== 'requeued') || {}).machine);
     // A finished job's row no longer holds its claim: its last claim is in the history.
     const claimed = [...d.history].reverse().find((h) => h.kind === 'claimed');
-    const started = j.claimed_at || (claimed && claimed.at);
+    const started = j.claimed_at || j.started_at || (claimed && claimed.at);
     fact('Started', when(started));
     const end = j.finished_at || j.completed_at;
     fact('Ended', j.state === 'running' ? null : when(end));

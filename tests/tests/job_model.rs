@@ -30,6 +30,7 @@ devpilot_tests::on_every_backend!(
     retention_runs_on_the_poll_path,
     the_migration_upgrades_a_queue_that_holds_jobs,
     a_cancel_missed_while_not_listening_is_learnt_at_the_resync,
+    a_finished_job_keeps_when_it_started,
 );
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -502,4 +503,23 @@ async fn a_cancel_missed_while_not_listening_is_learnt_at_the_resync(backend: Ba
     .await;
     assert!(ended, "the resync's renewal carried the cancel, well before the 20 s heartbeat");
     h.stop(StopMode::HandOff).await;
+}
+
+/// A finished job's row no longer holds its claim, but listings still say when its last
+/// attempt started (the queue's Duration column runs from there to `finished_at`).
+async fn a_finished_job_keeps_when_it_started(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("started");
+    let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
+    let first = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
+    db.queue.fail(&first.fence, "m", "exit 1").await.unwrap();
+    db.age_wait(id, HOUR).await;
+    let second = db.queue.claim_next(&orch, "m", 1).await.unwrap().remove(0);
+    let (running, _) = db.queue.job(id).await.unwrap().unwrap();
+    let claimed_at = running.claimed_at.expect("running: claimed");
+    assert_eq!(running.started_at, Some(claimed_at), "the last attempt's claim, not the first's");
+    assert!(db.queue.complete(&second.fence, "m").await.unwrap());
+    let listed = db.queue.jobs(&orch, None, 10).await.unwrap().remove(0);
+    assert_eq!((listed.claimed_at, listed.started_at), (None, Some(claimed_at)), "kept after it ends");
+    assert!(listed.finished_at.unwrap() >= claimed_at);
 }

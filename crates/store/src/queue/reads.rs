@@ -9,15 +9,20 @@ use super::rows::{decode, decode_first, decode_one, Counts, IdState, JobRow, Log
 use crate::error::Result;
 use crate::job::JobState;
 
-/// A job listing: [`JOB_COLUMNS`] and the database clock, of the rows that `rest` (its WHERE
-/// and ORDER BY) selects.
+/// A job listing: [`JOB_COLUMNS`], when its last attempt started and the database clock, of
+/// the rows that `rest` (its WHERE and ORDER BY) selects.
 fn listing(d: &Dialect, rest: &str) -> String {
     format!(
-        "SELECT {JOB_COLUMNS}, {issue}, {now} AS now FROM dispatch_queue {rest}",
+        "SELECT {JOB_COLUMNS}, {issue}, {STARTED_AT}, {now} AS now FROM dispatch_queue {rest}",
         issue = d.issue_columns,
         now = d.now
     )
 }
+
+/// When the job's last attempt was claimed, from its history: `claimed_at` is cleared when a
+/// job ends, and a finished job's duration runs from here to `finished_at`.
+const STARTED_AT: &str = "(SELECT MAX(e.at) FROM job_events e
+                            WHERE e.job_id = dispatch_queue.id AND e.kind = 'claimed') AS started_at";
 
 /// The jobs of orchestrator $1, newest first, at most $2: of every state, and of state $3.
 static JOBS: [Sql; 2] = [
@@ -53,7 +58,7 @@ static UNCLAIMED: Sql = Sql::new(|d| {
 /// Job $1 with its payload.
 static JOB: Sql = Sql::new(|d| {
     format!(
-        "SELECT {JOB_COLUMNS}, {issue}, payload, {now} AS now FROM dispatch_queue WHERE id = $1",
+        "SELECT {JOB_COLUMNS}, {issue}, {STARTED_AT}, payload, {now} AS now FROM dispatch_queue WHERE id = $1",
         issue = d.issue_columns,
         now = d.now
     )

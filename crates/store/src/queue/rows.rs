@@ -123,6 +123,8 @@ pub struct JobRow {
     /// The tracker issue it came from: its identifier (`ENG-7`) and URL.
     pub issue: Option<String>,
     pub issue_url: Option<String>,
+    /// When its last attempt was claimed (kept after it ends, unlike `claimed_at`).
+    pub started_at: Option<i64>,
     /// The database clock when the row was read, so ages need no local clock.
     pub now: i64,
 }
