@@ -9,6 +9,8 @@ const $ = (id) => document.getElementById(id);
 let status = null;
 let filter = 'all';
 let openJob = null;
+// A notification's "View log" opened the job: its page is shown scrolled to the transcript.
+let scrollToLog = false;
 let logTimer = null;
 let beforeClose = null;
 
@@ -193,7 +195,11 @@ async function refreshJobs() {
     fillFilter('q-repo', r.jobs.map((j) => j.repo), 'Any repo');
     fillFilter('q-source', r.jobs.map(sourceOf), 'Any source');
     renderJobRows();
-    if (openJob != null) showJob(openJob);
+    if (openJob != null) {
+      const toLog = scrollToLog;
+      scrollToLog = false;
+      showJob(openJob).then(() => { if (toLog) $('detail-log-title').scrollIntoView(); });
+    }
   } catch (e) {
     body.replaceChildren(el('tr', {}, el('td', { colSpan: 10 }, errText(e))));
   }
@@ -975,9 +981,10 @@ async function submitNewJob(ev) {
 
 function show(section) {
   let name = (section || 'fleet').replace(/^#/, '');
-  // job-ID (a notification's "Open"): the queue, with that job's detail.
-  const job = /^job-(\d+)$/.exec(name);
-  if (job) { openJob = parseInt(job[1], 10); name = 'queue'; }
+  // job-ID (a notification's "Open"): the queue, with that job's detail; job-ID-log ("View
+  // log"): scrolled to its transcript.
+  const job = /^job-(\d+)(-log)?$/.exec(name);
+  if (job) { openJob = parseInt(job[1], 10); scrollToLog = !!job[2]; name = 'queue'; }
   for (const s of document.querySelectorAll('main > section')) s.hidden = s.id !== name;
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('on', a.dataset.tab === name);
   if (name === 'fleet') refreshFleet();

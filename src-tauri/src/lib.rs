@@ -147,6 +147,19 @@ fn open_target<R: Runtime>(app: &AppHandle<R>, target: notify::Open) {
         }
         notify::Open::Job(id) => window::open(app, Some(&format!("job-{id}"))),
         notify::Open::Settings => window::open(app, Some("settings")),
+        notify::Open::Log(id) => window::open(app, Some(&format!("job-{id}-log"))),
+        notify::Open::Retry(id) => {
+            let (app, engine) = (app.clone(), app.state::<AppState>().engine.clone());
+            tauri::async_runtime::spawn(async move {
+                match engine.requeue(id).await {
+                    Ok(true) => tracing::info!(job = id, "retried from its notification"),
+                    Ok(false) => tracing::info!(job = id, "not retried: it is not failed or dead any more"),
+                    Err(e) => tracing::warn!(job = id, error = %e, "cannot retry the job"),
+                }
+                // Its page says where it stands now.
+                window::open(&app, Some(&format!("job-{id}")));
+            });
+        }
         notify::Open::Result { job, otherwise } => {
             let (app, engine) = (app.clone(), app.state::<AppState>().engine.clone());
             tauri::async_runtime::spawn(async move {

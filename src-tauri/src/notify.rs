@@ -69,8 +69,20 @@ pub struct Notice {
     /// notice is titled with it.
     pub subject: Option<String>,
     pub text: String,
+    /// What came of the job, read back from the queue ("Draft PR #42 · 12 min on desktop ·
+    /// $0.42"): the first line of a notification about it alone.
+    pub facts: Option<String>,
     /// What "Open" opens, for a notification about one job.
     pub open: Option<Open>,
+    /// Its buttons beside Open ("Open PR", "View log", "Retry"), for a notification about it alone.
+    pub buttons: Vec<Button>,
+}
+
+/// A notification's button and what it does.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Button {
+    pub label: &'static str,
+    pub target: Open,
 }
 
 /// What a notification's "Open" action opens.
@@ -80,6 +92,10 @@ pub enum Open {
     Url(String),
     Job(i64),
     Settings,
+    /// The job's page in the window, at its transcript ("View log").
+    Log(i64),
+    /// Puts a failed or dead job back in the queue ("Retry").
+    Retry(i64),
     /// A finished job: its result link as the queue has it when the user clicks, else
     /// `otherwise` (what was known when it finished).
     Result {
@@ -101,14 +117,17 @@ pub struct Sent {
     pub error: Option<String>,
     /// The "Open" action offered with it, if the server supports actions.
     pub action: Option<Open>,
+    /// The labels of the buttons offered beside it.
+    pub buttons: Vec<String>,
 }
 
 /// Which notice an event gives, if its toggle is on. Offline/online are handled separately.
 pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
-    let n = |kind, text: String| Some(Notice { kind, subject: None, text, open: None });
+    let n = |kind, text: String| Some(Notice { kind, subject: None, text, facts: None, open: None, buttons: vec![] });
     // About one job: titled with it, and "Open" shows it in the window.
     let about = |job: &devpilot_app::orchestrator::JobRef, kind, text: String| {
-        Some(Notice { kind, subject: Some(subject_of(job)), text, open: Some(Open::Job(job.id)) })
+        let buttons = buttons_for(kind, job.id, None);
+        Some(Notice { kind, subject: Some(subject_of(job)), text, facts: None, open: Some(Open::Job(job.id)), buttons })
     };
     match ev {
         Event::Claimed { job } if on.claimed => n(Kind::Claimed, format!("Started {}", job.label())),
@@ -121,7 +140,8 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             let otherwise = Box::new(target.map(Open::Url).unwrap_or(Open::Job(job.id)));
             let open = Some(Open::Result { job: job.id, otherwise });
             let text = format!("Finished {}{said}{link}", job.label());
-            Some(Notice { kind: Kind::Completed, subject: Some(subject_of(job)), text, open })
+            let buttons = buttons_for(Kind::Completed, job.id, None);
+            Some(Notice { kind: Kind::Completed, subject: Some(subject_of(job)), text, facts: None, open, buttons })
         }
         Event::Cancelled { job } if on.completed => {
             about(job, Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
@@ -147,7 +167,9 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             kind: Kind::AgentMissing,
             subject: None,
             text: format!("Not claiming jobs: {error}"),
+            facts: None,
             open: Some(Open::Settings),
+            buttons: vec![],
         }),
         // Said once by the machine as the source goes wrong. Only a key the user must set is
         // worth a notification (offline and rate limits mend themselves); both failure
@@ -159,7 +181,9 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
                 kind: Kind::SourceTrouble,
                 subject: None,
                 text: format!("Source {source}: {message}"),
+                facts: None,
                 open: Some(Open::Settings),
+                buttons: vec![],
             })
         }
         _ => None,
@@ -187,6 +211,63 @@ fn lost_text(job: &devpilot_app::orchestrator::JobRef, reason: LossReason) -> St
     }
 }
 
+/// The buttons of a notification about job `id` alone, beside Open: its pull request (`pr`),
+/// its log, and Retry for a job that failed for the last time.
+fn buttons_for(kind: Kind, id: i64, pr: Option<&str>) -> Vec<Button> {
+    let log = Button { label: "View log", target: Open::Log(id) };
+    match kind {
+        Kind::Completed => {
+            let pr = pr.map(|u| Button { label: "Open PR", target: Open::Url(u.to_string()) });
+            pr.into_iter().chain([log]).collect()
+        }
+        Kind::Dead => vec![log, Button { label: "Retry", target: Open::Retry(id) }],
+        Kind::Failed | Kind::LeaseLost | Kind::Parked => vec![log],
+        _ => vec![],
+    }
+}
+
+/// `n` (about job `id`, completed or dead) with what came of it, read back from the queue:
+/// its facts line and its pull request's button. A completion waits for its pull request to
+/// be opened, up to [`devpilot_app::PR_WAIT`]. The queue unreadable: `n` as it was.
+async fn with_outcome(engine: &Engine, mut n: Notice, id: i64) -> Notice {
+    if let Some(o) = engine.outcome(id, devpilot_app::PR_WAIT).await {
+        n.facts = Some(o.line).filter(|l| !l.is_empty());
+        n.buttons = buttons_for(n.kind, id, o.pr.as_deref());
+    }
+    n
+}
+
+/// The notice for a job from this machine's sources that another machine finished (with
+/// `notify.any_machine`), if its toggle is on.
+pub fn notice_of_elsewhere(o: &devpilot_app::Outcome, on: &NotifySettings) -> Option<Notice> {
+    let j = &o.job;
+    let by = j.claimed_by.as_deref().unwrap_or("another machine");
+    let (kind, text) = match j.state {
+        devpilot_app::job::JobState::Completed if on.completed => {
+            let said = j.summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
+            (Kind::Completed, format!("Finished on {by}{said}"))
+        }
+        devpilot_app::job::JobState::Dead if on.dead => {
+            let why = j.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            (Kind::Dead, format!("Dead on {by} after its last attempt{why}"))
+        }
+        _ => return None,
+    };
+    let subject = match j.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        Some(t) => t.to_string(),
+        None => format!("DevPilot job #{}", j.id),
+    };
+    let otherwise = Box::new(j.issue_url.clone().map(Open::Url).unwrap_or(Open::Job(j.id)));
+    Some(Notice {
+        kind,
+        subject: Some(subject),
+        text,
+        facts: Some(o.line.clone()).filter(|l| !l.is_empty()),
+        open: Some(Open::Result { job: j.id, otherwise }),
+        buttons: buttons_for(kind, j.id, o.pr.as_deref()),
+    })
+}
+
 /// What a notification about `job` is titled: its title ("ENG-7 Fix login redirect", "#1 Fix
 /// the login"), else "DevPilot job #12".
 fn subject_of(job: &devpilot_app::orchestrator::JobRef) -> String {
@@ -200,7 +281,11 @@ fn subject_of(job: &devpilot_app::orchestrator::JobRef) -> String {
 pub fn render(batch: &[Notice]) -> (String, String) {
     if let [one] = batch {
         if let Some(subject) = &one.subject {
-            return (subject.clone(), one.text.clone());
+            let body = match &one.facts {
+                Some(f) => format!("{f}\n{}", one.text),
+                None => one.text.clone(),
+            };
+            return (subject.clone(), body);
         }
         let summary = match one.kind {
             Kind::Claimed => "DevPilot: job started",
@@ -297,6 +382,7 @@ impl Notifier {
         let events = self.engine.subscribe();
         tauri::async_runtime::spawn(me.clone().batcher(rx));
         tauri::async_runtime::spawn(watch_set_aside(self.engine.watch_set_aside(), tx.clone()));
+        tauri::async_runtime::spawn(watch_fleet(self.engine.clone(), tx.clone()));
         tauri::async_runtime::spawn(me.listen(events, tx));
     }
 
@@ -339,7 +425,9 @@ impl Notifier {
                                 kind: Kind::Offline,
                                 subject: None,
                                 text: format!("Nothing is claimed until it is back. {error}"),
+                                facts: None,
                                 open: None,
+                                buttons: vec![],
                             });
                         }
                     }));
@@ -353,7 +441,19 @@ impl Notifier {
                             kind: Kind::Online,
                             subject: None,
                             text: "Dispatch carries on.".into(),
+                            facts: None,
                             open: None,
+                            buttons: vec![],
+                        });
+                    }
+                }
+                // What came of a finished job is read back first (its PR is opened a moment
+                // after it completes); other notices go at once.
+                Event::Completed { job, .. } | Event::Failed { job, dead: true, .. } => {
+                    if let Some(n) = notice_for(&ev, &on) {
+                        let (engine, tx, id) = (self.engine.clone(), tx.clone(), job.id);
+                        tokio::spawn(async move {
+                            let _ = tx.send(with_outcome(&engine, n, id).await);
                         });
                     }
                 }
@@ -379,23 +479,17 @@ impl Notifier {
         tauri::async_runtime::spawn(async move {
             let on_open = me.on_open.lock().ok().and_then(|o| o.clone());
             let (s2, b2) = (summary.clone(), body.clone());
-            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, on_open)).await;
+            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, vec![], on_open)).await;
             me.record(summary, body, vec![Kind::HandOff], res);
         });
     }
 
     /// Logs and keeps what was sent (at most 50, newest last).
-    fn record(
-        &self,
-        summary: String,
-        body: String,
-        kinds: Vec<Kind>,
-        res: Result<Result<Option<Open>, String>, tokio::task::JoinError>,
-    ) {
-        let (error, action) = match res {
-            Ok(Ok(action)) => (None, action),
-            Ok(Err(e)) => (Some(e), None),
-            Err(e) => (Some(format!("notification thread failed: {e}")), None),
+    fn record(&self, summary: String, body: String, kinds: Vec<Kind>, res: Result<Shown, tokio::task::JoinError>) {
+        let (error, action, buttons) = match res {
+            Ok(Ok((action, buttons))) => (None, action, buttons),
+            Ok(Err(e)) => (Some(e), None, vec![]),
+            Err(e) => (Some(format!("notification thread failed: {e}")), None, vec![]),
         };
         match &error {
             None => tracing::info!(%summary, "notified"),
@@ -404,7 +498,7 @@ impl Notifier {
             }
         }
         if let Ok(mut r) = self.recent.lock() {
-            r.push_back(Sent { summary, body, kinds, error, action });
+            r.push_back(Sent { summary, body, kinds, error, action, buttons });
             while r.len() > 50 {
                 r.pop_front();
             }
@@ -422,14 +516,41 @@ impl Notifier {
             let kinds = batch.iter().map(|n| n.kind).collect();
             let urgent = batch.iter().any(|n| matches!(n.kind, Kind::Dead | Kind::LeaseLost | Kind::Offline));
             let (s2, b2) = (summary.clone(), body.clone());
-            // "Open" only for a notification about one job.
-            let open = match batch.as_slice() {
-                [one] => one.open.clone(),
-                _ => None,
+            // "Open" and the buttons only for a notification about one job.
+            let (open, buttons) = match batch.as_slice() {
+                [one] => (one.open.clone(), one.buttons.clone()),
+                _ => (None, vec![]),
             };
             let on_open = self.on_open.lock().ok().and_then(|o| o.clone());
-            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, on_open)).await;
+            let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, buttons, on_open)).await;
             self.record(summary, body, kinds, res);
+        }
+    }
+}
+
+/// How often the fleet watch reads what other machines finished (with `notify.any_machine`).
+pub const FLEET_EVERY: Duration = Duration::from_secs(10);
+
+/// With `notify.any_machine`, tells the jobs from this machine's sources that other machines
+/// finished, read from the shared queue. Off, it reads nothing (an idle tray stays quiet).
+async fn watch_fleet(engine: Arc<Engine>, tx: mpsc::UnboundedSender<Notice>) {
+    let mut w = devpilot_app::FleetWatch::default();
+    loop {
+        tokio::time::sleep(FLEET_EVERY).await;
+        let on = engine.settings().notify;
+        if !on.any_machine {
+            w = devpilot_app::FleetWatch::default();
+            continue;
+        }
+        match engine.finished_elsewhere(&mut w).await {
+            Ok(done) => {
+                for n in done.iter().filter_map(|o| notice_of_elsewhere(o, &on)) {
+                    if tx.send(n).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read what other machines finished"),
         }
     }
 }
@@ -462,20 +583,23 @@ pub fn set_aside_notice(kept: &devpilot_app::config::SetAside, told: Option<&str
             "It could not be parsed ({}). It was kept as {} and DevPilot started with default settings; nothing was overwritten.",
             kept.reason, kept.kept_as
         ),
+        facts: None,
         open: Some(Open::Settings),
+        buttons: vec![],
     })
 }
 
 /// Blocking: runs on a blocking thread. With `open` and a server that supports actions, the
-/// notification offers "Open", and a thread of its own waits for the click. The action
-/// offered, if one was.
+/// notification offers "Open" and `buttons`, and a thread of its own waits for the click.
+/// The action and the buttons offered, if any were.
 fn show(
     summary: &str,
     body: &str,
     urgent: bool,
     open: Option<Open>,
+    buttons: Vec<Button>,
     on_open: Option<OnOpen>,
-) -> Result<Option<Open>, String> {
+) -> Shown {
     let mut n = notify_rust::Notification::new();
     n.appname("DevPilot").summary(summary).body(&markup_escaped(body)).icon("dialog-information");
     #[cfg(all(unix, not(target_os = "macos")))]
@@ -484,26 +608,45 @@ fn show(
     }
     let _ = urgent;
     n.timeout(notify_rust::Timeout::Milliseconds(8000));
-    let offered = open.filter(|_| on_open.is_some() && supports_actions());
+    let can = on_open.is_some() && (open.is_some() || !buttons.is_empty()) && supports_actions();
+    let offered = open.filter(|_| can);
+    let buttons = if can { buttons } else { vec![] };
     if offered.is_some() {
         n.action("default", "Open").action("open", "Open");
     }
+    // A button's action key is its place: "b0", "b1", …
+    for (i, b) in buttons.iter().enumerate() {
+        n.action(&format!("b{i}"), b.label);
+    }
+    let labels = buttons.iter().map(|b| b.label.to_string()).collect();
     let handle = n.show().map_err(|e| e.to_string())?;
     #[cfg(all(unix, not(target_os = "macos")))]
-    if let (Some(target), Some(f)) = (offered.clone(), on_open) {
+    if let Some(f) = on_open.filter(|_| can) {
+        let target = offered.clone();
         std::thread::spawn(move || {
             handle.wait_for_action(|action| {
-                if action == "open" || action == "default" {
-                    tracing::info!(?target, "notification action: open");
-                    f(target);
+                let picked = match action {
+                    "open" | "default" => target.clone(),
+                    b => b
+                        .strip_prefix('b')
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .and_then(|i| buttons.get(i))
+                        .map(|b| b.target.clone()),
+                };
+                if let Some(t) = picked {
+                    tracing::info!(action, target = ?t, "notification action");
+                    f(t);
                 }
             })
         });
     }
     #[cfg(not(all(unix, not(target_os = "macos"))))]
-    let _ = (handle, on_open);
-    Ok(offered)
+    let _ = (handle, on_open, buttons);
+    Ok((offered, labels))
 }
+
+/// What [`show`] did: the action and the button labels it offered, or why nothing was shown.
+type Shown = Result<(Option<Open>, Vec<String>), String>;
 
 /// A body as the notification server reads it: servers that support body markup (most do;
 /// the spec's subset of HTML) would otherwise render a job's title, an agent's summary or an
@@ -564,6 +707,7 @@ mod tests {
             offline: false,
             online: false,
             every_retry: false,
+            any_machine: false,
         };
         let ev = Event::AgentUnavailable { error: "agent program 'claude' was not found".into() };
         let n = notice_for(&ev, &none).unwrap();
@@ -678,5 +822,49 @@ mod tests {
         let said = "<a href=\"https://evil.test\">click</a> & <img src=x>";
         assert_eq!(markup_escaped(said), "&lt;a href=\"https://evil.test\"&gt;click&lt;/a&gt; &amp; &lt;img src=x&gt;");
         assert_eq!(markup_escaped("fixed the redirect"), "fixed the redirect");
+    }
+
+    /// A completion read back says what came of it first, and offers its PR and its log; a
+    /// dead job offers its log and Retry; a burst shows neither.
+    #[test]
+    fn a_notice_says_what_came_of_the_job() {
+        let on = NotifySettings::default();
+        let ev = Event::Completed { job: job(12), summary: Some("fixed it".into()), url: None };
+        let mut n = notice_for(&ev, &on).unwrap();
+        n.facts = Some("Draft PR #42 · 12 min on desktop · $0.42".into());
+        n.buttons = buttons_for(Kind::Completed, 12, Some("https://github.com/acme/webapp/pull/42"));
+        let (title, body) = render(std::slice::from_ref(&n));
+        assert_eq!(title, "T12");
+        assert_eq!(body, "Draft PR #42 · 12 min on desktop · $0.42\nFinished T12 (#12): fixed it");
+        let labels: Vec<&str> = n.buttons.iter().map(|b| b.label).collect();
+        assert_eq!(labels, ["Open PR", "View log"]);
+        assert_eq!(n.buttons[0].target, Open::Url("https://github.com/acme/webapp/pull/42".into()));
+        let dead = notice_for(&Event::Failed { job: job(13), error: "exit 1".into(), dead: true }, &on).unwrap();
+        let labels: Vec<&str> = dead.buttons.iter().map(|b| b.label).collect();
+        assert_eq!(labels, ["View log", "Retry"]);
+        assert_eq!(dead.buttons[1].target, Open::Retry(13));
+        let (_, burst) = render(&[n.clone(), dead]);
+        assert!(!burst.contains("Draft PR"), "a burst lists each job's own line: {burst}");
+    }
+
+    /// Another machine's finish is told as such, titled with the job, with its facts; off
+    /// toggles silence it.
+    #[test]
+    fn another_machines_finish_reads_as_such() {
+        let mut j = devpilot_app::queue::JobRow::bare(7, "o", devpilot_app::job::JobState::Completed);
+        j.title = Some("ENG-7 Fix login redirect".into());
+        j.claimed_by = Some("desktop".into());
+        j.summary = Some("fixed the redirect".into());
+        let o = devpilot_app::Outcome {
+            job: j,
+            line: "Draft PR #42 · 12 min on desktop".into(),
+            pr: Some("https://github.com/a/b/pull/42".into()),
+        };
+        let n = notice_of_elsewhere(&o, &NotifySettings::default()).unwrap();
+        let (title, body) = render(&[n]);
+        assert_eq!(title, "ENG-7 Fix login redirect");
+        assert_eq!(body, "Draft PR #42 · 12 min on desktop\nFinished on desktop: fixed the redirect");
+        let off = NotifySettings { completed: false, ..Default::default() };
+        assert!(notice_of_elsewhere(&o, &off).is_none());
     }
 }

@@ -42,6 +42,7 @@ mod handoff;
 mod jobs;
 mod keychain;
 mod lifecycle;
+mod outcome;
 mod overrides;
 mod repos;
 mod sleep;
@@ -67,6 +68,7 @@ pub use db_form::{DbForm, DbMode};
 /// notifications say it.
 pub use devpilot_engine::sources::{HealthState, SourceHealth};
 pub use engine::{Engine, DEMO_DURATION};
+pub use outcome::{outcome_line, FleetWatch, Outcome, PR_WAIT};
 pub use overrides::Overrides;
 pub use repos::{RepoSwitches, RepoView};
 pub use sources::{SourceForm, SourceView, SourcesView};

@@ -33,6 +33,9 @@ pub struct NotifySettings {
     /// Every failed attempt, not only a job's last (dead): one job retried three times
     /// otherwise makes one notification, not three.
     pub every_retry: bool,
+    /// Jobs from this machine's sources that another machine finished (completed or dead):
+    /// read from the shared queue, so a job handed to the desktop is heard of on the laptop.
+    pub any_machine: bool,
 }
 
 impl Default for NotifySettings {
@@ -46,6 +49,7 @@ impl Default for NotifySettings {
             offline: true,
             online: true,
             every_retry: false,
+            any_machine: false,
         }
     }
 }

@@ -239,7 +239,6 @@ fn is_http(u: &str) -> bool {
 pub(super) mod tests {
     use super::*;
     use devpilot_store::job::JobState;
-    use devpilot_store::queue::{AgentRun, Names};
 
     /// A park's detail gives "until HH:MM UTC"; a branch cannot end its code span.
     #[test]
@@ -348,39 +347,6 @@ pub(super) mod tests {
 
     /// A completed job with nothing else said.
     pub(crate) fn job_row() -> JobRow {
-        JobRow {
-            id: 7,
-            orchestrator_id: "o".into(),
-            title: None,
-            state: JobState::Completed,
-            attempts: 1,
-            claimed_by: None,
-            claim_token: 1,
-            created_at: 0,
-            claimed_at: None,
-            heartbeat_at: None,
-            completed_at: None,
-            last_error: None,
-            max_attempts: 3,
-            unique_key: None,
-            priority: 0,
-            run_at: 0,
-            summary: None,
-            url: None,
-            cancel_requested_by: None,
-            finished_at: None,
-            repo: None,
-            requires: Names(vec![]),
-            resume_branch: None,
-            resumed_from: None,
-            worktree: None,
-            release_requested_by: None,
-            pushed_remote: None,
-            commits: None,
-            agent: AgentRun::default(),
-            issue: None,
-            issue_url: None,
-            now: 0,
-        }
+        JobRow::bare(7, "o", JobState::Completed)
     }
 }

@@ -24,7 +24,7 @@ pub(super) struct Dialect {
     /// The labels a job requires, as a table `r` with a column `value`.
     pub(super) requires_each: &'static str,
     /// The tracker issue a job came from (`payload.source`): `issue` (its identifier) and
-    /// `issue_url`, for listings.
+    /// `issue_url`, and the name of the source that added it (`source`), for listings.
     pub(super) issue_columns: &'static str,
     /// How parameter n is written: `$n` on PostgreSQL, `?n` on SQLite.
     pub(super) param: char,
@@ -47,7 +47,8 @@ pub(super) static POSTGRES: LazyLock<Dialect> = LazyLock::new(|| Dialect {
     skip_locked: "FOR UPDATE SKIP LOCKED",
     run_at_iso: "to_char(to_timestamp(run_at / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
     requires_each: "jsonb_array_elements_text(dispatch_queue.requires::jsonb) AS r(value)",
-    issue_columns: "payload->'source'->>'identifier' AS issue, payload->'source'->>'url' AS issue_url",
+    issue_columns: "payload->'source'->>'identifier' AS issue, payload->'source'->>'url' AS issue_url, \
+                    payload->'source'->>'name' AS source",
     param: '$',
     ..Dialect::shared()
 });
@@ -61,7 +62,8 @@ pub(super) static SQLITE: LazyLock<Dialect> = LazyLock::new(|| Dialect {
     requires_each: "json_each(dispatch_queue.requires) AS r",
     // The same operators as PostgreSQL's (SQLite 3.38+): a `$` path would be read as a
     // parameter when the statement is rendered.
-    issue_columns: "payload -> 'source' ->> 'identifier' AS issue, payload -> 'source' ->> 'url' AS issue_url",
+    issue_columns: "payload -> 'source' ->> 'identifier' AS issue, payload -> 'source' ->> 'url' AS issue_url, \
+                    payload -> 'source' ->> 'name' AS source",
     param: '?',
     ..Dialect::shared()
 });

@@ -55,6 +55,16 @@ static UNCLAIMED: Sql = Sql::new(|d| {
     listing(d, &rest)
 });
 
+/// The jobs of orchestrator $1 that ended completed or dead after $2 (database ms), oldest
+/// end first, at most $3: what other machines finished, for a tray that tells them.
+static FINISHED_SINCE: Sql = Sql::new(|d| {
+    listing(
+        d,
+        "WHERE orchestrator_id = $1 AND finished_at > $2 AND state IN ('completed', 'dead')
+          ORDER BY finished_at, id LIMIT $3",
+    )
+});
+
 /// Job $1 with its payload.
 static JOB: Sql = Sql::new(|d| {
     format!(
@@ -142,6 +152,13 @@ impl Queue {
     /// The running jobs of an orchestrator, oldest claim first.
     pub async fn running(&self, orchestrator_id: &str) -> Result<Vec<JobRow>> {
         decode(&self.query(self.sql(&RUNNING), vec![orchestrator_id.into()]).await?)
+    }
+
+    /// The jobs that ended completed or dead after `since_ms` (database time), oldest end
+    /// first, at most `limit`: a machine reads what the others finished from here.
+    pub async fn finished_since(&self, orchestrator_id: &str, since_ms: i64, limit: u32) -> Result<Vec<JobRow>> {
+        let values = vec![orchestrator_id.into(), since_ms.into(), i64::from(limit).into()];
+        decode(&self.query(self.sql(&FINISHED_SINCE), values).await?)
     }
 
     /// The claimable jobs that wait for a time (backoff, schedule, park), soonest first.

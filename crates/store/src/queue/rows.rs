@@ -123,6 +123,8 @@ pub struct JobRow {
     /// The tracker issue it came from: its identifier (`ENG-7`) and URL.
     pub issue: Option<String>,
     pub issue_url: Option<String>,
+    /// The name of the tracker source that added it (`payload.source.name`).
+    pub source: Option<String>,
     /// When its last attempt was claimed (kept after it ends, unlike `claimed_at`).
     pub started_at: Option<i64>,
     /// The database clock when the row was read, so ages need no local clock.
@@ -130,6 +132,47 @@ pub struct JobRow {
 }
 
 impl JobRow {
+    /// A row with only its identity and state, every other field empty: what renderers are
+    /// tested against (a real row comes from a listing).
+    pub fn bare(id: i64, orchestrator_id: &str, state: JobState) -> Self {
+        Self {
+            id,
+            orchestrator_id: orchestrator_id.into(),
+            title: None,
+            state,
+            attempts: 1,
+            claimed_by: None,
+            claim_token: 1,
+            created_at: 0,
+            claimed_at: None,
+            heartbeat_at: None,
+            completed_at: None,
+            last_error: None,
+            max_attempts: 3,
+            unique_key: None,
+            priority: 0,
+            run_at: 0,
+            summary: None,
+            url: None,
+            cancel_requested_by: None,
+            finished_at: None,
+            repo: None,
+            requires: Names(vec![]),
+            resume_branch: None,
+            resumed_from: None,
+            worktree: None,
+            release_requested_by: None,
+            pushed_remote: None,
+            commits: None,
+            agent: AgentRun::default(),
+            issue: None,
+            issue_url: None,
+            source: None,
+            started_at: None,
+            now: 0,
+        }
+    }
+
     /// How long until a waiting job may be claimed, if it is waiting for a time.
     pub fn wait(&self) -> Option<Duration> {
         let claimable = JobState::CLAIMABLE.contains(&self.state);
