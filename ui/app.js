@@ -77,8 +77,7 @@ function renderStatus(st) {
   if (st.agent === 'demo') text += ' · demo agent';
   pill.textContent = text;
   pill.title = `${st.orchestrator_id} on ${st.machine} · ${st.backend} ${st.database}`;
-  $('dispatch').checked = !!st.dispatch_enabled;
-  $('pause-btn').textContent = st.paused ? 'Resume' : 'Pause';
+  renderClaiming(st);
   const banner = $('banner');
   if (st.message) {
     banner.textContent = st.message;
@@ -1028,12 +1027,32 @@ async function quit(mode) {
 
 window.addEventListener('hashchange', () => show(current()));
 
+// The one claiming control: On, Paused (until a time, or until resumed), Off. A timed pause
+// shows as "Paused until 14:30", an entry of its own that is never picked.
+function renderClaiming(st) {
+  const sel = $('claiming');
+  const timed = sel.querySelector('option[value="paused"]');
+  let value = 'on';
+  if (!st.dispatch_enabled) value = 'off';
+  else if (st.paused && st.paused_until_unix_ms != null) {
+    timed.textContent = `Paused until ${clock(st.paused_until_unix_ms)}`;
+    value = 'paused';
+  } else if (st.paused) value = 'pause_indef';
+  timed.hidden = value !== 'paused';
+  sel.value = value;
+  sel.dataset.state = value === 'on' ? 'on' : (value === 'off' ? 'off' : 'paused');
+}
+
+const claimingOf = {
+  on: { mode: 'on' }, off: { mode: 'off' }, pause_indef: { mode: 'paused', minutes: null },
+  pause_30: { mode: 'paused', minutes: 30 }, pause_60: { mode: 'paused', minutes: 60 },
+};
+
 document.addEventListener('DOMContentLoaded', async () => {
-  $('dispatch').addEventListener('change', async (e) => {
-    try { renderStatus(await invoke('set_dispatch', { enabled: e.target.checked })); } catch (err) { notice(errText(err)); refreshStatus(); }
-  });
-  $('pause-btn').addEventListener('click', async () => {
-    try { await invoke(status && status.paused ? 'resume' : 'pause', {}); } catch (e) { notice(errText(e)); }
+  $('claiming').addEventListener('change', async (e) => {
+    const claiming = claimingOf[e.target.value];
+    if (!claiming) return;
+    try { renderStatus(await invoke('set_claiming', { claiming })); } catch (err) { notice(errText(err)); refreshStatus(); }
   });
   $('handoff-btn').addEventListener('click', async () => {
     $('handoff-btn').disabled = true;

@@ -28,6 +28,7 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
     tauri::generate_handler![
         get_status,
         set_dispatch,
+        set_claiming,
         pause,
         resume,
         hand_off,
@@ -79,6 +80,13 @@ pub fn get_status(state: State<'_, AppState>) -> Status {
 #[tauri::command]
 pub async fn set_dispatch(state: State<'_, AppState>, enabled: bool) -> Result<Status> {
     state.engine.set_dispatch(enabled).await?;
+    Ok(state.engine.status())
+}
+
+/// The one claiming control: on, paused (for `minutes`, or until resumed) or off.
+#[tauri::command]
+pub async fn set_claiming(state: State<'_, AppState>, claiming: devpilot_app::Claiming) -> Result<Status> {
+    state.engine.set_claiming(claiming).await?;
     Ok(state.engine.status())
 }
 
@@ -560,6 +568,25 @@ mod tests {
         assert!(!fleet["machines"].as_array().unwrap().is_empty());
         let e = call(&w, "list_jobs", json!({"jobState": "bogus"})).unwrap_err();
         assert_eq!(e["kind"], "invalid");
+    }
+
+    /// The one claiming control: off stops claiming, a pause switches dispatch back on and
+    /// pauses it, and "on" ends the pause.
+    #[test]
+    fn one_claiming_control() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides::default());
+        wait_status(&w, "idle");
+        let st = call(&w, "set_claiming", json!({"claiming": {"mode": "off"}})).unwrap();
+        assert_eq!(st["dispatch_enabled"], false);
+        wait_status(&w, "off");
+        call(&w, "set_claiming", json!({"claiming": {"mode": "paused", "minutes": 30}})).unwrap();
+        let st = wait_status(&w, "paused");
+        assert!(st["dispatch_enabled"] == true && st["paused_until_unix_ms"].is_u64(), "{st}");
+        call(&w, "set_claiming", json!({"claiming": {"mode": "on"}})).unwrap();
+        let st = wait_status(&w, "idle");
+        assert_eq!((st["paused"].clone(), st["dispatch_enabled"].clone()), (json!(false), json!(true)));
+        assert!(call(&w, "set_claiming", json!({"claiming": {"mode": "sometimes"}})).is_err(), "refused");
     }
 
     /// Dispatch off, then cancel a queued job; requeue refuses a job that is not dead; a

@@ -22,10 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use devpilot_app::orchestrator::{Event, LossReason};
-use devpilot_app::settings::NotifySettings;
+use devpilot_app::orchestrator::Event;
 use devpilot_app::Engine;
-use devpilot_app::HealthState;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -33,76 +31,7 @@ pub const COALESCE: Duration = Duration::from_millis(1500);
 pub const OFFLINE_GRACE: Duration = Duration::from_secs(20);
 pub const WAKE_QUIET: Duration = Duration::from_secs(90);
 
-/// What a notification is about.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    Claimed,
-    Completed,
-    /// A user cancelled a job this machine was running; its agent was stopped.
-    Cancelled,
-    /// The agent asked to be tried later (exit 75): not a failure.
-    Parked,
-    Failed,
-    Dead,
-    LeaseLost,
-    /// The agent cannot run here; the machine stopped claiming. Always shown: nothing else
-    /// would tell the user why nothing happens.
-    AgentMissing,
-    Offline,
-    Online,
-    /// The config file could not be parsed: it was kept aside and the defaults are in force.
-    /// Always shown, once per file set aside.
-    ConfigSetAside,
-    /// A tracker source has no usable API key here: no issue becomes a job until one is set.
-    SourceTrouble,
-    /// A hand-off's verdict: "Safe to close the lid", or which work stayed here. Always
-    /// shown: the user asked for it (or the lid is closing).
-    HandOff,
-}
-
-/// One event worth telling, before coalescing.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Notice {
-    pub kind: Kind,
-    /// The job it is about, as its title says it ("ENG-7 Fix login redirect"): a single
-    /// notice is titled with it.
-    pub subject: Option<String>,
-    pub text: String,
-    /// What came of the job, read back from the queue ("Draft PR #42 · 12 min on desktop ·
-    /// $0.42"): the first line of a notification about it alone.
-    pub facts: Option<String>,
-    /// What "Open" opens, for a notification about one job.
-    pub open: Option<Open>,
-    /// Its buttons beside Open ("Open PR", "View log", "Retry"), for a notification about it alone.
-    pub buttons: Vec<Button>,
-}
-
-/// A notification's button and what it does.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Button {
-    pub label: &'static str,
-    pub target: Open,
-}
-
-/// What a notification's "Open" action opens.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Open {
-    Url(String),
-    Job(i64),
-    Settings,
-    /// The job's page in the window, at its transcript ("View log").
-    Log(i64),
-    /// Puts a failed or dead job back in the queue ("Retry").
-    Retry(i64),
-    /// A finished job: its result link as the queue has it when the user clicks, else
-    /// `otherwise` (what was known when it finished).
-    Result {
-        job: i64,
-        otherwise: Box<Open>,
-    },
-}
+pub use crate::notice::{notice_for, render, Button, Kind, Notice, Open};
 
 /// Runs an "Open" action (set by the app: it has the window).
 pub type OnOpen = Arc<dyn Fn(Open) + Send + Sync>;
@@ -119,225 +48,6 @@ pub struct Sent {
     pub action: Option<Open>,
     /// The labels of the buttons offered beside it.
     pub buttons: Vec<String>,
-}
-
-/// Which notice an event gives, if its toggle is on. Offline/online are handled separately.
-pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
-    let n = |kind, text: String| Some(Notice { kind, subject: None, text, facts: None, open: None, buttons: vec![] });
-    // About one job: titled with it, and "Open" shows it in the window.
-    let about = |job: &devpilot_app::orchestrator::JobRef, kind, text: String| {
-        let buttons = buttons_for(kind, job.id, None);
-        Some(Notice { kind, subject: Some(subject_of(job)), text, facts: None, open: Some(Open::Job(job.id)), buttons })
-    };
-    match ev {
-        Event::Claimed { job } if on.claimed => n(Kind::Claimed, format!("Started {}", job.label())),
-        Event::Completed { job, summary, url } if on.completed => {
-            let said = summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
-            let link = url.as_deref().map(|u| format!(" ({u})")).unwrap_or_default();
-            // Its result link when the user clicks (a pull request opened since); else the issue
-            // the work was asked in, where its result is read and discussed.
-            let target = job.issue_url.clone().or_else(|| url.clone());
-            let otherwise = Box::new(target.map(Open::Url).unwrap_or(Open::Job(job.id)));
-            let open = Some(Open::Result { job: job.id, otherwise });
-            let text = format!("Finished {}{said}{link}", job.label());
-            let buttons = buttons_for(Kind::Completed, job.id, None);
-            Some(Notice { kind: Kind::Completed, subject: Some(subject_of(job)), text, facts: None, open, buttons })
-        }
-        Event::Cancelled { job } if on.completed => {
-            about(job, Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
-        }
-        Event::Parked { job, .. } if on.failed => about(
-            job,
-            Kind::Parked,
-            format!(
-                "{} is parked: the agent asked to be tried later (a usage limit?); the attempt did not count",
-                job.label()
-            ),
-        ),
-        Event::Failed { job, error, dead: true } if on.dead => {
-            about(job, Kind::Dead, format!("{} is dead after its last attempt: {error}", job.label()))
-        }
-        // A retry is told only when asked for: a job retried three times is one notification
-        // (its last failure, dead), not three.
-        Event::Failed { job, error, dead: false } if on.failed && on.every_retry => {
-            about(job, Kind::Failed, format!("{} failed (attempt {}), will retry: {error}", job.label(), job.attempt))
-        }
-        Event::LeaseLost { job, reason } if on.lease_lost => about(job, Kind::LeaseLost, lost_text(job, *reason)),
-        Event::AgentUnavailable { error } => Some(Notice {
-            kind: Kind::AgentMissing,
-            subject: None,
-            text: format!("Not claiming jobs: {error}"),
-            facts: None,
-            open: Some(Open::Settings),
-            buttons: vec![],
-        }),
-        // Said once by the machine as the source goes wrong. Only a key the user must set is
-        // worth a notification (offline and rate limits mend themselves); both failure
-        // toggles off silence it. The message names the tracker (Linear, GitHub) itself.
-        Event::SourceTrouble { source, state: HealthState::NoKey | HealthState::WrongKey, message }
-            if on.failed || on.dead =>
-        {
-            Some(Notice {
-                kind: Kind::SourceTrouble,
-                subject: None,
-                text: format!("Source {source}: {message}"),
-                facts: None,
-                open: Some(Open::Settings),
-                buttons: vec![],
-            })
-        }
-        _ => None,
-    }
-}
-
-/// What a lost claim's notice says.
-fn lost_text(job: &devpilot_app::orchestrator::JobRef, reason: LossReason) -> String {
-    match reason {
-        LossReason::LeaseExpired => {
-            format!("Lost {}: its lease expired and another machine may have it. The agent was stopped.", job.label())
-        }
-        LossReason::DeadlinePassed => {
-            format!(
-                "Stopped {}: the database could not be reached to renew its lease, so another machine may take it.",
-                job.label()
-            )
-        }
-        LossReason::CompletionRejected => {
-            format!(
-                "{} finished here, but another machine had taken it over; this result was not recorded.",
-                job.label()
-            )
-        }
-    }
-}
-
-/// The buttons of a notification about job `id` alone, beside Open: its pull request (`pr`),
-/// its log, and Retry for a job that failed for the last time.
-fn buttons_for(kind: Kind, id: i64, pr: Option<&str>) -> Vec<Button> {
-    let log = Button { label: "View log", target: Open::Log(id) };
-    match kind {
-        Kind::Completed => {
-            let pr = pr.map(|u| Button { label: "Open PR", target: Open::Url(u.to_string()) });
-            pr.into_iter().chain([log]).collect()
-        }
-        Kind::Dead => vec![log, Button { label: "Retry", target: Open::Retry(id) }],
-        Kind::Failed | Kind::LeaseLost | Kind::Parked => vec![log],
-        _ => vec![],
-    }
-}
-
-/// `n` (about job `id`, completed or dead) with what came of it, read back from the queue:
-/// its facts line and its pull request's button. A completion waits for its pull request to
-/// be opened, up to [`devpilot_app::PR_WAIT`]. The queue unreadable: `n` as it was.
-async fn with_outcome(engine: &Engine, mut n: Notice, id: i64) -> Notice {
-    if let Some(o) = engine.outcome(id, devpilot_app::PR_WAIT).await {
-        n.facts = Some(o.line).filter(|l| !l.is_empty());
-        n.buttons = buttons_for(n.kind, id, o.pr.as_deref());
-    }
-    n
-}
-
-/// The notice for a job from this machine's sources that another machine finished (with
-/// `notify.any_machine`), if its toggle is on.
-pub fn notice_of_elsewhere(o: &devpilot_app::Outcome, on: &NotifySettings) -> Option<Notice> {
-    let j = &o.job;
-    let by = j.claimed_by.as_deref().unwrap_or("another machine");
-    let (kind, text) = match j.state {
-        devpilot_app::job::JobState::Completed if on.completed => {
-            let said = j.summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
-            (Kind::Completed, format!("Finished on {by}{said}"))
-        }
-        devpilot_app::job::JobState::Dead if on.dead => {
-            let why = j.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
-            (Kind::Dead, format!("Dead on {by} after its last attempt{why}"))
-        }
-        _ => return None,
-    };
-    let subject = match j.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-        Some(t) => t.to_string(),
-        None => format!("DevPilot job #{}", j.id),
-    };
-    let otherwise = Box::new(j.issue_url.clone().map(Open::Url).unwrap_or(Open::Job(j.id)));
-    Some(Notice {
-        kind,
-        subject: Some(subject),
-        text,
-        facts: Some(o.line.clone()).filter(|l| !l.is_empty()),
-        open: Some(Open::Result { job: j.id, otherwise }),
-        buttons: buttons_for(kind, j.id, o.pr.as_deref()),
-    })
-}
-
-/// What a notification about `job` is titled: its title ("ENG-7 Fix login redirect", "#1 Fix
-/// the login"), else "DevPilot job #12".
-fn subject_of(job: &devpilot_app::orchestrator::JobRef) -> String {
-    match job.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-        Some(t) => t.to_string(),
-        None => format!("DevPilot job #{}", job.id),
-    }
-}
-
-/// One notification for a burst.
-pub fn render(batch: &[Notice]) -> (String, String) {
-    if let [one] = batch {
-        if let Some(subject) = &one.subject {
-            let body = match &one.facts {
-                Some(f) => format!("{f}\n{}", one.text),
-                None => one.text.clone(),
-            };
-            return (subject.clone(), body);
-        }
-        let summary = match one.kind {
-            Kind::Claimed => "DevPilot: job started",
-            Kind::Completed => "DevPilot: job finished",
-            Kind::Cancelled => "DevPilot: job cancelled",
-            Kind::Parked => "DevPilot: job parked",
-            Kind::Failed => "DevPilot: job failed",
-            Kind::Dead => "DevPilot: job is dead",
-            Kind::LeaseLost => "DevPilot: claim lost",
-            Kind::AgentMissing => "DevPilot: the agent cannot run",
-            Kind::Offline => "DevPilot: database offline",
-            Kind::Online => "DevPilot: database back online",
-            Kind::ConfigSetAside => "DevPilot: settings file could not be read",
-            Kind::SourceTrouble => "DevPilot: a source needs its key or token",
-            Kind::HandOff => "DevPilot: handed off",
-        };
-        return (summary.into(), one.text.clone());
-    }
-    let count = |k| batch.iter().filter(|n| n.kind == k).count();
-    let mut parts = vec![];
-    for (k, one, many) in [
-        (Kind::LeaseLost, "claim lost", "claims lost"),
-        (Kind::Dead, "job dead", "jobs dead"),
-        (Kind::Failed, "job failed", "jobs failed"),
-        (Kind::Completed, "job finished", "jobs finished"),
-        (Kind::Cancelled, "job cancelled", "jobs cancelled"),
-        (Kind::Parked, "job parked", "jobs parked"),
-        (Kind::Claimed, "job started", "jobs started"),
-    ] {
-        match count(k) {
-            0 => {}
-            1 => parts.push(format!("1 {one}")),
-            c => parts.push(format!("{c} {many}")),
-        }
-    }
-    if count(Kind::AgentMissing) > 0 {
-        parts.push("the agent cannot run".into());
-    }
-    if count(Kind::ConfigSetAside) > 0 {
-        parts.push("settings file could not be read".into());
-    }
-    if count(Kind::SourceTrouble) > 0 {
-        parts.push("a source needs its key or token".into());
-    }
-    for k in [Kind::Offline, Kind::Online] {
-        if count(k) > 0 {
-            parts.push(if k == Kind::Offline { "database offline".into() } else { "database back online".into() });
-        }
-    }
-    let body: Vec<String> = batch.iter().take(5).map(|n| format!("• {}", n.text)).collect();
-    let more = if batch.len() > 5 { format!("\n… and {} more", batch.len() - 5) } else { String::new() };
-    (format!("DevPilot: {}", parts.join(", ")), format!("{}{more}", body.join("\n")))
 }
 
 /// Sends notifications for the engine's events.
@@ -382,11 +92,19 @@ impl Notifier {
         let events = self.engine.subscribe();
         tauri::async_runtime::spawn(me.clone().batcher(rx));
         tauri::async_runtime::spawn(watch_set_aside(self.engine.watch_set_aside(), tx.clone()));
-        tauri::async_runtime::spawn(watch_fleet(self.engine.clone(), tx.clone()));
-        tauri::async_runtime::spawn(me.listen(events, tx));
+        let handed = Arc::new(Mutex::new(Vec::new()));
+        tauri::async_runtime::spawn(crate::notify_job::watch_fleet(self.engine.clone(), handed.clone(), tx.clone()));
+        tauri::async_runtime::spawn(me.listen(events, handed, tx));
     }
 
-    async fn listen(self, mut events: tokio::sync::broadcast::Receiver<Event>, tx: mpsc::UnboundedSender<Notice>) {
+    /// Turns events into notices; the jobs handed off from here go to `handed`, for the fleet
+    /// watch.
+    async fn listen(
+        self,
+        mut events: tokio::sync::broadcast::Receiver<Event>,
+        handed: Arc<Mutex<Vec<i64>>>,
+        tx: mpsc::UnboundedSender<Notice>,
+    ) {
         let offline_sent = Arc::new(AtomicBool::new(false));
         let mut offline_timer: Option<tokio::task::JoinHandle<()>> = None;
         loop {
@@ -404,6 +122,11 @@ impl Notifier {
                 offline_timer = None;
             }
             match &ev {
+                Event::Released { job, .. } => {
+                    if let Ok(mut h) = handed.lock() {
+                        h.push(job.id);
+                    }
+                }
                 Event::DatabaseOffline { error } => {
                     if offline_timer.is_some() || offline_sent.load(Ordering::SeqCst) {
                         continue;
@@ -421,14 +144,10 @@ impl Notifier {
                         }
                         sent.store(true, Ordering::SeqCst);
                         if engine.settings().notify.offline {
-                            let _ = tx.send(Notice {
-                                kind: Kind::Offline,
-                                subject: None,
-                                text: format!("Nothing is claimed until it is back. {error}"),
-                                facts: None,
-                                open: None,
-                                buttons: vec![],
-                            });
+                            let _ = tx.send(Notice::plain(
+                                Kind::Offline,
+                                format!("Nothing is claimed until it is back. {error}"),
+                            ));
                         }
                     }));
                 }
@@ -437,14 +156,7 @@ impl Notifier {
                         t.abort();
                     }
                     if offline_sent.swap(false, Ordering::SeqCst) && on.online {
-                        let _ = tx.send(Notice {
-                            kind: Kind::Online,
-                            subject: None,
-                            text: "Dispatch carries on.".into(),
-                            facts: None,
-                            open: None,
-                            buttons: vec![],
-                        });
+                        let _ = tx.send(Notice::plain(Kind::Online, "Dispatch carries on.".into()));
                     }
                 }
                 // What came of a finished job is read back first (its PR is opened a moment
@@ -453,7 +165,7 @@ impl Notifier {
                     if let Some(n) = notice_for(&ev, &on) {
                         let (engine, tx, id) = (self.engine.clone(), tx.clone(), job.id);
                         tokio::spawn(async move {
-                            let _ = tx.send(with_outcome(&engine, n, id).await);
+                            let _ = tx.send(crate::notify_job::with_outcome(&engine, n, id).await);
                         });
                     }
                 }
@@ -524,33 +236,6 @@ impl Notifier {
             let on_open = self.on_open.lock().ok().and_then(|o| o.clone());
             let res = tokio::task::spawn_blocking(move || show(&s2, &b2, urgent, open, buttons, on_open)).await;
             self.record(summary, body, kinds, res);
-        }
-    }
-}
-
-/// How often the fleet watch reads what other machines finished (with `notify.any_machine`).
-pub const FLEET_EVERY: Duration = Duration::from_secs(10);
-
-/// With `notify.any_machine`, tells the jobs from this machine's sources that other machines
-/// finished, read from the shared queue. Off, it reads nothing (an idle tray stays quiet).
-async fn watch_fleet(engine: Arc<Engine>, tx: mpsc::UnboundedSender<Notice>) {
-    let mut w = devpilot_app::FleetWatch::default();
-    loop {
-        tokio::time::sleep(FLEET_EVERY).await;
-        let on = engine.settings().notify;
-        if !on.any_machine {
-            w = devpilot_app::FleetWatch::default();
-            continue;
-        }
-        match engine.finished_elsewhere(&mut w).await {
-            Ok(done) => {
-                for n in done.iter().filter_map(|o| notice_of_elsewhere(o, &on)) {
-                    if tx.send(n).is_err() {
-                        return;
-                    }
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "cannot read what other machines finished"),
         }
     }
 }
@@ -675,6 +360,9 @@ fn supports_actions() -> bool {
 mod tests {
     use super::*;
     use devpilot_app::orchestrator::JobRef;
+    use devpilot_app::orchestrator::LossReason;
+    use devpilot_app::settings::NotifySettings;
+    use devpilot_app::HealthState;
 
     fn job(id: i64) -> JobRef {
         JobRef { id, title: Some(format!("T{id}")), attempt: 1, token: 1, issue_url: None }
@@ -822,49 +510,5 @@ mod tests {
         let said = "<a href=\"https://evil.test\">click</a> & <img src=x>";
         assert_eq!(markup_escaped(said), "&lt;a href=\"https://evil.test\"&gt;click&lt;/a&gt; &amp; &lt;img src=x&gt;");
         assert_eq!(markup_escaped("fixed the redirect"), "fixed the redirect");
-    }
-
-    /// A completion read back says what came of it first, and offers its PR and its log; a
-    /// dead job offers its log and Retry; a burst shows neither.
-    #[test]
-    fn a_notice_says_what_came_of_the_job() {
-        let on = NotifySettings::default();
-        let ev = Event::Completed { job: job(12), summary: Some("fixed it".into()), url: None };
-        let mut n = notice_for(&ev, &on).unwrap();
-        n.facts = Some("Draft PR #42 · 12 min on desktop · $0.42".into());
-        n.buttons = buttons_for(Kind::Completed, 12, Some("https://github.com/acme/webapp/pull/42"));
-        let (title, body) = render(std::slice::from_ref(&n));
-        assert_eq!(title, "T12");
-        assert_eq!(body, "Draft PR #42 · 12 min on desktop · $0.42\nFinished T12 (#12): fixed it");
-        let labels: Vec<&str> = n.buttons.iter().map(|b| b.label).collect();
-        assert_eq!(labels, ["Open PR", "View log"]);
-        assert_eq!(n.buttons[0].target, Open::Url("https://github.com/acme/webapp/pull/42".into()));
-        let dead = notice_for(&Event::Failed { job: job(13), error: "exit 1".into(), dead: true }, &on).unwrap();
-        let labels: Vec<&str> = dead.buttons.iter().map(|b| b.label).collect();
-        assert_eq!(labels, ["View log", "Retry"]);
-        assert_eq!(dead.buttons[1].target, Open::Retry(13));
-        let (_, burst) = render(&[n.clone(), dead]);
-        assert!(!burst.contains("Draft PR"), "a burst lists each job's own line: {burst}");
-    }
-
-    /// Another machine's finish is told as such, titled with the job, with its facts; off
-    /// toggles silence it.
-    #[test]
-    fn another_machines_finish_reads_as_such() {
-        let mut j = devpilot_app::queue::JobRow::bare(7, "o", devpilot_app::job::JobState::Completed);
-        j.title = Some("ENG-7 Fix login redirect".into());
-        j.claimed_by = Some("desktop".into());
-        j.summary = Some("fixed the redirect".into());
-        let o = devpilot_app::Outcome {
-            job: j,
-            line: "Draft PR #42 · 12 min on desktop".into(),
-            pr: Some("https://github.com/a/b/pull/42".into()),
-        };
-        let n = notice_of_elsewhere(&o, &NotifySettings::default()).unwrap();
-        let (title, body) = render(&[n]);
-        assert_eq!(title, "ENG-7 Fix login redirect");
-        assert_eq!(body, "Draft PR #42 · 12 min on desktop\nFinished on desktop: fixed the redirect");
-        let off = NotifySettings { completed: false, ..Default::default() };
-        assert!(notice_of_elsewhere(&o, &off).is_none());
     }
 }

@@ -18,18 +18,33 @@ use crate::tray_text::{hover_text, job_lines, source_lines, state_line};
 
 pub const TRAY_ID: &str = "devpilot";
 
-/// The five icon states.
+/// The six icon states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Icon {
     Idle,
     Working,
     Paused,
     Off,
+    /// The database cannot be reached.
     Offline,
+    /// Something the user must fix: the agent cannot run, a source has no usable key, or
+    /// the last hand-off left work on this machine.
+    Attention,
 }
 
 impl Icon {
-    pub fn of(st: &Status) -> Self {
+    /// The icon for `st`, and `red` when the last hand-off left work here.
+    pub fn of(st: &Status, red: bool) -> Self {
+        let trouble = red || !source_lines(st).is_empty();
+        match st.state {
+            S::Offline => Icon::Offline,
+            S::Error | S::NeedsAgent => Icon::Attention,
+            _ if trouble => Icon::Attention,
+            _ => Self::of_state(st),
+        }
+    }
+
+    fn of_state(st: &Status) -> Self {
         match st.state {
             S::Idle => Icon::Idle,
             S::Working => Icon::Working,
@@ -42,7 +57,8 @@ impl Icon {
                     Icon::Off
                 }
             }
-            S::Offline | S::Error | S::NeedsAgent => Icon::Offline,
+            S::Offline => Icon::Offline,
+            S::Error | S::NeedsAgent => Icon::Attention,
         }
     }
 
@@ -53,6 +69,7 @@ impl Icon {
             Icon::Paused => include_bytes!("../icons/tray-paused.png"),
             Icon::Off => include_bytes!("../icons/tray-off.png"),
             Icon::Offline => include_bytes!("../icons/tray-offline.png"),
+            Icon::Attention => include_bytes!("../icons/tray-attention.png"),
         }
     }
 
@@ -67,16 +84,39 @@ impl Icon {
     }
 }
 
+/// How many running jobs and recent results the menu lists: fixed slots, each updated in
+/// place (an unused one says so, disabled).
+const RUN_SLOTS: usize = 4;
+const RECENT_SLOTS: usize = 3;
+
+/// The claiming control's items, in menu order: what each sets.
+const CLAIM_ITEMS: [(&str, &str); 5] = [
+    ("claim_on", "On"),
+    ("claim_30", "Pause for 30 minutes"),
+    ("claim_60", "Pause for 1 hour"),
+    ("claim_indef", "Pause until resumed"),
+    ("claim_off", "Off"),
+];
+
 /// The menu, built once and then updated in place: replacing a tray menu while a tray host
 /// reads it crashed hosts (and, with libappindicator, the app) under bursts of updates.
 pub struct TrayMenu<R: Runtime> {
     menu: Menu<R>,
     status: MenuItem<R>,
     jobs_item: MenuItem<R>,
-    dispatch: CheckMenuItem<R>,
-    pause: Submenu<R>,
-    resume: MenuItem<R>,
+    jobs: Submenu<R>,
+    run_slots: Vec<MenuItem<R>>,
+    recent_slots: Vec<MenuItem<R>>,
+    claiming: Submenu<R>,
+    claim_items: Vec<CheckMenuItem<R>>,
     handoff: MenuItem<R>,
+}
+
+/// Which job each slot shows, for its click.
+#[derive(Default)]
+struct Slots {
+    run: Vec<i64>,
+    recent: Vec<i64>,
 }
 
 /// What the tray last showed, to skip needless updates.
@@ -84,6 +124,10 @@ pub struct TrayCache<R: Runtime> {
     icon: Mutex<Option<Icon>>,
     key: Mutex<Option<String>>,
     menu: Mutex<Option<TrayMenu<R>>>,
+    slots: Mutex<Slots>,
+    /// The queue at a glance, read when jobs move (never on a timer: an idle tray reads
+    /// nothing).
+    board: Mutex<Option<devpilot_app::Board>>,
 }
 
 /// Creates the tray icon. A missing tray host or appindicator library is logged and the app
@@ -97,7 +141,7 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
             .menu(&tm.menu)
             .show_menu_on_left_click(true)
             .on_menu_event(|app, event| on_menu(app, event.id().as_ref()));
-        if let Some(img) = Icon::of(&st).image() {
+        if let Some(img) = Icon::of(&st, false).image() {
             b = b.icon(img);
         }
         b.build(app)?;
@@ -119,8 +163,15 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
             None
         }
     };
-    app.manage(TrayCache { icon: Mutex::new(Some(Icon::of(&st))), key: Mutex::new(None), menu: Mutex::new(menu) });
+    app.manage(TrayCache {
+        icon: Mutex::new(Some(Icon::of(&st, false))),
+        key: Mutex::new(None),
+        menu: Mutex::new(menu),
+        slots: Mutex::default(),
+        board: Mutex::new(None),
+    });
     refresh(app, &st);
+    spawn_board_reader(app);
     // While jobs run, refresh their running time once a minute.
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
@@ -139,6 +190,56 @@ pub fn refresh<R: Runtime>(app: &AppHandle<R>, st: &Status) {
     refresh_inner(app, st, false);
 }
 
+/// What of the board the menu shows, to tell when it changed.
+fn board_key(b: &devpilot_app::Board) -> String {
+    let recent: Vec<String> = b.recent.iter().map(|o| format!("{}:{:?}:{}", o.job.id, o.job.state, o.line)).collect();
+    format!("{}/{}/{}", b.queued, b.running, recent.join(","))
+}
+
+/// Reads the board at start and whenever a job moves (a burst of events is read once), then
+/// refreshes the menu. A read that fails leaves the last board shown.
+fn spawn_board_reader<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let engine = app.state::<AppState>().engine.clone();
+    let mut events = engine.subscribe();
+    tauri::async_runtime::spawn(async move {
+        loop {
+            let read = match engine.board().await {
+                Ok(b) => {
+                    if let Some(cache) = app.try_state::<TrayCache<R>>() {
+                        if let Ok(mut slot) = cache.board.lock() {
+                            *slot = Some(b);
+                        }
+                    }
+                    refresh_now(&app);
+                    true
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the queue for the tray");
+                    false
+                }
+            };
+            // The next job movement, then a moment for its burst. Until a first read worked
+            // (the database is still opening), again after a few seconds as well.
+            loop {
+                use devpilot_app::orchestrator::Event as E;
+                let next = events.recv();
+                let ev = if read { Ok(next.await) } else { tokio::time::timeout(Duration::from_secs(5), next).await };
+                match ev {
+                    Err(_) => break,
+                    Ok(Ok(E::Claimed { .. } | E::Completed { .. } | E::Failed { .. } | E::Cancelled { .. }))
+                    | Ok(Ok(E::Released { .. } | E::Parked { .. } | E::DatabaseOnline)) => break,
+                    Ok(Ok(_)) => {}
+                    Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => break,
+                    Ok(Err(_)) => return,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            while events.try_recv().is_ok() {}
+        }
+    });
+}
+
 /// [`refresh`] with the engine's status now, whatever the cache says (a hand-off's verdict
 /// came or went).
 pub fn refresh_now<R: Runtime>(app: &AppHandle<R>) {
@@ -149,7 +250,8 @@ pub fn refresh_now<R: Runtime>(app: &AppHandle<R>) {
 fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     let Some(tray) = app.tray_by_id(TRAY_ID) else { return };
     let Some(cache) = app.try_state::<TrayCache<R>>() else { return };
-    let icon = Icon::of(st);
+    let red = app.state::<AppState>().engine.last_hand_off().is_some_and(|v| !v.safe);
+    let icon = Icon::of(st, red);
     if let Ok(mut last) = cache.icon.lock() {
         if *last != Some(icon) {
             if let Err(e) = tray.set_icon(icon.image()) {
@@ -160,8 +262,9 @@ fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     }
     // Everything the texts show except running times (the minute tick forces those): the
     // pause's end to the minute, as the menu says "until 14:30".
+    let board = cache.board.lock().ok().and_then(|b| b.as_ref().map(board_key));
     let key = format!(
-        "{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        "{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{board:?}",
         st.state,
         st.dispatch_enabled,
         st.paused,
@@ -262,78 +365,157 @@ mod sni_title {
 }
 
 fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
-    let status = MenuItem::with_id(app, "status", "Starting…", false, None::<&str>)?;
-    let jobs_item = MenuItem::with_id(app, "jobs", "No jobs running here", false, None::<&str>)?;
-    let dispatch = CheckMenuItem::with_id(app, "dispatch", "Dispatch enabled", true, false, None::<&str>)?;
-    let p30 = MenuItem::with_id(app, "pause_30", "For 30 minutes", true, None::<&str>)?;
-    let p60 = MenuItem::with_id(app, "pause_60", "For 1 hour", true, None::<&str>)?;
-    let pin = MenuItem::with_id(app, "pause_indef", "Until resumed", true, None::<&str>)?;
-    let pause = Submenu::with_id_and_items(app, "pause", "Pause", true, &[&p30, &p60, &pin])?;
-    let resume = MenuItem::with_id(app, "resume", "Resume", false, None::<&str>)?;
+    let item = |id: String, text: &str, on: bool| MenuItem::with_id(app, id, text, on, None::<&str>);
+    let status = item("status".into(), "Starting…", false)?;
+    let jobs_item = item("jobs".into(), "No jobs running here", false)?;
+    let run_slots = (0..RUN_SLOTS).map(|i| item(format!("run_{i}"), "", false)).collect::<tauri::Result<Vec<_>>>()?;
+    let open_queue = item("queue".into(), "Open the queue", true)?;
+    let sep = PredefinedMenuItem::separator(app)?;
+    let mut children: Vec<&dyn IsMenuItem<R>> = run_slots.iter().map(|m| m as &dyn IsMenuItem<R>).collect();
+    children.extend([&sep as &dyn IsMenuItem<R>, &open_queue]);
+    let jobs = Submenu::with_id_and_items(app, "jobs_menu", "Jobs", true, &children)?;
+    let recent_slots =
+        (0..RECENT_SLOTS).map(|i| item(format!("recent_{i}"), "", false)).collect::<tauri::Result<Vec<_>>>()?;
+    let children: Vec<&dyn IsMenuItem<R>> = recent_slots.iter().map(|m| m as &dyn IsMenuItem<R>).collect();
+    let recent = Submenu::with_id_and_items(app, "recent", "Recent results", true, &children)?;
+    let claim_items = CLAIM_ITEMS
+        .iter()
+        .map(|(id, text)| CheckMenuItem::with_id(app, *id, *text, true, false, None::<&str>))
+        .collect::<tauri::Result<Vec<_>>>()?;
+    let children: Vec<&dyn IsMenuItem<R>> = claim_items.iter().map(|m| m as &dyn IsMenuItem<R>).collect();
+    let claiming = Submenu::with_id_and_items(app, "claiming", "Claiming", true, &children)?;
     // GTK reads a single & as a mnemonic marker and hides it; && shows one.
-    let handoff = MenuItem::with_id(
-        app,
-        "handoff",
-        if cfg!(target_os = "linux") { "Hand off && pause" } else { "Hand off & pause" },
-        true,
-        None::<&str>,
-    )?;
-    let open = MenuItem::with_id(app, "open", "Open DevPilot", true, None::<&str>)?;
-    let settings = MenuItem::with_id(app, "settings", "Settings…", true, None::<&str>)?;
-    let logs = MenuItem::with_id(app, "logs", "View logs", true, None::<&str>)?;
-    let quit = MenuItem::with_id(app, "quit", "Quit DevPilot", true, None::<&str>)?;
+    let handoff =
+        item("handoff".into(), if cfg!(target_os = "linux") { "Hand off && pause" } else { "Hand off & pause" }, true)?;
+    let open = item("open".into(), "Open DevPilot", true)?;
+    let settings = item("settings".into(), "Settings…", true)?;
+    let logs = item("logs".into(), "View logs", true)?;
+    let quit = item("quit".into(), "Quit DevPilot", true)?;
     let (s1, s2, s3) =
         (PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?);
     let items: [&dyn IsMenuItem<R>; 13] =
-        [&status, &jobs_item, &s1, &dispatch, &pause, &resume, &handoff, &s2, &open, &settings, &logs, &s3, &quit];
+        [&status, &jobs_item, &jobs, &recent, &s1, &claiming, &handoff, &s2, &open, &settings, &logs, &s3, &quit];
     let menu = Menu::with_items(app, &items)?;
-    Ok(TrayMenu { menu, status, jobs_item, dispatch, pause, resume, handoff })
+    Ok(TrayMenu { menu, status, jobs_item, jobs, run_slots, recent_slots, claiming, claim_items, handoff })
 }
 
 fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status) -> tauri::Result<()> {
     tm.status.set_text(state_line(st))?;
-    // One fixed item for the running jobs, one line per job, then a line per source that does
-    // not work here: inserting and removing items in a live appindicator menu left it unable
-    // to open on xfce4-panel.
+    // One fixed item for the running jobs' summary, then a line per source that does not
+    // work here: inserting and removing items in a live appindicator menu left it unable to
+    // open on xfce4-panel.
     let mut lines = job_lines(st);
     if lines.is_empty() {
         lines.push("No jobs running here".to_string());
     }
     lines.extend(source_lines(st));
-    if let Some(v) = app.state::<AppState>().engine.last_hand_off() {
+    let engine = app.state::<AppState>().engine.clone();
+    if let Some(v) = engine.last_hand_off() {
         lines.push(crate::tray_text::verdict_line(&v));
     }
     tm.jobs_item.set_text(lines.join("\n"))?;
+    let Some(cache) = app.try_state::<TrayCache<R>>() else { return Ok(()) };
+    let board = cache.board.lock().ok().and_then(|b| b.clone());
+    let mut slots = Slots::default();
+    // Running here, each opening its page.
+    let running = job_lines(st);
+    tm.jobs.set_text(crate::tray_text::jobs_title(st.running.len(), board.as_ref()))?;
+    for (i, slot) in tm.run_slots.iter().enumerate() {
+        match (running.get(i), st.running.get(i)) {
+            (Some(line), Some(r)) => {
+                slot.set_text(line)?;
+                slot.set_enabled(true)?;
+                slots.run.push(r.job.id);
+            }
+            _ => {
+                slot.set_text(if i == 0 { "Nothing running here" } else { "—" })?;
+                slot.set_enabled(false)?;
+            }
+        }
+    }
+    let recent = board.map(|b| b.recent).unwrap_or_default();
+    for (i, slot) in tm.recent_slots.iter().enumerate() {
+        match recent.get(i) {
+            Some(o) => {
+                slot.set_text(crate::tray_text::result_line(o))?;
+                slot.set_enabled(true)?;
+                slots.recent.push(o.job.id);
+            }
+            None => {
+                slot.set_text(if i == 0 { "No results yet" } else { "—" })?;
+                slot.set_enabled(false)?;
+            }
+        }
+    }
+    if let Ok(mut s) = cache.slots.lock() {
+        *s = slots;
+    }
     let can_dispatch = !matches!(st.state, S::NeedsAgent | S::Error | S::Starting | S::Stopped);
-    tm.dispatch.set_checked(st.dispatch_enabled)?;
-    tm.pause.set_enabled(can_dispatch && !st.paused)?;
-    tm.resume.set_enabled(can_dispatch && st.paused)?;
+    tm.claiming.set_text(crate::tray_text::claiming_title(st))?;
+    tm.claiming.set_enabled(can_dispatch)?;
+    let now = claim_item_of(st);
+    for (m, (id, _)) in tm.claim_items.iter().zip(CLAIM_ITEMS) {
+        m.set_checked(id == now)?;
+    }
     tm.handoff.set_enabled(can_dispatch)?;
     Ok(())
+}
+
+/// Which claiming item is checked: on, off, or the pause in force (a timed pause of another
+/// length checks "30 minutes" or "1 hour" by its remaining time).
+fn claim_item_of(st: &Status) -> &'static str {
+    match (st.dispatch_enabled, st.paused, st.paused_until_unix_ms) {
+        (false, _, _) => "claim_off",
+        (true, false, _) => "claim_on",
+        (true, true, None) => "claim_indef",
+        (true, true, Some(until)) => {
+            let left = until.saturating_sub(crate::tray_text::now_ms());
+            if left > 30 * 60 * 1000 {
+                "claim_60"
+            } else {
+                "claim_30"
+            }
+        }
+    }
+}
+
+/// Sets the claiming control from the menu; the menu shows the outcome (its check marks are
+/// set from the status, so a refused change is put back).
+fn set_claiming<R: Runtime>(app: &AppHandle<R>, c: devpilot_app::Claiming) {
+    let app = app.clone();
+    let engine = app.state::<AppState>().engine.clone();
+    tauri::async_runtime::spawn(async move {
+        if let Err(e) = engine.set_claiming(c).await {
+            tracing::warn!(error = %e, "cannot set claiming");
+        }
+        refresh_now(&app);
+    });
 }
 
 /// What each menu item does.
 pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
     tracing::info!(item = id, "tray menu");
     let engine = app.state::<AppState>().engine.clone();
-    let log = |r: devpilot_app::Result<()>| {
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "menu action failed");
-        }
-    };
     match id {
-        "dispatch" => {
-            let on = !engine.status().dispatch_enabled;
-            tauri::async_runtime::spawn(async move {
-                if let Err(e) = engine.set_dispatch(on).await {
-                    tracing::warn!(error = %e, "cannot switch dispatch");
-                }
+        "claim_on" => set_claiming(app, devpilot_app::Claiming::On),
+        "claim_30" => set_claiming(app, devpilot_app::Claiming::Paused { minutes: Some(30) }),
+        "claim_60" => set_claiming(app, devpilot_app::Claiming::Paused { minutes: Some(60) }),
+        "claim_indef" => set_claiming(app, devpilot_app::Claiming::Paused { minutes: None }),
+        "claim_off" => set_claiming(app, devpilot_app::Claiming::Off),
+        "queue" => crate::window::open(app, Some("queue")),
+        slot if slot.starts_with("run_") || slot.starts_with("recent_") => {
+            let job = app.try_state::<TrayCache<R>>().and_then(|c| {
+                let s = c.slots.lock().ok()?;
+                let (list, i) = match slot.strip_prefix("run_") {
+                    Some(i) => (&s.run, i),
+                    None => (&s.recent, slot.trim_start_matches("recent_")),
+                };
+                list.get(i.parse::<usize>().ok()?).copied()
             });
+            if let Some(id) = job {
+                crate::window::open(app, Some(&format!("job-{id}")));
+            }
         }
-        "pause_30" => log(engine.pause(Some(Duration::from_secs(30 * 60)))),
-        "pause_60" => log(engine.pause(Some(Duration::from_secs(60 * 60)))),
-        "pause_indef" => log(engine.pause(None)),
-        "resume" => log(engine.resume()),
         "handoff" => {
             tauri::async_runtime::spawn(async move {
                 match engine.hand_off(true).await {
@@ -370,10 +552,10 @@ pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
 mod tests {
     use super::*;
 
-    /// Every icon decodes, and they are five different pictures.
+    /// Every icon decodes, and they are six different pictures.
     #[test]
-    fn five_distinct_icons() {
-        let all = [Icon::Idle, Icon::Working, Icon::Paused, Icon::Off, Icon::Offline];
+    fn six_distinct_icons() {
+        let all = [Icon::Idle, Icon::Working, Icon::Paused, Icon::Off, Icon::Offline, Icon::Attention];
         for i in all {
             let img = i.image().unwrap();
             assert_eq!((img.width(), img.height()), (64, 64));
@@ -381,6 +563,6 @@ mod tests {
         let mut pngs: Vec<&[u8]> = all.iter().map(|i| i.png()).collect();
         pngs.sort();
         pngs.dedup();
-        assert_eq!(pngs.len(), 5);
+        assert_eq!(pngs.len(), 6);
     }
 }

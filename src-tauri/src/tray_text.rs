@@ -161,7 +161,7 @@ fn human(d: Duration) -> String {
     }
 }
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
@@ -175,6 +175,41 @@ pub fn job_lines(st: &Status) -> Vec<String> {
             format!("▶ {label} · {}", human(Duration::from_millis(now.saturating_sub(r.started_unix_ms))))
         })
         .collect()
+}
+
+/// The Jobs submenu's title: "Jobs: 2 running here · 3 queued" (the queue once read).
+pub fn jobs_title(running_here: usize, board: Option<&devpilot_app::Board>) -> String {
+    let queued = board.map(|b| format!(" · {} queued", b.queued)).unwrap_or_default();
+    format!("Jobs: {running_here} running here{queued}")
+}
+
+/// A recent result's line: "✓ ENG-7 Fix login (#12) · Draft PR #42 · 12 min on desktop",
+/// "✗ … · Gave up after 3 attempts", "⊘ … cancelled".
+pub fn result_line(o: &devpilot_app::Outcome) -> String {
+    use devpilot_app::job::JobState;
+    let mark = match o.job.state {
+        JobState::Completed => "\u{2713}",
+        JobState::Dead => "\u{2717}",
+        _ => "\u{2298}",
+    };
+    let title = match &o.job.title {
+        Some(t) => format!("{} (#{})", shorten(t, 40), o.job.id),
+        None => format!("#{}", o.job.id),
+    };
+    match (o.job.state, o.line.is_empty()) {
+        (JobState::Cancelled, _) => format!("{mark} {title} · cancelled"),
+        (_, true) => format!("{mark} {title}"),
+        (_, false) => format!("{mark} {title} · {}", o.line),
+    }
+}
+
+/// The claiming control's title: "Claiming: on", "Claiming: paused until 14:30", "Claiming: off".
+pub fn claiming_title(st: &Status) -> String {
+    match (st.dispatch_enabled, st.paused) {
+        (false, _) => "Claiming: off".to_string(),
+        (true, true) => format!("Claiming: paused {}", until(st)),
+        (true, false) => "Claiming: on".to_string(),
+    }
 }
 
 /// The tray menu's line for the last hand-off: "✓ Safe to close the lid: Handed off #12
@@ -267,5 +302,22 @@ mod tests {
         assert_eq!(clock_in(&ist, t, t - 60_000), "14:30");
         assert_eq!(clock_in(&chrono::Utc, t, t), "09:00");
         assert_eq!(clock_in(&ist, t + 86_400_000, t), "Wed 14:30");
+    }
+
+    /// The claiming title says the one state of the control; a result line says what came of
+    /// the job with its mark.
+    #[test]
+    fn claiming_and_result_lines() {
+        let mut st = Status { dispatch_enabled: true, ..Default::default() };
+        assert_eq!(claiming_title(&st), "Claiming: on");
+        st.paused = true;
+        assert_eq!(claiming_title(&st), "Claiming: paused until resumed");
+        st.dispatch_enabled = false;
+        assert_eq!(claiming_title(&st), "Claiming: off");
+        let mut job = devpilot_app::queue::JobRow::bare(12, "o", devpilot_app::job::JobState::Completed);
+        job.title = Some("ENG-7 Fix login".into());
+        let o = devpilot_app::Outcome { job, line: "Draft PR #42 · 12 min on desktop".into(), pr: None };
+        assert_eq!(result_line(&o), "\u{2713} ENG-7 Fix login (#12) · Draft PR #42 · 12 min on desktop");
+        assert_eq!(jobs_title(2, None), "Jobs: 2 running here");
     }
 }

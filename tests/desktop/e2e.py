@@ -230,6 +230,17 @@ def tray_menu_labels():
     return [c["label"] for c in tray_menu_layout()["children"] if c["type"] != "separator"]
 
 
+def claiming_label():
+    """The claiming control's submenu label as the menu shows it now ("Claiming: on")."""
+    return next(l for l in tray_menu_labels() if l.startswith("Claiming"))
+
+
+def tray_submenu(label_prefix):
+    """The labels (and whether enabled) of the tray submenu whose label starts so."""
+    sub = next(c for c in tray_menu_layout()["children"] if c.get("label", "").startswith(label_prefix))
+    return sub["label"], [(c["label"], c["enabled"]) for c in sub["children"] if c["type"] != "separator"]
+
+
 def menu_keys(labels):
     """The keys that reach the item at `labels` (["Pause", "For 30 minutes"]) in the open
     menu and activate it, counted from the live layout: GTK's arrow keys skip separators and
@@ -272,7 +283,7 @@ def find_color(png, rgb, region, tol=40):
 
 
 ICON_RGB = {"idle": (46, 158, 79), "working": (31, 111, 209), "paused": (217, 142, 4),
-            "off": (138, 138, 138), "offline": (198, 40, 40)}
+            "off": (138, 138, 138), "attention": (198, 40, 40), "offline": (111, 66, 193)}
 PANEL = (0, 0, 1280, 40)
 
 
@@ -404,8 +415,10 @@ def main():
     log(f"registered items: {items.strip()}")
     tray_icon("idle")
 
-    # 3. Toggle dispatch OFF from the tray menu (first enabled item is "Dispatch enabled").
-    tray_menu(["Down", "Return"], "02-dispatch-off")
+    # 3. Switch claiming OFF from the tray menu's one claiming control.
+    check("the claiming control says on", claiming_label() == "Claiming: on", tray_menu_labels())
+    tray_menu(menu_keys(["Claiming: on", "Off"]), "02-dispatch-off")
+    wait("the tray's claiming control says off", lambda: claiming_label() == "Claiming: off", timeout=10)
     wait("dispatch off after the tray click", lambda: wd_invoke("get_status")["state"] == "off", timeout=10)
     cfg = os.path.join(ENV["XDG_CONFIG_HOME"], PROFILE_NAME, "config.toml")
     with open(cfg) as f:
@@ -434,7 +447,7 @@ def main():
 
     # 4. Switch it back ON from the window; the job runs and shows in the window.
     wd_exec("location.hash = '#queue';")
-    wd_click("#dispatch")
+    wd_exec("const s = document.getElementById('claiming'); s.value = 'on'; s.dispatchEvent(new Event('change'));")
     wait("job completes after dispatch is switched on",
          lambda: wd_invoke("job_detail", {"id": jid})["job"]["state"] == "completed", timeout=30)
     wait("the window's queue lists the completed job",
@@ -455,7 +468,7 @@ def main():
     # 4b. A timed pause from the tray menu: the menu (as the host reads it over dbusmenu),
     #     the hover text and the window say until when, on the local clock; resuming early
     #     from the menu works, and dispatch claims again.
-    tray_menu(menu_keys(["Pause", "For 30 minutes"]), "02b-pause-30-minutes")
+    tray_menu(menu_keys([claiming_label(), "Pause for 30 minutes"]), "02b-pause-30-minutes")
     st = wait("paused from the tray menu's 'For 30 minutes'",
               lambda: (s := wd_invoke("get_status"))["paused"] and s["paused_until_unix_ms"] and s, timeout=10)
     until = st["paused_until_unix_ms"] / 1000
@@ -466,8 +479,11 @@ def main():
     check("the hover text (StatusNotifierItem Title) says it too", sni_prop("Title") == f"DevPilot — paused until {hhmm(until)}",
           sni_prop("Title"))
     wait("the window's pill says it too", lambda: wd_text("#state") == f"Paused until {hhmm(until)}", timeout=10)
+    check("and the window's claiming control", wd_exec("const s = document.getElementById('claiming'); return s.options[s.selectedIndex].text")
+          == f"Paused until {hhmm(until)}")
+    check("and the tray's", claiming_label() == f"Claiming: paused until {hhmm(until)}", claiming_label())
     tray_icon("paused")
-    tray_menu(menu_keys(["Resume"]), "02c-resume-early")
+    tray_menu(menu_keys([claiming_label(), "On"]), "02c-resume-early")
     wait("resumed early from the tray menu", lambda: not wd_invoke("get_status")["paused"], timeout=10)
     wait("the menu no longer says paused", lambda: tray_menu_labels()[0].startswith("Idle"), timeout=10)
     again = enqueue({"title": "after resuming early", "sleep": 0})
@@ -485,6 +501,16 @@ def main():
         enqueue({"title": f"burst {i}", "sleep": 0, "exit": 3}, "--max-attempts", "1")
     wait("a coalesced notification for the burst",
          lambda: any(len(s["kinds"]) >= 2 for s in wd_invoke("recent_notifications")), timeout=30)
+    # One job that fails three times (a short backoff) is one notification, at its last
+    # failure, with its log and Retry; its retries are not told.
+    thrice = enqueue({"title": "fails three times", "sleep": 0, "exit": 3}, "--max-attempts", "3", "--retry-backoff", "100ms")
+    wait("the job dies after its third attempt", lambda: wd_invoke("job_detail", {"id": thrice})["job"]["state"] == "dead", timeout=60)
+    # Had a retry been told, it would have gone out before the last failure, alone or in
+    # the same notification (its kinds would say so).
+    about = wait("its notification", lambda: [x for x in wd_invoke("recent_notifications") if "fails three times" in x["summary"] + x["body"]], timeout=30)
+    check("three failed attempts make one notification, dead, with View log and Retry",
+          len(about) == 1 and about[0]["kinds"] == ["dead"] and about[0]["buttons"] == ["View log", "Retry"]
+          and "Gave up after 3 attempts" in about[0]["body"], about)
     # By now several notifications went out: the set-aside file was told in exactly one.
     check("exactly one notification told of the kept settings file", notify_log().count(kept[0]) == 1,
           notify_log().count(kept[0]))
@@ -586,12 +612,20 @@ def main():
     check("keep awake saved", saved_message() == "Saved.")
     check("keep awake is on in the config file", "keep_awake = true" in config_text())
 
-    # 8. Hand off & pause: a second `devpilot run` finishes the job.
+    # 8. Hand off & pause: a second `devpilot run` finishes the job, and with "a job from my
+    #    sources finishes on another machine" on, this machine hears of it.
+    wd_exec("document.getElementById('n-any_machine').checked = true;")
+    wd_click("#save-settings")
+    check("the option is saved", saved_message() == "Saved." and "any_machine = true" in config_text(), config_text())
     wait("engine back to idle", lambda: wd_invoke("get_status")["state"] == "idle", timeout=20)
     long_id = enqueue({"title": "long job", "sleep": 120})
     wait("the tray app is working on the long job",
          lambda: any(r["job"]["id"] == long_id for r in wd_invoke("get_status")["running"]), timeout=20)
     tray_icon("working")
+    head, slots = wait("the tray's Jobs menu lists the running job, enabled (it opens its page)",
+                       lambda: (x := tray_submenu("Jobs")) and any(l.startswith("\u25b6 long job") and on for l, on in x[1]) and x, timeout=10)
+    log(f"tray Jobs menu: {head}: {slots}")
+    check("its title counts what runs here and what is queued", head.startswith("Jobs: 1 running here · ") and head.endswith(" queued"), head)
     title = wait("while it runs, the hover text (StatusNotifierItem Title) says so",
                  lambda: (t := sni_prop("Title")) == f"DevPilot — dispatching · 1 running: #{long_id} long job" and t, timeout=10)
     log(f"Title: {title!r}")
@@ -630,6 +664,10 @@ def main():
     check("a second `devpilot run` exits cleanly", runner.returncode == 0, runner.stderr)
     d = wd_invoke("job_detail", {"id": long_id})
     check("the second machine finished the handed-off job", d["job"]["state"] == "completed" and d["job"]["claimed_by"] == "e2e-runner", d["job"])
+    told = wait("the other machine's finish is notified here",
+                lambda: [x for x in wd_invoke("recent_notifications") if x["summary"] == "long job" and "Finished on e2e-runner" in x["body"]], timeout=40)
+    check("it says how long and where, and offers the log", " on e2e-runner" in told[-1]["body"].splitlines()[0]
+          and told[-1]["buttons"] == ["View log"], told[-1])
     shot("08-after-handoff")
 
     # 8b. The window cancels a running job, and shows a failed attempt's backoff.

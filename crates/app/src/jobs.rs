@@ -11,6 +11,18 @@ use devpilot_store::job::JobState;
 use devpilot_store::queue::{Counts, JobRow};
 
 use crate::engine::Engine;
+
+/// What the claiming control is set to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum Claiming {
+    On,
+    /// For `minutes`, or until resumed.
+    Paused {
+        minutes: Option<u64>,
+    },
+    Off,
+}
 use crate::views::{Fleet, JobDetail, NewJob};
 
 impl Engine {
@@ -40,6 +52,23 @@ impl Engine {
         // The last hand-off's verdict is about a pause that is over.
         self.hand_off_tx.send_replace(None);
         Ok(())
+    }
+
+    /// The one claiming control (window and tray): on, paused for a while or until resumed,
+    /// or off. Each choice ends the others: "on" resumes a pause, a pause switches dispatch on.
+    pub async fn set_claiming(&self, c: Claiming) -> Result<()> {
+        match c {
+            Claiming::Off => return self.set_dispatch(false).await,
+            Claiming::On | Claiming::Paused { .. } if !self.status().dispatch_enabled => {
+                self.set_dispatch(true).await?
+            }
+            _ => {}
+        }
+        match c {
+            Claiming::Paused { minutes } => self.pause(minutes.map(|m| Duration::from_secs(m.saturating_mul(60)))),
+            _ if self.status().paused => self.resume(),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn running_orchestrator(&self) -> Result<Handle> {

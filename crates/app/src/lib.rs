@@ -68,7 +68,8 @@ pub use db_form::{DbForm, DbMode};
 /// notifications say it.
 pub use devpilot_engine::sources::{HealthState, SourceHealth};
 pub use engine::{Engine, DEMO_DURATION};
-pub use outcome::{outcome_line, FleetWatch, Outcome, PR_WAIT};
+pub use jobs::Claiming;
+pub use outcome::{outcome_line, Board, FleetWatch, Outcome, PR_WAIT};
 pub use overrides::Overrides;
 pub use repos::{RepoSwitches, RepoView};
 pub use sources::{SourceForm, SourceView, SourcesView};

@@ -19,12 +19,35 @@ pub struct Outcome {
     pub pr: Option<String>,
 }
 
+/// The queue at a glance ([`Engine::board`]).
+#[derive(Clone, Debug)]
+pub struct Board {
+    /// Waiting to be claimed (queued, or failed and waiting to retry).
+    pub queued: i64,
+    /// Running on any machine.
+    pub running: i64,
+    /// The three newest jobs that have ended.
+    pub recent: Vec<Outcome>,
+}
+
+/// How far back the fleet watch's first look reads.
+pub const LOOK_BACK: Duration = Duration::from_secs(30);
+
 /// Where [`Engine::finished_elsewhere`] reads from next, and what it told that may be read
 /// again.
 #[derive(Debug, Default)]
 pub struct FleetWatch {
     since: Option<i64>,
     told: std::collections::HashMap<i64, i64>,
+    /// Jobs this machine handed off: told wherever they came from.
+    handed: std::collections::HashSet<i64>,
+}
+
+impl FleetWatch {
+    /// Job `id` was handed off from here: its end elsewhere is news, whatever its source.
+    pub fn handed_off(&mut self, id: i64) {
+        self.handed.insert(id);
+    }
 }
 
 /// How long a completion's notification waits for its pull request to be opened (the outbox
@@ -56,15 +79,15 @@ impl Engine {
         }
     }
 
-    /// The jobs from this machine's sources that another machine finished (completed or
-    /// dead) since `w` last looked, each told once. A completion whose pull request is still
-    /// being opened waits for it (up to [`PR_WAIT`]) to the next look. The first look only
-    /// sets where to read from: what ended before it is not news.
+    /// The jobs from this machine's sources (or handed off from here) that another machine
+    /// finished (completed or dead) since `w` last looked, each told once. A completion whose pull request is still
+    /// being opened waits for it (up to [`PR_WAIT`]) to the next look. The first look reads
+    /// back [`LOOK_BACK`]: an end in the moments before the watch began is still news.
     pub async fn finished_elsewhere(&self, w: &mut FleetWatch) -> devpilot_store::error::Result<Vec<Outcome>> {
         let q = self.queue()?;
-        let Some(since) = w.since else {
-            w.since = Some(q.now_ms().await?);
-            return Ok(vec![]);
+        let since = match w.since {
+            Some(since) => since,
+            None => q.now_ms().await? - LOOK_BACK.as_millis() as i64,
         };
         let s = self.settings();
         let me = s.machine_name();
@@ -73,7 +96,7 @@ impl Engine {
         let mut told = vec![];
         for job in rows {
             let (Some(end), Some(by)) = (job.finished_at, job.claimed_by.as_deref()) else { continue };
-            let mine = job.source.as_deref().is_some_and(|src| s.sources.contains_key(src));
+            let mine = w.handed.remove(&job.id) || job.source.as_deref().is_some_and(|src| s.sources.contains_key(src));
             if by == me || !mine || w.told.contains_key(&job.id) {
                 continue;
             }
@@ -88,6 +111,26 @@ impl Engine {
         w.told.retain(|_, end| *end > next);
         w.since = Some(next);
         Ok(told)
+    }
+
+    /// The queue at a glance, for the tray: how many jobs wait and run, and the last three
+    /// that have ended (anywhere), newest first.
+    pub async fn board(&self) -> devpilot_store::error::Result<Board> {
+        let q = self.queue()?;
+        let orch = self.settings().orchestrator_id;
+        let counts = q.counts(&orch).await?;
+        let recent = q
+            .jobs(&orch, None, 40)
+            .await?
+            .into_iter()
+            .filter(|j| j.state.is_finished())
+            .take(3)
+            .map(|job| {
+                let draft = self.pr_mode(job.repo.as_deref()) == PrMode::Draft;
+                Outcome { line: outcome_line(&job, draft), pr: pr_of(&job).map(str::to_string), job }
+            })
+            .collect();
+        Ok(Board { queued: counts.queued + counts.failed, running: counts.running, recent })
     }
 
     /// How this machine's settings open pull requests for `repo` (a repo not configured here:
@@ -150,7 +193,7 @@ fn took(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Overrides;
+    use crate::overrides::Overrides;
     use devpilot_engine::config::Paths;
     use devpilot_engine::settings::Settings;
     use devpilot_engine::sources::{SourceKind, SourceSettings};
@@ -187,9 +230,9 @@ mod tests {
         assert_eq!(took(Duration::from_secs(44)), "44 s");
     }
 
-    /// The fleet watch tells a job from this machine's source that another machine finished,
-    /// once; never this machine's own, another source's, or a job added by hand; and nothing
-    /// that ended before its first look.
+    /// The fleet watch tells a job from this machine's source (or handed off from here) that
+    /// another machine finished, once; never this machine's own, another source's, or a job
+    /// added by hand.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn another_machines_finish_is_told_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -227,16 +270,20 @@ mod tests {
             }
         };
         let mut w = FleetWatch::default();
-        finish("desktop", payload("gh", 1)).await;
-        assert!(e.finished_elsewhere(&mut w).await.unwrap().is_empty(), "the first look only starts the watch");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        let old = finish("desktop", payload("gh", 1)).await;
+        let first: Vec<i64> = e.finished_elsewhere(&mut w).await.unwrap().iter().map(|o| o.job.id).collect();
+        assert_eq!(first, [old], "the first look reads back a little");
         let theirs = finish("desktop", payload("gh", 2)).await;
         finish("laptop", payload("gh", 3)).await;
         finish("desktop", payload("other", 4)).await;
         finish("desktop", serde_json::json!({"title": "by hand"})).await;
+        let handed = q.enqueue("watch", &serde_json::json!({"title": "handed"})).await.unwrap();
+        w.handed_off(handed);
+        let c = q.claim_by_id(handed, "watch", "desktop").await.unwrap().unwrap();
+        assert!(q.complete(&c.fence, "desktop").await.unwrap());
         let told = e.finished_elsewhere(&mut w).await.unwrap();
         let ids: Vec<i64> = told.iter().map(|o| o.job.id).collect();
-        assert_eq!(ids, [theirs], "only the desktop's job from source gh");
+        assert_eq!(ids, [theirs, handed], "the desktop's job from source gh, and the one handed off from here");
         assert!(told[0].line.ends_with(" on desktop"), "{}", told[0].line);
         assert!(e.finished_elsewhere(&mut w).await.unwrap().is_empty(), "told once");
         e.stop(devpilot_engine::orchestrator::StopMode::HandOff).await;
