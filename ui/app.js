@@ -521,7 +521,36 @@ function transcriptOf(text) {
           say(c.is_error ? 'bad' : 'result', `  ↳ ${c.is_error ? 'failed' : 'result'}: ${short(out, 80)}`, out, c.tool_use_id && c.tool_use_id + ':r');
         }
         break;
+      // gemini's stream-json: init, message (its words as deltas), tool_use, tool_result, result.
+      case 'init':
+        say('sys', `Started ${ev.model ? 'with ' + ev.model : ''}${ev.session_id ? ' · session ' + short(ev.session_id, 8) : ''}`);
+        break;
+      case 'message': {
+        if (ev.role !== 'assistant' || !ev.content) break;
+        const last = lines[lines.length - 1];
+        if (ev.delta && last && last.dataset && last.dataset.gemini === '1') last.textContent += ev.content;
+        else { say('msg', ev.content); lines[lines.length - 1].dataset.gemini = '1'; }
+        break;
+      }
+      case 'tool_use': {
+        const i = ev.parameters || {};
+        const target = i.file_path || i.path || i.command || i.pattern || i.dir_path || '';
+        say('tool', `▸ ${ev.tool_name}${target ? ' ' + short(target, 90) : ''}`, i, ev.tool_id);
+        break;
+      }
+      case 'tool_result': {
+        const bad = ev.status === 'error';
+        const out = bad && ev.error ? ev.error.message : ev.output;
+        say(bad ? 'bad' : 'result', `  ↳ ${bad ? 'failed' : 'result'}: ${short(out, 80)}`, out, ev.tool_id && ev.tool_id + ':r');
+        break;
+      }
       case 'result':
+        if (ev.status) {
+          if (ev.stats && ev.stats.output_tokens) tokens += ev.stats.output_tokens;
+          const bad = ev.status === 'error';
+          say(bad ? 'bad' : 'done', bad ? `✗ ${(ev.error && ev.error.message) || 'Ended with an error'}` : '✓ Done', ev.stats);
+          break;
+        }
         if (ev.total_cost_usd != null) cost = usd(ev.total_cost_usd);
         say(ev.is_error ? 'bad' : 'done', `${ev.is_error ? '✗ Ended with an error' : '✓ Done'}${cost ? ' · ' + cost : ''}${ev.num_turns ? ' · ' + ev.num_turns + ' turns' : ''}`, ev.result);
         break;
@@ -543,7 +572,7 @@ function transcriptOf(text) {
         break;
       case 'turn.failed':
       case 'error':
-        say('bad', `✗ ${(ev.error && ev.error.message) || ev.message || 'error'}`, ev);
+        say(ev.severity === 'warning' ? 'warn' : 'bad', `${ev.severity === 'warning' ? '⚠' : '✗'} ${(ev.error && ev.error.message) || ev.message || 'error'}`, ev);
         break;
       default:
         break;

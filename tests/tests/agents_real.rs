@@ -323,6 +323,19 @@ async fn conversation_travels(preset: &str, write: impl Fn(&Path, u32) -> Turn) 
     for m in [&desktop, &tablet] {
         assert!(m.cli_home.join(own).is_dir(), "{preset}'s sessions on {} are where the check looks", m.name);
     }
+    if preset == "gemini" {
+        // gemini streams its events (stream-json): the tablet's log is a transcript of its
+        // start, its write_file call and its result, one event a line.
+        let log = find_file(&tablet.home, &format!("job-{id}.log")).expect("the tablet's log");
+        let text = std::fs::read_to_string(&log).unwrap();
+        let kinds: Vec<String> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["type"].as_str().map(str::to_string))
+            .collect();
+        let has = |k: &str| kinds.iter().any(|x| x == k);
+        assert!(has("init") && has("tool_use") && kinds.last().map(String::as_str) == Some("result"), "{kinds:?}");
+    }
     for key in ["sk-ant-test-key", "sk-test-key", "gemini-test-key"] {
         // Where the sessions go (codex's shell snapshots, with its environment, stay local).
         for dir in [".claude/projects", ".codex/sessions", ".gemini/tmp"] {

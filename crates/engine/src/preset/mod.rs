@@ -249,7 +249,9 @@ fn aider_argv(prompt: Option<&str>, talk: &Conversation) -> Vec<String> {
 }
 
 /// Gemini CLI: `--prompt` runs headless (none, with stdin not a terminal: the prompt is
-/// read from stdin); `-o json` prints one object (response, stats, error); `--approval-mode
+/// read from stdin); `-o stream-json` prints one event per line as it works (`init`,
+/// `message`, `tool_use`, `tool_result`, `error`, and a closing `result` with the stats), so
+/// its log is a live transcript (gemini 0.61, `JsonStreamEventType`); `--approval-mode
 /// auto_edit` allows edits; `--skip-trust`, because every new worktree is a folder it has
 /// not been told to trust. `--session-id` names a new session; `--session-file` loads a
 /// carried one, from any directory.
@@ -258,7 +260,7 @@ fn aider_argv(prompt: Option<&str>, talk: &Conversation) -> Vec<String> {
 fn gemini_argv(prompt: Option<&str>, talk: &Conversation) -> Vec<String> {
     let mut argv = vec![s("gemini")];
     argv.extend(prompt.map(|p| format!("--prompt={p}")));
-    argv.extend([s("-o"), s("json"), s("--approval-mode"), s("auto_edit"), s("--skip-trust")]);
+    argv.extend([s("-o"), s("stream-json"), s("--approval-mode"), s("auto_edit"), s("--skip-trust")]);
     match talk {
         Conversation::New { id: Some(id) } => argv.extend([s("--session-id"), id.clone()]),
         Conversation::Resume { file: Some(f), .. } => argv.extend([s("--session-file"), f.display().to_string()]),

@@ -1,5 +1,5 @@
 //! How a preset's run ended, read from what its CLI printed: its structured output where it
-//! has one (claude's result object, codex's JSON events, gemini's JSON), else its exit code
+//! has one (claude's result object, codex's and gemini's JSON events), else its exit code
 //! and its known error lines (aider). A failed model call is a failed attempt with the CLI's
 //! own words, never a completion; a usage or rate limit parks the job, until the reset time
 //! when the CLI says one. The result's text becomes the summary; the session id, cost and
@@ -128,8 +128,49 @@ fn codex(printed: &Printed<'_>) -> RunReport {
     }
 }
 
-/// gemini's `-o json`: one (pretty-printed) object with `response`, `stats` and `error`.
+/// gemini's `-o stream-json` events: the session from `init`, the assistant's last words
+/// (its `message` deltas since the last tool call), the tokens of the `result`, and an
+/// error that ended it (the `result`'s, else an `error` event's). A log with no events is
+/// read as `-o json`'s one object.
 fn gemini(tail: &str, exit: &AgentExit) -> RunReport {
+    let events: Vec<Value> = tail.lines().filter_map(object_line).filter(|v| v["type"].is_string()).collect();
+    if events.is_empty() {
+        return gemini_document(tail, exit);
+    }
+    let mut usage = Usage::default();
+    let (mut words, mut failure) = (String::new(), None::<String>);
+    for v in &events {
+        match v["type"].as_str().unwrap_or_default() {
+            "init" => usage.session = str_of(v, "session_id"),
+            "message" if v["role"] == "assistant" => {
+                if v["delta"] != true {
+                    words.clear();
+                }
+                words.push_str(v["content"].as_str().unwrap_or_default());
+            }
+            "tool_use" => words.clear(),
+            "error" if v["severity"] != "warning" => failure = str_of(v, "message").or(failure),
+            "result" => {
+                let st = &v["stats"];
+                usage.tokens_in = st.get("input_tokens").and_then(Value::as_i64);
+                usage.tokens_out = st.get("output_tokens").and_then(Value::as_i64);
+                if v["status"] == "error" {
+                    failure = str_of(&v["error"], "message").or(failure).or(Some("the run failed".into()));
+                }
+            }
+            _ => {}
+        }
+    }
+    let summary = Some(words.trim().to_string()).filter(|w| !w.is_empty());
+    match failure {
+        Some(msg) => ended_badly("gemini", msg, usage),
+        // With no result (it was cut short), its exit status says how it ended.
+        None => RunReport { exit: gemini_status(exit), summary, usage, retry_after: None },
+    }
+}
+
+/// gemini's `-o json`: one (pretty-printed) object with `response`, `stats` and `error`.
+fn gemini_document(tail: &str, exit: &AgentExit) -> RunReport {
     let Some(v) = last_document(tail) else {
         return match exit {
             AgentExit::Failed(_) => RunReport { exit: gemini_status(exit), ..Default::default() },
@@ -402,6 +443,36 @@ mod tests {
             AgentExit::Failed("agent exited with status 173".into()),
         );
         assert_eq!(r.exit, Some(AgentExit::TryLater));
+    }
+
+    /// gemini's stream of events: the session, the assistant's words after its last tool
+    /// call, the tokens; a result with an error fails the attempt, a quota parks it.
+    #[test]
+    fn gemini_streams_how_it_ended() {
+        let ok = [
+            r#"{"type":"init","timestamp":"t","session_id":"g-2","model":"gemini-2.5-pro"}"#,
+            r#"{"type":"message","role":"user","content":"Fix it"}"#,
+            r#"{"type":"message","role":"assistant","content":"Looking","delta":true}"#,
+            r#"{"type":"tool_use","tool_name":"replace","tool_id":"t1","parameters":{"file_path":"a.rs"}}"#,
+            r#"{"type":"tool_result","tool_id":"t1","status":"success","output":"ok"}"#,
+            r#"{"type":"message","role":"assistant","content":"Fixed the ","delta":true}"#,
+            r#"{"type":"message","role":"assistant","content":"login.","delta":true}"#,
+            r#"{"type":"result","status":"success","stats":{"input_tokens":120,"output_tokens":7,"tool_calls":1}}"#,
+        ]
+        .join("\n");
+        let r = report(Preset::Gemini, &ok, AgentExit::Success);
+        assert_eq!(
+            (r.exit, r.summary.as_deref(), r.usage.session.as_deref(), r.usage.tokens_in, r.usage.tokens_out),
+            (None, Some("Fixed the login."), Some("g-2"), Some(120), Some(7))
+        );
+        let bad = r#"{"type":"result","status":"error","error":{"type":"FatalAuthenticationError","message":"API key not valid"},"stats":{}}"#;
+        let r = report(Preset::Gemini, bad, AgentExit::Failed("agent exited with status 41".into()));
+        assert_eq!(r.exit, Some(AgentExit::Failed("gemini: API key not valid".into())));
+        let quota =
+            r#"{"type":"error","severity":"error","message":"Quota exceeded for quota metric. Please retry in 30s."}"#;
+        assert_eq!(report(Preset::Gemini, quota, AgentExit::Success).exit, Some(AgentExit::TryLater));
+        let warned = r#"{"type":"error","severity":"warning","message":"loop detected"}"#;
+        assert_eq!(report(Preset::Gemini, warned, AgentExit::Success).exit, None, "a warning is not the end");
     }
 
     /// aider exits 0 when its model call fails: its error lines fail the attempt, a rate
