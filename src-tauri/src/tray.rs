@@ -104,10 +104,14 @@ pub struct TrayMenu<R: Runtime> {
     menu: Menu<R>,
     status: MenuItem<R>,
     jobs_item: MenuItem<R>,
-    jobs: Submenu<R>,
+    /// The Jobs submenu's first line: what runs here and what is queued. (Submenu labels stay
+    /// fixed: a changed one did not reach the tray host over dbusmenu.)
+    jobs_head: MenuItem<R>,
     run_slots: Vec<MenuItem<R>>,
     recent_slots: Vec<MenuItem<R>>,
     claiming: Submenu<R>,
+    /// The claiming submenu's first line: "Now: on", "Now: paused until 14:30", "Now: off".
+    claim_head: MenuItem<R>,
     claim_items: Vec<CheckMenuItem<R>>,
     handoff: MenuItem<R>,
 }
@@ -370,8 +374,10 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     let jobs_item = item("jobs".into(), "No jobs running here", false)?;
     let run_slots = (0..RUN_SLOTS).map(|i| item(format!("run_{i}"), "", false)).collect::<tauri::Result<Vec<_>>>()?;
     let open_queue = item("queue".into(), "Open the queue", true)?;
+    let jobs_head = item("jobs_head".into(), "Nothing running here", false)?;
     let sep = PredefinedMenuItem::separator(app)?;
-    let mut children: Vec<&dyn IsMenuItem<R>> = run_slots.iter().map(|m| m as &dyn IsMenuItem<R>).collect();
+    let mut children: Vec<&dyn IsMenuItem<R>> = vec![&jobs_head];
+    children.extend(run_slots.iter().map(|m| m as &dyn IsMenuItem<R>));
     children.extend([&sep as &dyn IsMenuItem<R>, &open_queue]);
     let jobs = Submenu::with_id_and_items(app, "jobs_menu", "Jobs", true, &children)?;
     let recent_slots =
@@ -382,7 +388,9 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
         .iter()
         .map(|(id, text)| CheckMenuItem::with_id(app, *id, *text, true, false, None::<&str>))
         .collect::<tauri::Result<Vec<_>>>()?;
-    let children: Vec<&dyn IsMenuItem<R>> = claim_items.iter().map(|m| m as &dyn IsMenuItem<R>).collect();
+    let claim_head = item("claim_head".into(), "Now: on", false)?;
+    let mut children: Vec<&dyn IsMenuItem<R>> = vec![&claim_head];
+    children.extend(claim_items.iter().map(|m| m as &dyn IsMenuItem<R>));
     let claiming = Submenu::with_id_and_items(app, "claiming", "Claiming", true, &children)?;
     // GTK reads a single & as a mnemonic marker and hides it; && shows one.
     let handoff =
@@ -396,7 +404,18 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     let items: [&dyn IsMenuItem<R>; 13] =
         [&status, &jobs_item, &jobs, &recent, &s1, &claiming, &handoff, &s2, &open, &settings, &logs, &s3, &quit];
     let menu = Menu::with_items(app, &items)?;
-    Ok(TrayMenu { menu, status, jobs_item, jobs, run_slots, recent_slots, claiming, claim_items, handoff })
+    Ok(TrayMenu {
+        menu,
+        status,
+        jobs_item,
+        jobs_head,
+        run_slots,
+        recent_slots,
+        claiming,
+        claim_head,
+        claim_items,
+        handoff,
+    })
 }
 
 fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status) -> tauri::Result<()> {
@@ -419,7 +438,7 @@ fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status
     let mut slots = Slots::default();
     // Running here, each opening its page.
     let running = job_lines(st);
-    tm.jobs.set_text(crate::tray_text::jobs_title(st.running.len(), board.as_ref()))?;
+    tm.jobs_head.set_text(crate::tray_text::jobs_title(st.running.len(), board.as_ref()))?;
     for (i, slot) in tm.run_slots.iter().enumerate() {
         match (running.get(i), st.running.get(i)) {
             (Some(line), Some(r)) => {
@@ -428,7 +447,7 @@ fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status
                 slots.run.push(r.job.id);
             }
             _ => {
-                slot.set_text(if i == 0 { "Nothing running here" } else { "—" })?;
+                slot.set_text("—")?;
                 slot.set_enabled(false)?;
             }
         }
@@ -451,7 +470,7 @@ fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status
         *s = slots;
     }
     let can_dispatch = !matches!(st.state, S::NeedsAgent | S::Error | S::Starting | S::Stopped);
-    tm.claiming.set_text(crate::tray_text::claiming_title(st))?;
+    tm.claim_head.set_text(crate::tray_text::claiming_title(st))?;
     tm.claiming.set_enabled(can_dispatch)?;
     let now = claim_item_of(st);
     for (m, (id, _)) in tm.claim_items.iter().zip(CLAIM_ITEMS) {

@@ -177,10 +177,13 @@ pub fn job_lines(st: &Status) -> Vec<String> {
         .collect()
 }
 
-/// The Jobs submenu's title: "Jobs: 2 running here · 3 queued" (the queue once read).
+/// The Jobs submenu's first line: "2 running here · 3 queued" (the queue once read).
 pub fn jobs_title(running_here: usize, board: Option<&devpilot_app::Board>) -> String {
     let queued = board.map(|b| format!(" · {} queued", b.queued)).unwrap_or_default();
-    format!("Jobs: {running_here} running here{queued}")
+    match running_here {
+        0 => format!("Nothing running here{queued}"),
+        n => format!("{n} running here{queued}"),
+    }
 }
 
 /// A recent result's line: "✓ ENG-7 Fix login (#12) · Draft PR #42 · 12 min on desktop",
@@ -203,12 +206,12 @@ pub fn result_line(o: &devpilot_app::Outcome) -> String {
     }
 }
 
-/// The claiming control's title: "Claiming: on", "Claiming: paused until 14:30", "Claiming: off".
+/// The claiming control's first line: "Now: on", "Now: paused until 14:30", "Now: off".
 pub fn claiming_title(st: &Status) -> String {
     match (st.dispatch_enabled, st.paused) {
-        (false, _) => "Claiming: off".to_string(),
-        (true, true) => format!("Claiming: paused {}", until(st)),
-        (true, false) => "Claiming: on".to_string(),
+        (false, _) => "Now: off".to_string(),
+        (true, true) => format!("Now: paused {}", until(st)),
+        (true, false) => "Now: on".to_string(),
     }
 }
 
@@ -309,15 +312,16 @@ mod tests {
     #[test]
     fn claiming_and_result_lines() {
         let mut st = Status { dispatch_enabled: true, ..Default::default() };
-        assert_eq!(claiming_title(&st), "Claiming: on");
+        assert_eq!(claiming_title(&st), "Now: on");
         st.paused = true;
-        assert_eq!(claiming_title(&st), "Claiming: paused until resumed");
+        assert_eq!(claiming_title(&st), "Now: paused until resumed");
         st.dispatch_enabled = false;
-        assert_eq!(claiming_title(&st), "Claiming: off");
+        assert_eq!(claiming_title(&st), "Now: off");
         let mut job = devpilot_app::queue::JobRow::bare(12, "o", devpilot_app::job::JobState::Completed);
         job.title = Some("ENG-7 Fix login".into());
         let o = devpilot_app::Outcome { job, line: "Draft PR #42 · 12 min on desktop".into(), pr: None };
         assert_eq!(result_line(&o), "\u{2713} ENG-7 Fix login (#12) · Draft PR #42 · 12 min on desktop");
-        assert_eq!(jobs_title(2, None), "Jobs: 2 running here");
+        assert_eq!(jobs_title(2, None), "2 running here");
+        assert_eq!(jobs_title(0, None), "Nothing running here");
     }
 }
