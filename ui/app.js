@@ -99,6 +99,21 @@ function renderSetAside(kept) {
   n.hidden = false;
 }
 
+// An edit of the settings file (by hand, or by the CLI): applied, and Settings shows it; or
+// not, and why, until the next edit.
+function renderConfigNote(note) {
+  const n = $('config-reload');
+  if (!note) { n.hidden = true; return; }
+  n.textContent = note.text;
+  n.className = note.ok ? 'banner notice' : 'banner warn-banner';
+  n.hidden = false;
+  if (note.ok) {
+    setTimeout(() => { if (n.textContent === note.text) n.hidden = true; }, 10000);
+    if (!$('settings').hidden) { loadSettings(); loadSources(); }
+  }
+  refreshStatus();
+}
+
 // What an action did, when it did not do the obvious (a key that was live, a cancel asked
 // of another machine). Stays until the next action's notice or ten seconds.
 let noticeTimer = null;
@@ -1141,6 +1156,7 @@ document.addEventListener('DOMContentLoaded', async () => {
     if (current() === 'settings' && JSON.stringify(e.payload.sources || []) !== sourcesHealth) loadSources();
   });
   await T.event.listen('config-set-aside', (e) => renderSetAside(e.payload));
+  await T.event.listen('config-note', (e) => renderConfigNote(e.payload));
   await T.event.listen('hand-off', (e) => renderHandOff(e.payload));
   await T.event.listen('tray-host', (e) => renderTrayHost(e.payload));
   await T.event.listen('navigate', (e) => {

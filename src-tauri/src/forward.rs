@@ -52,6 +52,19 @@ pub fn spawn_set_aside_forwarder<R: Runtime>(app: &AppHandle<R>) {
     });
 }
 
+/// What became of each edit of the settings file: the window says it (and reloads Settings);
+/// the tray's menu follows the status as always.
+pub fn spawn_config_note_forwarder<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let mut notes = app.state::<AppState>().engine.watch_config_note();
+    tauri::async_runtime::spawn(async move {
+        while notes.changed().await.is_ok() {
+            let now = notes.borrow_and_update().clone();
+            let _ = app.emit("config-note", &now);
+        }
+    });
+}
+
 /// Each hand-off's verdict (the window's, the tray's, the sleep hook's): a notification, the
 /// tray's menu line and the window's notice. A cleared verdict (claiming resumed) takes the
 /// line and the notice away.

@@ -116,6 +116,10 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
         let engine = engine.clone();
         tauri::async_runtime::spawn(async move { engine.start().await });
     }
+    // An edit of the settings file, by hand or by the CLI, is applied as the window's save is.
+    if let Some(watch) = engine.clone().watch_config_file() {
+        tauri::async_runtime::spawn(watch);
+    }
     {
         let app = app.clone();
         state.notifier.set_on_open(std::sync::Arc::new(move |target| open_target(&app, target)));
@@ -125,6 +129,7 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     let show_window = !tray_host::start(app) || show_window;
     forward::spawn_status_forwarder(app);
     forward::spawn_set_aside_forwarder(app);
+    forward::spawn_config_note_forwarder(app);
     forward::spawn_hand_off_forwarder(app);
     sleep::spawn(engine.clone());
     awake::spawn(engine.clone());

@@ -62,7 +62,7 @@ impl Engine {
         if let Some(spec) = new.agent_spec()? {
             spec.check()?;
         }
-        self.paths.save(&new)?;
+        self.save_file(&new)?;
         self.apply(&old, new, new_login).await
     }
 

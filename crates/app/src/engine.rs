@@ -44,6 +44,10 @@ pub struct Engine {
     pub(crate) effective: watch::Sender<Settings>,
     /// A corrupt config file this engine set aside at a start, until the user dismisses it.
     pub(crate) set_aside: watch::Sender<Option<SetAside>>,
+    /// The settings file as this app last wrote it (the watch skips its own writes).
+    pub(crate) written: Mutex<Option<Settings>>,
+    /// What became of the last edit of the settings file (by hand or by the CLI).
+    pub(crate) config_note: watch::Sender<Option<crate::verdict::ConfigNote>>,
     /// The last hand-off's verdict, until claiming resumes.
     pub(crate) hand_off_tx: watch::Sender<Option<crate::verdict::HandOffVerdict>>,
     pub(crate) lifecycle: tokio::sync::Mutex<Option<Current>>,
@@ -73,6 +77,8 @@ impl Engine {
             handle: RwLock::new(None),
             effective: watch::Sender::new(Settings::default()),
             set_aside: watch::Sender::new(None),
+            written: Mutex::new(None),
+            config_note: watch::Sender::new(None),
             hand_off_tx: watch::Sender::new(None),
             lifecycle: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),

@@ -39,7 +39,7 @@ impl Engine {
         if self.paths.config_file().exists() {
             return Ok(());
         }
-        self.paths.save(&Settings::default())?;
+        self.save_file(&Settings::default())?;
         tracing::info!(config = %self.paths.config_file().display(), "first-run guide skipped; default settings saved");
         Ok(())
     }

@@ -30,7 +30,7 @@ impl Engine {
     pub async fn set_dispatch(&self, on: bool) -> Result<()> {
         let mut file = self.paths.load()?;
         file.dispatch_enabled = on;
-        self.paths.save(&file)?;
+        self.save_file(&file)?;
         self.effective.send_modify(|eff| eff.dispatch_enabled = on);
         if let Some(h) = self.orchestrator() {
             h.set_enabled(on);

@@ -34,6 +34,7 @@
 //! - `keychain`: keychain calls, off the async workers and bounded in time.
 //! - `tests`: the engine's and the database form's tests (the guide's stay in `guide`).
 
+mod config_watch;
 mod configure;
 mod db_form;
 mod engine;
@@ -73,5 +74,5 @@ pub use outcome::{outcome_line, Board, FleetWatch, Outcome, PR_WAIT};
 pub use overrides::Overrides;
 pub use repos::{RepoSwitches, RepoView};
 pub use sources::{SourceForm, SourceView, SourcesView};
-pub use verdict::{HandOffVerdict, HandedOff};
+pub use verdict::{ConfigNote, HandOffVerdict, HandedOff};
 pub use views::{Fleet, JobDetail, NewJob};

@@ -128,7 +128,7 @@ impl Engine {
         let mut new = old.clone();
         change(&mut new.repos)?;
         new.validate()?;
-        self.paths.save(&new)?;
+        self.save_file(&new)?;
         self.apply(&old, new, false).await
     }
 }

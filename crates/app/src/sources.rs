@@ -372,7 +372,7 @@ impl Engine {
             })
             .await?;
         }
-        self.paths.save(&new)?;
+        self.save_file(&new)?;
         self.apply(&old, new, false).await?;
         self.sources_view().await
     }
@@ -386,7 +386,7 @@ impl Engine {
         if new.sources.remove(name.trim()).is_none() {
             return Err(Error::Invalid(format!("there is no source named '{}' in the settings", name.trim())));
         }
-        self.paths.save(&new)?;
+        self.save_file(&new)?;
         self.apply(&old, new, false).await?;
         self.sources_view().await
     }

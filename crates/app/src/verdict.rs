@@ -1,6 +1,7 @@
 //! A hand-off's verdict, in words: "Handed off #12 (pushed devpilot/12-fix-login) and #15.
 //! Claiming is paused. Safe to close the lid.", or, when a push failed or timed out, which
 //! job's work stayed on this machine and why. Built by `handoff` from what each release did.
+//! Also what became of an edit of the settings file ([`ConfigNote`]).
 
 use serde::Serialize;
 
@@ -92,6 +93,14 @@ fn and_list(items: &[String]) -> String {
         [one] => one.clone(),
         [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
     }
+}
+
+/// What became of the last edit of the settings file.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ConfigNote {
+    /// Applied; else the settings before it stay in force.
+    pub ok: bool,
+    pub text: String,
 }
 
 #[cfg(test)]
