@@ -17,6 +17,7 @@ import urllib.parse
 import desk  # tests/desktop/desk.py (the script's folder is on sys.path)
 import sources_step  # tests/desktop/sources_step.py
 import github_step  # tests/desktop/github_step.py
+import transcript_step  # tests/desktop/transcript_step.py
 
 ENV = os.environ
 WORK = ENV["E2E_WORK"]
@@ -230,9 +231,9 @@ def tray_menu_labels():
     return [c["label"] for c in tray_menu_layout()["children"] if c["type"] != "separator"]
 
 
-def claiming_label():
-    """The claiming control's submenu label as the menu shows it now ("Claiming: on")."""
-    return next(l for l in tray_menu_labels() if l.startswith("Claiming"))
+def claiming_now():
+    """What the tray's claiming control says it is set to ("Now: on"), its first line."""
+    return tray_submenu("Claiming")[1][0][0]
 
 
 def tray_submenu(label_prefix):
@@ -416,9 +417,9 @@ def main():
     tray_icon("idle")
 
     # 3. Switch claiming OFF from the tray menu's one claiming control.
-    check("the claiming control says on", claiming_label() == "Claiming: on", tray_menu_labels())
-    tray_menu(menu_keys(["Claiming: on", "Off"]), "02-dispatch-off")
-    wait("the tray's claiming control says off", lambda: claiming_label() == "Claiming: off", timeout=10)
+    check("the claiming control says on", claiming_now() == "Now: on", tray_submenu("Claiming"))
+    tray_menu(menu_keys(["Claiming", "Off"]), "02-dispatch-off")
+    wait("the tray's claiming control says off", lambda: claiming_now() == "Now: off", timeout=10)
     wait("dispatch off after the tray click", lambda: wd_invoke("get_status")["state"] == "off", timeout=10)
     cfg = os.path.join(ENV["XDG_CONFIG_HOME"], PROFILE_NAME, "config.toml")
     with open(cfg) as f:
@@ -468,7 +469,7 @@ def main():
     # 4b. A timed pause from the tray menu: the menu (as the host reads it over dbusmenu),
     #     the hover text and the window say until when, on the local clock; resuming early
     #     from the menu works, and dispatch claims again.
-    tray_menu(menu_keys([claiming_label(), "Pause for 30 minutes"]), "02b-pause-30-minutes")
+    tray_menu(menu_keys(["Claiming", "Pause for 30 minutes"]), "02b-pause-30-minutes")
     st = wait("paused from the tray menu's 'For 30 minutes'",
               lambda: (s := wd_invoke("get_status"))["paused"] and s["paused_until_unix_ms"] and s, timeout=10)
     until = st["paused_until_unix_ms"] / 1000
@@ -481,9 +482,9 @@ def main():
     wait("the window's pill says it too", lambda: wd_text("#state") == f"Paused until {hhmm(until)}", timeout=10)
     check("and the window's claiming control", wd_exec("const s = document.getElementById('claiming'); return s.options[s.selectedIndex].text")
           == f"Paused until {hhmm(until)}")
-    check("and the tray's", claiming_label() == f"Claiming: paused until {hhmm(until)}", claiming_label())
+    check("and the tray's", claiming_now() == f"Now: paused until {hhmm(until)}", claiming_now())
     tray_icon("paused")
-    tray_menu(menu_keys([claiming_label(), "On"]), "02c-resume-early")
+    tray_menu(menu_keys(["Claiming", "On"]), "02c-resume-early")
     wait("resumed early from the tray menu", lambda: not wd_invoke("get_status")["paused"], timeout=10)
     wait("the menu no longer says paused", lambda: tray_menu_labels()[0].startswith("Idle"), timeout=10)
     again = enqueue({"title": "after resuming early", "sleep": 0})
@@ -625,7 +626,7 @@ def main():
     head, slots = wait("the tray's Jobs menu lists the running job, enabled (it opens its page)",
                        lambda: (x := tray_submenu("Jobs")) and any(l.startswith("\u25b6 long job") and on for l, on in x[1]) and x, timeout=10)
     log(f"tray Jobs menu: {head}: {slots}")
-    check("its title counts what runs here and what is queued", head.startswith("Jobs: 1 running here · ") and head.endswith(" queued"), head)
+    check("its first line counts what runs here and what is queued", slots[0][0].startswith("1 running here · ") and slots[0][0].endswith(" queued"), slots)
     title = wait("while it runs, the hover text (StatusNotifierItem Title) says so",
                  lambda: (t := sni_prop("Title")) == f"DevPilot — dispatching · 1 running: #{long_id} long job" and t, timeout=10)
     log(f"Title: {title!r}")
@@ -734,6 +735,9 @@ def main():
                 lambda: [x for x in wd_invoke("recent_notifications")
                          if x.get("action") == {"result": {"job": real_id, "otherwise": {"job": real_id}}}], timeout=20)
     log(f"notification: {sent[-1]['summary']}: {sent[-1]['body']}")
+    recent = wait("the tray's Recent results lists it first, with a mark and what came of it",
+                  lambda: (x := tray_submenu("Recent results")[1]) and x[0][0].startswith(f"\u2713 ") and f"(#{real_id})" in x[0][0] and x, timeout=15)
+    log(f"tray recent results: {recent}")
 
     stuck = int(cli("enqueue", "--orchestrator", ORCH, "--title", "needs a repo nobody has", "--repo", "nowhere").strip())
     wd_exec("location.hash = '#queue'; refreshJobs();")
@@ -765,6 +769,9 @@ def main():
     sources_step.run(sys.modules[__name__])
     # 8e. A GitHub source, its job's pull request, and the notification's Open (github_step.py).
     github_step.run(sys.modules[__name__])
+    # 8f. A real claude job on another machine: its live transcript in the job page
+    #     (transcript_step.py).
+    transcript_step.run(sys.modules[__name__])
 
     # 9. Quit with nothing running hands off nothing and exits; the machine row says stopped.
     try:

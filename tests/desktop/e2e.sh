@@ -35,9 +35,13 @@ if [[ "${1:-}" != "--inner" ]]; then
   # The Linear and GitHub stand-ins the Sources steps (sources_step.py, github_step.py) talk
   # to: test tools, always debug.
   echo "== building the Linear and GitHub stand-ins"
-  (cd "$ROOT" && cargo build -p devpilot-tests --bin linear-standin --bin github-standin)
+  (cd "$ROOT" && cargo build -p devpilot-tests --bin linear-standin --bin github-standin --bin model-server)
   export E2E_STANDIN_BIN="$CARGO_TARGET_DIR/debug/linear-standin"
   export E2E_GITHUB_STANDIN_BIN="$CARGO_TARGET_DIR/debug/github-standin"
+  export E2E_MODEL_SERVER_BIN="$CARGO_TARGET_DIR/debug/model-server"
+  # The real claude CLI of the transcript step (transcript_step.py), pinned and installed
+  # once per machine; at once when it is there.
+  bash "$ROOT/scripts/agent_clis.sh"
   if ! command -v tauri-driver >/dev/null; then
     echo "== installing tauri-driver"
     cargo install tauri-driver --locked

@@ -84,12 +84,14 @@ pub(crate) struct WireAnswer {
     pub body: Vec<u8>,
     /// Hold the connection this long, then close it without answering.
     pub hold: Option<Duration>,
+    /// Answer only after this long.
+    pub delay: Option<Duration>,
 }
 
 impl WireAnswer {
     /// A JSON answer.
     pub(crate) fn json(status: u16, body: &serde_json::Value) -> Self {
-        Self { status, headers: Vec::new(), body: body.to_string().into_bytes(), hold: None }
+        Self { status, headers: Vec::new(), body: body.to_string().into_bytes(), hold: None, delay: None }
     }
 }
 
@@ -166,6 +168,12 @@ fn serve(mut stream: TcpStream, serving: &Serving) {
         }
     };
     let answer = (serving.handler)(&request);
+    if let Some(delay) = answer.delay {
+        let until = Instant::now() + delay;
+        while Instant::now() < until && !serving.stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20).min(until.saturating_duration_since(Instant::now())));
+        }
+    }
     match answer.hold {
         Some(hold) => {
             let until = Instant::now() + hold;

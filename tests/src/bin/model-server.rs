@@ -6,7 +6,8 @@
 //! ```
 //!
 //! `SCRIPT.json` is a JSON array of turns, each `{"text": "…"}`, `{"tool": NAME, "input":
-//! {…}}` or `{"error": STATUS, "headers": {NAME: VALUE}, "body": …}`. Prints the base URL
+//! {…}}`, `{"error": STATUS, "headers": {NAME: VALUE}, "body": …}` or `{"wait_ms": N}` (the
+//! next turn is answered N ms late). Prints the base URL
 //! (`http://127.0.0.1:PORT`) as stdout's first line, then appends every request it gets as
 //! one JSON line to the file `MODEL_SERVER_LOG` names (if set), until killed.
 
@@ -27,6 +28,10 @@ fn parse_turn(turn: &Value) -> Result<Turn, String> {
         let name = name.as_str().ok_or("\"tool\" must be a string")?.to_string();
         return Ok(Turn::Tool { name, input: turn.get("input").cloned().unwrap_or(json!({})) });
     }
+    if let Some(ms) = turn.get("wait_ms") {
+        let ms = ms.as_u64().ok_or("\"wait_ms\" must be a number of milliseconds")?;
+        return Ok(Turn::Wait(Duration::from_millis(ms)));
+    }
     if let Some(status) = turn.get("error") {
         let status = status.as_u64().and_then(|s| u16::try_from(s).ok()).ok_or("\"error\" must be a status")?;
         let headers = turn.get("headers").and_then(Value::as_object).cloned().unwrap_or_default();
@@ -34,7 +39,7 @@ fn parse_turn(turn: &Value) -> Result<Turn, String> {
         let body = turn.get("body").cloned().unwrap_or(Value::Null);
         return Ok(Turn::Error { status, headers: headers.collect(), body });
     }
-    Err(format!("a turn must have \"text\", \"tool\" or \"error\": {turn}"))
+    Err(format!("a turn must have \"text\", \"tool\", \"error\" or \"wait_ms\": {turn}"))
 }
 
 /// The script file's turns.

@@ -197,7 +197,7 @@ impl<'a> Exchange<'a> {
         headers.extend(reply.headers);
         headers.push(("x-github-api-version-selected".into(), API_VERSION.into()));
         let body = if reply.status == 304 { Vec::new() } else { reply.body.to_string().into_bytes() };
-        WireAnswer { status: reply.status, headers, body, hold: self.hold }
+        WireAnswer { status: reply.status, headers, body, hold: self.hold, delay: None }
     }
 }
 

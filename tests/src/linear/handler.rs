@@ -164,6 +164,6 @@ impl<'a> Exchange<'a> {
             headers.push(("X-RateLimit-Requests-Remaining".into(), "0".into()));
         }
         control.log.push(self.record);
-        WireAnswer { status, headers, body: body.into_bytes(), hold }
+        WireAnswer { status, headers, body: body.into_bytes(), hold, delay: None }
     }
 }

@@ -60,7 +60,7 @@ impl Block {
         match turn {
             Turn::Tool { name, input } => Block::ToolUse { id: fresh_id("toolu_"), name, input },
             Turn::Text(text) => Block::Text(text),
-            Turn::Error { .. } | Turn::Hold(_) => Block::Text(String::new()),
+            Turn::Error { .. } | Turn::Hold(_) | Turn::Wait(_) => Block::Text(String::new()),
         }
     }
 

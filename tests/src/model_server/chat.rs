@@ -30,7 +30,7 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
         Turn::Error { status, headers, body } => return error_answer(status, &headers, &body),
         Turn::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
         // `next_turn` turns a hold into an empty text (which `route` holds back).
-        Turn::Hold(_) => (json!({"role": "assistant", "content": ""}), "stop"),
+        Turn::Hold(_) | Turn::Wait(_) => (json!({"role": "assistant", "content": ""}), "stop"),
 
         Turn::Tool { name, input } => {
             let call = json!({"id": fresh_id("call_"), "type": "function",
@@ -68,7 +68,7 @@ fn sse_answer(id: &str, model: &str, mut delta: Value, finish: &str, usage: &Val
     let last = chunk(json!({"index": 0, "delta": {}, "finish_reason": finish}), Some(usage));
     let body = format!("data: {first}\n\ndata: {last}\n\ndata: [DONE]\n\n").into_bytes();
     let headers = vec![("content-type".into(), "text/event-stream".into())];
-    WireAnswer { status: 200, headers, body, hold: None }
+    WireAnswer { status: 200, headers, body, hold: None, delay: None }
 }
 
 /// Seconds since the epoch, for `created`.

@@ -38,7 +38,7 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
         Turn::Error { status, headers, body } => return error_answer(status, &headers, &body),
         // `next_turn` turns a hold into an empty text (which `route` holds back).
         Turn::Text(text) => json!({"text": text}),
-        Turn::Hold(_) => json!({"text": ""}),
+        Turn::Hold(_) | Turn::Wait(_) => json!({"text": ""}),
 
         Turn::Tool { name, input } => json!({"functionCall": {"name": name, "args": input}}),
     };
@@ -50,7 +50,7 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
     if stream {
         let body = format!("data: {response}\r\n\r\n").into_bytes();
         let headers = vec![("content-type".into(), "text/event-stream".into())];
-        WireAnswer { status: 200, headers, body, hold: None }
+        WireAnswer { status: 200, headers, body, hold: None, delay: None }
     } else {
         WireAnswer::json(200, &response)
     }

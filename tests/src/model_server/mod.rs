@@ -68,6 +68,7 @@ fn route(req: &WireRequest, state: &Mutex<State>) -> WireAnswer {
     let mut state = state.lock().unwrap();
     let mut answer = answer(req, &mut state);
     answer.hold = state.hold.take().or(answer.hold);
+    answer.delay = state.delay.take();
     answer
 }
 

@@ -30,6 +30,9 @@ pub enum Turn {
     /// No answer: the connection is held this long, then closed (the CLI waits on its
     /// model, as on a slow one, until the test hands the job off).
     Hold(std::time::Duration),
+    /// The next turn is answered after this long: a model that takes its time, so what the
+    /// agent did so far can be watched while it runs.
+    Wait(std::time::Duration),
 }
 
 /// One request the server got.
@@ -54,12 +57,18 @@ pub(crate) struct State {
     pub(crate) requests: Vec<Recorded>,
     /// A [`Turn::Hold`] the last request took.
     pub(crate) hold: Option<std::time::Duration>,
+    /// A [`Turn::Wait`] before the last request's turn.
+    pub(crate) delay: Option<std::time::Duration>,
 }
 
 impl State {
     /// The next scripted turn; an exhausted script answers with a short final text.
     pub(crate) fn next_turn(&mut self) -> Turn {
         match self.script.pop_front() {
+            Some(Turn::Wait(d)) => {
+                self.delay = Some(d);
+                self.next_turn()
+            }
             // The provider answers an empty text, which `route` then holds back.
             Some(Turn::Hold(d)) => {
                 self.hold = Some(d);
@@ -115,5 +124,6 @@ pub(crate) fn named_events(events: impl IntoIterator<Item = Value>, id_header: &
         ],
         body: text.into_bytes(),
         hold: None,
+        delay: None,
     }
 }
