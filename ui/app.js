@@ -656,6 +656,7 @@ async function loadSettings() {
   for (const k of ['orchestrator_id', 'claim_timeout', 'heartbeat', 'poll_interval']) $('s-' + k).value = s[k];
   $('s-machine').value = s.machine || '';
   $('s-agent').value = s.agent || '';
+  checkAgent();
   $('s-labels').value = (s.labels || []).join(', ');
   renderRepos();
   $('s-max_attempts').value = s.max_attempts;
@@ -718,11 +719,30 @@ async function saveSettings(ev) {
   }
 }
 
+// The agent's health line under its field: found, its version, logged in; or what is wrong.
+// Asked again as the field changes (a moment after the last key).
+let agentTimer = null;
+async function checkAgent() {
+  const line = $('s-agent').value.trim();
+  const out = $('agent-health');
+  try {
+    const h = await invoke('agent_health', { line: line || null });
+    if ($('s-agent').value.trim() !== line) return;
+    out.textContent = h.line;
+    out.className = 'health ' + (h.ok ? 'ok' : 'bad');
+    problemsFrom.agent = h.ok ? [] : [{ text: `Agent: ${h.line}`, fix: 'fs-machine' }];
+  } catch (e) {
+    out.textContent = errText(e);
+    out.className = 'health bad';
+  }
+  renderProblems();
+}
+
 // ---------------------------------------------------------------- problems
 
 // What is wrong on this machine, from each part of Settings: "Problems (N)" at the top,
 // each row with a Fix that goes to where it is set.
-const problemsFrom = { status: [], repos: [], sources: [] };
+const problemsFrom = { status: [], repos: [], sources: [], agent: [] };
 
 function statusProblems(st) {
   const out = [];
@@ -734,7 +754,7 @@ function statusProblems(st) {
 }
 
 function renderProblems() {
-  const all = [...problemsFrom.status, ...problemsFrom.repos, ...problemsFrom.sources];
+  const all = [...problemsFrom.status, ...problemsFrom.agent, ...problemsFrom.repos, ...problemsFrom.sources];
   $('problems').hidden = !all.length;
   $('problems-title').textContent = `Problems (${all.length})`;
   $('problems-list').replaceChildren(...all.map((p) => el('li', {}, el('span', {}, p.text),
@@ -1093,6 +1113,7 @@ const claimingOf = {
 };
 
 document.addEventListener('DOMContentLoaded', async () => {
+  $('s-agent').addEventListener('input', () => { clearTimeout(agentTimer); agentTimer = setTimeout(checkAgent, 400); });
   $('claiming').addEventListener('change', async (e) => {
     const claiming = claimingOf[e.target.value];
     if (!claiming) return;

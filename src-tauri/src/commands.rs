@@ -60,6 +60,7 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         test_connection,
         set_up_database,
         check_agent,
+        agent_health,
         get_sources,
         test_source,
         save_source,
@@ -371,6 +372,21 @@ pub async fn set_up_database(state: State<'_, AppState>, mut input: ConnectionIn
 #[tauri::command]
 pub fn check_agent(line: String) -> Result<String> {
     devpilot_app::guide::find_agent(&line)
+}
+
+/// Settings' line for the agent `line` (else the configured one): found, version, logged in.
+#[tauri::command]
+pub async fn agent_health(
+    state: State<'_, AppState>,
+    line: Option<String>,
+) -> Result<devpilot_app::agent_health::AgentHealth> {
+    let line = line.or_else(|| state.engine.settings().agent).unwrap_or_default();
+    if line.trim().is_empty() {
+        let demo =
+            "no agent: a job added here runs the demo agent on the embedded database; choose a preset or a command";
+        return Ok(devpilot_app::agent_health::AgentHealth { ok: true, line: demo.into() });
+    }
+    Ok(devpilot_app::agent_health::agent_health(&line).await)
 }
 
 /// Settings → Sources: each tracker source with its health here and its row in the database,

@@ -34,6 +34,7 @@
 //! - `keychain`: keychain calls, off the async workers and bounded in time.
 //! - `tests`: the engine's and the database form's tests (the guide's stay in `guide`).
 
+pub mod agent_health;
 mod config_watch;
 mod configure;
 mod db_form;

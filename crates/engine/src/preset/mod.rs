@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub mod login;
 pub mod outcome;
 pub mod session;
 pub mod trust;
