@@ -120,6 +120,8 @@ pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
     if let Some(watch) = engine.clone().watch_config_file() {
         tauri::async_runtime::spawn(watch);
     }
+    // A hand-off another machine asked for gets its verdict here too.
+    tauri::async_runtime::spawn(engine.clone().watch_requested_releases());
     {
         let app = app.clone();
         state.notifier.set_on_open(std::sync::Arc::new(move |target| open_target(&app, target)));

@@ -48,10 +48,10 @@ async fn watch(engine: Arc<Engine>) -> zbus::Result<()> {
         let Ok(args) = sig.args() else { continue };
         if args.start {
             tracing::info!("going to sleep: handing off");
-            let done = tokio::time::timeout(Duration::from_secs(4), engine.prepare_for_sleep()).await;
-            match done {
-                Ok(ids) => tracing::info!(count = ids.len(), handed_off = ?ids, "ready for sleep"),
-                Err(_) => tracing::warn!("hand-off before sleep took too long; sleeping anyway (the sweep recovers)"),
+            // Within logind's default 5 s delay; past it, a red verdict says what stayed.
+            match engine.prepare_for_sleep_within(Duration::from_secs(4)).await {
+                Some(ids) => tracing::info!(count = ids.len(), handed_off = ?ids, "ready for sleep"),
+                None => tracing::warn!("hand-off before sleep took too long; sleeping anyway (it finishes at wake)"),
             }
             // Let the machine sleep.
             drop(inhibitor.take());

@@ -526,6 +526,17 @@ def main():
     # 6. Bad settings give clear errors and are not saved.
     wd_exec("location.hash = '#settings';")
     wait("settings form loaded", lambda: wd_exec("return document.querySelector('#s-orchestrator_id').value") != "", timeout=10)
+    health = wait("the agent's health line says its command is found",
+                  lambda: (x := wd_text("#agent-health") or "").startswith("found: /") and x, timeout=10)
+    log(f"agent health: {health!r}")
+    typed = wd_exec("return document.getElementById('s-agent').value")
+    wd_set("#s-agent", "no-such-agent-cli")
+    wd_exec("document.getElementById('s-agent').dispatchEvent(new Event('input'));")
+    wait("an agent that is not here is said, in the line and in Problems",
+         lambda: "no-such-agent-cli" in (wd_text("#agent-health") or "") and "Agent:" in (wd_text("#problems-list") or ""), timeout=10)
+    wd_set("#s-agent", typed)
+    wd_exec("document.getElementById('s-agent').dispatchEvent(new Event('input'));")
+    wait("and no longer once it is back", lambda: (wd_text("#agent-health") or "").startswith("found: /"), timeout=10)
     wd_set("#s-orchestrator_id", "")
     wd_click("#save-settings")
     wait("empty orchestrator id is refused with a clear message",

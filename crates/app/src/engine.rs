@@ -54,6 +54,10 @@ pub struct Engine {
     pub(crate) generation: AtomicU64,
     pub(crate) woke_at: Mutex<Option<Instant>>,
     pub(crate) paused_for_sleep: AtomicBool,
+    /// A hand-off of this app is under way (its releases are its own verdict's).
+    pub(crate) handing_off: AtomicBool,
+    /// The jobs this app's hand-offs released lately, and when.
+    pub(crate) own_releases: Mutex<std::collections::HashMap<i64, std::time::Instant>>,
     /// No settings file when this engine was made: the window's first-run guide may show.
     pub(crate) first_run: bool,
 }
@@ -84,6 +88,8 @@ impl Engine {
             generation: AtomicU64::new(0),
             woke_at: Mutex::new(None),
             paused_for_sleep: AtomicBool::new(false),
+            handing_off: AtomicBool::new(false),
+            own_releases: Mutex::default(),
             // Not a first run either: a user who never saved settings but has run on the
             // embedded default (its database file is there).
             first_run: !paths.config_file().exists() && !paths.default_db().exists(),

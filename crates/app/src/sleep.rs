@@ -1,13 +1,16 @@
 //! The machine's sleep and wake: hand off or pause before, re-check leases and resume after.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use devpilot_engine::orchestrator::Carried;
 use devpilot_engine::settings::SleepAction;
 
 use crate::engine::Engine;
+use crate::verdict::{HandOffVerdict, HandedOff};
 
 impl Engine {
     /// Before the machine sleeps: hand off (default) or pause, as the user chose.
@@ -28,6 +31,38 @@ impl Engine {
             SleepAction::Pause => {
                 h.pause(None);
                 vec![]
+            }
+        }
+    }
+
+    /// [`Engine::prepare_for_sleep`] within `limit` (logind's sleep delay). Past it, the
+    /// machine is let sleep: a red verdict names each job still running here as not handed
+    /// off (shown at wake if the notification goes unseen), and the hand-off carries on in
+    /// the background, its own verdict replacing that one when it ends. `None`: it did not
+    /// finish in time.
+    pub async fn prepare_for_sleep_within(self: &Arc<Self>, limit: Duration) -> Option<Vec<i64>> {
+        let running: Vec<HandedOff> = self
+            .status()
+            .running
+            .iter()
+            .map(|r| HandedOff {
+                id: r.job.id,
+                title: r.job.title.clone(),
+                carried: Some(Carried::Stayed {
+                    why: format!("the hand-off took longer than {}s before sleep", limit.as_secs()),
+                }),
+                ended: None,
+            })
+            .collect();
+        let me = self.clone();
+        let mut task = tokio::spawn(async move { me.prepare_for_sleep().await });
+        match tokio::time::timeout(limit, &mut task).await {
+            Ok(done) => Some(done.unwrap_or_default()),
+            Err(_) => {
+                let v = HandOffVerdict::of(running, true, true);
+                tracing::warn!("{}", v.text);
+                self.hand_off_tx.send_replace(Some(v));
+                None
             }
         }
     }

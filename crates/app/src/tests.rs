@@ -769,3 +769,29 @@ async fn a_hand_off_says_safe_to_close_the_lid() {
     assert_eq!(e.last_hand_off(), None, "claiming resumed: the verdict is over");
     e.stop(StopMode::HandOff).await;
 }
+
+/// A hand-off before sleep that does not finish within the sleep delay publishes at once a red
+/// verdict naming the job still here; the hand-off carries on, and its own verdict follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_hand_off_before_sleep_says_what_stayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = paths(dir.path());
+    fast(&p);
+    let e = Engine::with_demo_duration(p.clone(), "devpilot-test", Overrides::default(), Duration::from_secs(60));
+    let mut ev = e.subscribe();
+    e.start().await;
+    wait_for(&e, "idle", |s| s.state == MachineState::Idle).await;
+    let id = e.enqueue_demo().await.unwrap();
+    wait_event(&mut ev, |x| matches!(x, Event::Claimed { job } if job.id == id)).await;
+    wait_for(&e, "running", |s| !s.running.is_empty()).await;
+    let mut verdicts = e.watch_hand_off();
+    assert_eq!(e.prepare_for_sleep_within(Duration::ZERO).await, None, "not within no time at all");
+    let red = verdicts.borrow_and_update().clone().expect("a verdict at once");
+    assert!(!red.safe && red.before_sleep && red.text.contains(&format!("#{id} ")), "{red:?}");
+    assert!(red.text.contains("took longer than 0s before sleep"), "{}", red.text);
+    tokio::time::timeout(Duration::from_secs(20), verdicts.wait_for(|v| v.as_ref().is_some_and(|v| v.safe)))
+        .await
+        .expect("the hand-off's own verdict follows")
+        .unwrap();
+    e.stop(StopMode::HandOff).await;
+}
