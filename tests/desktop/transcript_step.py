@@ -8,6 +8,7 @@ Called from e2e.py with that module, whose helpers it uses (`t.wd_exec`, `t.wait
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -33,12 +34,18 @@ def model_server(t, script):
 def run(t):
     claude = os.path.join(clis(), "claude")
     t.check("the real claude CLI is installed (scripts/agent_clis.sh)", os.access(claude, os.X_OK), claude)
-    # Three read-only tool calls (acceptEdits allows them with no prompt), each answered
-    # 2.5 s late, then the final words: a job that runs ~10 s, long enough to watch.
-    script = []
-    for tool, inp in [("Glob", {"pattern": "*"}), ("Grep", {"pattern": "TODO"}), ("Glob", {"pattern": "**/*.md"})]:
-        script += [{"wait_ms": 2500}, {"tool": tool, "input": inp}]
-    script += [{"wait_ms": 2500}, {"text": "Nothing to change: the folder has no TODO left."}]
+    jid = int(t.cli("enqueue", "--orchestrator", t.ORCH, "--title", "Write the release notes", "--repo", "webapp",
+                    "--requires", LABEL, "--prompt", "Write NOTES.md with the release notes, then check it.").strip())
+    # Its worktree, as every machine sharing these settings names it: the tool calls' paths.
+    wt = os.path.join(t.ENV["XDG_DATA_HOME"], t.PROFILE_NAME, "worktrees", t.ORCH, str(jid))
+    notes = os.path.join(wt, "NOTES.md")
+    # A write, a read, then the final words, each answered 2.5 s late: a job that runs ~8 s,
+    # long enough to watch.
+    script = [
+        {"wait_ms": 2500}, {"tool": "Write", "input": {"file_path": notes, "content": "# Release notes\n\n- Fix the login redirect.\n"}},
+        {"wait_ms": 2500}, {"tool": "Read", "input": {"file_path": notes}},
+        {"wait_ms": 2500}, {"text": "Wrote NOTES.md with the release notes."},
+    ]
     server, url = model_server(t, script)
     home = tempfile.mkdtemp(prefix="devpilot-claude-home-", dir="/var/tmp")
     env = t.app_env()
@@ -48,8 +55,6 @@ def run(t):
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     })
     env.pop("DEVPILOT_AGENT", None)
-    jid = int(t.cli("enqueue", "--orchestrator", t.ORCH, "--title", "Look for TODOs", "--requires", LABEL,
-                    "--prompt", "Find the TODOs left in this folder.").strip())
     desktop = subprocess.Popen([t.CLI, "run", "--orchestrator", t.ORCH, "--machine", "desktop", "--labels", LABEL,
                                 "--until-empty", "--poll-interval", "300ms", "--heartbeat", "1s", "--agent", "claude"],
                                env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(t.ART, "desktop-run.log"), "w"))
@@ -63,11 +68,12 @@ def run(t):
             return len(lines) >= 3 and state == "running" and lines
         lines = t.wait("the job page shows three transcript lines while claude still runs on desktop", live, timeout=60, every=0.5)
         t.log(f"transcript so far: {lines}")
-        t.check("they are the CLI's own start and tool calls", lines[0].startswith("Started") and any(l.startswith("▸ Glob") for l in lines), lines)
+        t.check("they are the CLI's own start and tool call", any(l.startswith("Started with") for l in lines)
+                and any(l.startswith("▸ Write ") and "NOTES.md" in l for l in lines), lines)
         t.shot("18-live-transcript-from-desktop")
         d = t.wait("the job completes on desktop", lambda: (d := t.wd_invoke("job_detail", {"id": jid}))["job"]["state"] == "completed" and d, timeout=60)
         t.check("with the model's last words as its summary, from desktop",
-                d["job"]["summary"] == "Nothing to change: the folder has no TODO left." and d["job"]["claimed_by"] == "desktop", d["job"])
+                d["job"]["summary"] == "Wrote NOTES.md with the release notes." and d["job"]["claimed_by"] == "desktop", d["job"])
         done = t.wait("the transcript ends with Done", lambda: t.wd_exec(
             "showJob(arguments[0]); const l = [...document.querySelectorAll('#detail-transcript .t-line')]; return l.length && l[l.length - 1].textContent", [jid]), timeout=15)
         t.check("its last line says it is done", done.startswith("✓ Done"), done)
@@ -77,3 +83,4 @@ def run(t):
         if desktop.poll() is None:
             desktop.kill()
         server.kill()
+        shutil.rmtree(home, ignore_errors=True)
