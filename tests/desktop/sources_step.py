@@ -90,6 +90,10 @@ def run(e2e):
     # The shortest interval a source may have: each machine tries the next turn when it is
     # due, so this bounds how long the steps below wait for a poll.
     t.wd_set("#source-interval", "15s")
+    # Its jobs run in repo webapp: a Linear source that names no repo takes no issue.
+    t.wd_exec("loadSources();")
+    t.wait("the form offers repo webapp", lambda: t.wd_exec("return [...document.querySelectorAll('#source-repo option')].some((o) => o.value === 'webapp')"), timeout=10)
+    t.wd_set("#source-repo", "webapp")
     t.wd_set("#source-key", "lin_api_not_the_right_one")
     t.wd_click("#source-test")
     msg = t.wait("a wrong key is refused by the test", lambda: t.wd_exec("return document.querySelector('#source-msg').className") == "err" and t.wd_text("#source-msg"), timeout=30)

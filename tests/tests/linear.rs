@@ -23,6 +23,7 @@ devpilot_tests::on_both_backends!(
     an_issue_that_leaves_the_filter_cancels_its_queued_and_running_jobs,
     sources_poll_adds_updates_and_cancels_by_key,
     a_wrong_key_is_said_and_the_machine_works_on,
+    a_source_that_names_no_repo_takes_no_issue,
     a_rate_limit_holds_the_source_until_its_reset,
     a_source_never_cancels_another_sources_job,
     sources_add_tests_the_source_and_never_replaces_one,
@@ -42,6 +43,8 @@ fn home_with_source(root: &Path, name: &str, orch: &str, api_url: &str, report: 
 /// is not taken for a lost one.
 fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, report: &str) -> PathBuf {
     let timeout = if extra.contains("timeout") { "" } else { "timeout = \"10s\"\n" };
+    // Repo-less jobs on purpose, unless `extra` says where they run.
+    let no_repo = if extra.contains("no_repo") || extra.contains("maps_to") { "" } else { "no_repo = true\n" };
     let home = root.join(name);
     std::fs::create_dir_all(&home).unwrap();
     write_config(
@@ -49,7 +52,7 @@ fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, re
         &format!(
             "orchestrator_id = \"{orch}\"\n\
              [sources.eng]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             {timeout}api_url = \"{api_url}\"\n{extra}\n\
+             {no_repo}{timeout}api_url = \"{api_url}\"\n{extra}\n\
              [sources.eng.report]\n{report}\n"
         ),
     );
@@ -306,6 +309,38 @@ async fn a_wrong_key_is_said_and_the_machine_works_on(backend: Backend) {
     assert!(job_of(&db, &orch, "ENG-1").await.is_none(), "nothing was read with the wrong key");
 }
 
+/// A Linear source whose jobs would name no repo (no `maps_to`, no mapping, no `no_repo`)
+/// takes no issue: its work would run in a scratch directory and be thrown away. The machine
+/// works on, and `devpilot sources` says why the source waits.
+async fn a_source_that_names_no_repo_takes_no_issue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("norepo");
+    let linear = LinearStandIn::start(KEY);
+    linear.add_issue(IssueSeed::new("Fix login", &["agent"]));
+    let home = home_with(db.dir.path(), "desktop", &orch, &linear.url(), "no_repo = false\n", "");
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, Some(KEY));
+    let id = devpilot_tests::enqueue(&home, &db, &orch, &["--title", "plain work"]);
+    let done = || async { db.queue.job(id).await.unwrap().unwrap().0.state == JobState::Completed };
+    assert!(devpilot_tests::wait_for(WAIT, done).await, "the machine works on");
+    assert!(job_of(&db, &orch, "ENG-1").await.is_none(), "the issue did not become a repo-less job");
+    let (_, out, _) = cli(&home, &db, KEY, &["sources"]);
+    assert!(out.contains("takes no issue until it names one"), "{out}");
+    // `sources poll` holds it too, and says why (exit 1): the same turn a machine would take.
+    let (code, _, err) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("eng: not polled: its jobs would name no repo"), "{err}");
+    assert!(job_of(&db, &orch, "ENG-1").await.is_none());
+    // Once it says where its jobs run, the same poll takes the issue: the wait above was
+    // the missing repo, not a machine that had not polled yet.
+    let mut text = std::fs::read_to_string(home.join("config/devpilot/config.toml")).unwrap();
+    text = text.replace("no_repo = false", "no_repo = true");
+    std::fs::write(home.join("config/devpilot/config.toml"), text).unwrap();
+    let (code, _, err) = cli(&home, &db, KEY, &["sources", "poll"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(job_of(&db, &orch, "ENG-1").await.is_some(), "taken once it names where its jobs run");
+}
+
 /// Slowing down before the limit: a turn whose answer says fewer than 100 requests are
 /// left holds the source until the reset the headers name, with no error. And when Linear
 /// answers `RATELIMITED`, the turn holds the source until the reset and says why. Once the
@@ -363,7 +398,7 @@ async fn a_source_never_cancels_another_sources_job(backend: Backend) {
     let source = |name: &str, label: &str| {
         format!(
             "[sources.{name}]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"{label}\"\n\
-             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{}\"\n",
+             interval = \"15s\"\ntimeout = \"10s\"\napi_url = \"{}\"\nno_repo = true\n",
             linear.url()
         )
     };

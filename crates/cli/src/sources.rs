@@ -64,8 +64,11 @@ pub async fn list(orchestrator: Option<String>, json: bool) -> Result<()> {
     for r in &rows {
         print_row(r, settings.sources.contains_key(&r.name));
     }
-    for name in settings.sources.keys().filter(|n| !rows.iter().any(|r| &r.name == *n)) {
-        println!("{name}: configured here; registered when a machine starts with it");
+    for (name, s) in settings.sources.iter().filter(|(n, _)| !rows.iter().any(|r| &r.name == *n)) {
+        match s.names_no_repo() {
+            Some(why) => println!("{name}: configured here, and waits: {why}"),
+            None => println!("{name}: configured here; registered when a machine starts with it"),
+        }
     }
     for c in &keys {
         println!("{}", c.line());
@@ -185,6 +188,12 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
     let mut failed = 0;
     let remotes = sources::maps::remotes_of(&settings.repos);
     for (n, s) in &chosen {
+        // Its jobs would run repo-less and be thrown away: it waits, as a machine's does.
+        if let Some(why) = s.names_no_repo() {
+            eprintln!("{n}: not polled: {why}");
+            failed += 1;
+            continue;
+        }
         let s = &sources::maps::mapped((*s).clone(), &remotes).await;
         if let Err(e) = poll_one(&queue, (&orchestrator, &machine), n, s, settings.max_attempts).await {
             eprintln!("{n}: {e}");

@@ -204,8 +204,18 @@ impl Service {
 
     /// Registers every configured source not yet bound to its row.
     async fn bind(&mut self) {
+        // A source whose jobs would run repo-less and be thrown away waits, and its health
+        // says why.
+        let waiting: Vec<(String, String)> =
+            self.cfg.sources.iter().filter_map(|(n, s)| s.names_no_repo().map(|why| (n.clone(), why))).collect();
+        for (name, why) in &waiting {
+            let told = self.health.iter().any(|h| h.name == *name && h.message.as_deref() == Some(why.as_str()));
+            if !told {
+                self.trouble(name, HealthState::Error, why.clone());
+            }
+        }
         for (name, s) in &self.cfg.sources {
-            if self.bound.contains_key(name) {
+            if self.bound.contains_key(name) || waiting.iter().any(|(n, _)| n == name) {
                 continue;
             }
             let filter = s.filter_text();

@@ -117,9 +117,14 @@ pub async fn where_jobs_run(s: &SourceSettings, repos: &BTreeMap<String, RepoSet
             named.retain(|r| !r.trim().is_empty());
             named.dedup();
             match named.as_slice() {
+                [] if s.no_repo => {
+                    let line = "its jobs run with no repo (no_repo = true), in a scratch directory: nothing the agent \
+                                writes is kept; its answer is the comment";
+                    return WhereJobsRun { line: line.into(), warn: false };
+                }
                 [] => {
                     return WhereJobsRun {
-                        line: "its jobs name no repo: they run in a scratch directory and nothing the agent writes is kept (name one with --maps-to, or \"Runs in repo\")"
+                        line: "its jobs would name no repo: it takes no issue until it names one (--maps-to, or \"Runs in repo\"), or says no_repo = true"
                             .into(),
                         warn: true,
                     }

@@ -292,7 +292,6 @@ impl SourceSettings {
             .to_string()
     }
 
-    /// The filter as stored with the source's row: a change resets the cursor.
     /// Whether the settings send any of the source's jobs to repo `repo`.
     pub fn names_repo(&self, repo: &str) -> bool {
         let mut mapped =
@@ -300,6 +299,22 @@ impl SourceSettings {
         self.maps_to == repo || mapped.any(|r| r == repo)
     }
 
+    /// Why a Linear source takes no issue here: its jobs would name no repo (no `maps_to`, no
+    /// mapping), so they would run in a scratch directory whose work is thrown away. Unless
+    /// `no_repo = true` says that is what the user wants. (A GitHub source names its repo.)
+    pub fn names_no_repo(&self) -> Option<String> {
+        let mut mapped =
+            self.repo_by_label.values().chain(self.repo_by_project.values()).chain(self.repo_by_team.values());
+        let repo_less =
+            self.kind == SourceKind::Linear && self.maps_to.trim().is_empty() && !mapped.any(|r| !r.is_empty());
+        (repo_less && !self.no_repo).then(|| {
+            "its jobs would name no repo, so nothing the agent writes would be kept: it takes no issue until it \
+             names one (Runs in repo, `--maps-to`, or repo_by_team), or says no_repo = true"
+                .to_string()
+        })
+    }
+
+    /// The filter as stored with the source's row: a change resets the cursor.
     pub fn filter_text(&self) -> String {
         if self.kind == SourceKind::Github {
             let label = self.label.trim().to_lowercase();

@@ -87,3 +87,19 @@ fn bad_sources_are_refused_with_their_reason() {
     assert!(local.validate("eng").is_ok());
     assert!(source().validate("bad name").is_err());
 }
+
+/// A Linear source whose jobs would name no repo waits (its work would be thrown away), unless
+/// it names one or says `no_repo = true`; a GitHub source names its repository.
+#[test]
+fn a_linear_source_with_no_repo_waits() {
+    let why = source().names_no_repo().expect("it waits");
+    assert!(why.contains("takes no issue until it names one") && why.contains("no_repo = true"), "{why}");
+    let mapped = SourceSettings { maps_to: "webapp".into(), ..source() };
+    assert_eq!(mapped.names_no_repo(), None);
+    let by_team = SourceSettings { repo_by_team: [("ENG".into(), "webapp".into())].into(), ..source() };
+    assert_eq!(by_team.names_no_repo(), None);
+    assert_eq!(SourceSettings { no_repo: true, ..source() }.names_no_repo(), None, "asked for");
+    let github =
+        SourceSettings { kind: super::SourceKind::Github, repo: "acme/webapp".into(), ..SourceSettings::default() };
+    assert_eq!(github.names_no_repo(), None);
+}
