@@ -189,10 +189,38 @@ async function gFinish() {
   gSay('g-msg', 'Saved.', 'ok');
   if (job === 'issue' && connected) {
     location.hash = '#queue';
-    notice(connected);
+    gAwaitFirstIssue(connected);
     return;
   }
   location.hash = added ? `#job-${added.id}` : '#fleet';
+}
+
+// The source the guide connected, and its first job: the banner says it waits for a labelled
+// issue, then which job the issue became, and opens that job's page. It looks every few
+// seconds, for half an hour at most.
+let gSourceName = null;
+async function gAwaitFirstIssue(connected) {
+  const banner = $('first-issue');
+  banner.className = 'banner notice';
+  banner.textContent = `${connected} Waiting for the first one…`;
+  banner.hidden = false;
+  const until = Date.now() + 30 * 60 * 1000;
+  while (gSourceName && Date.now() < until) {
+    try {
+      const r = await invoke('list_jobs', { jobState: null, limit: 50 });
+      const j = r.jobs.find((x) => x.source === gSourceName);
+      if (j) {
+        banner.textContent = `${j.issue ? 'Issue ' + j.issue : 'An issue'} became job #${j.id}: ${j.title || ''}`;
+        banner.className = 'banner notice ok';
+        location.hash = `#job-${j.id}`;
+        setTimeout(() => { banner.hidden = true; }, 15000);
+        return;
+      }
+    } catch (e) {
+      console.error(e);
+    }
+    await new Promise((res) => setTimeout(res, 3000));
+  }
 }
 
 // Whether step 3 is filled in enough to go on (or "Not now").
@@ -256,6 +284,7 @@ async function gConnect() {
   const v = await invoke('save_source', { source: gSourceForm() });
   $('g-key').value = '';
   const saved = v.sources.find((s) => s.form.kind === tracker);
+  gSourceName = saved ? saved.name : null;
   const where = saved && saved.runs_in ? ` ${saved.runs_in[0].toUpperCase()}${saved.runs_in.slice(1)}.` : '';
   const what = tracker === 'github' ? `an issue of ${$('g-gh-repo').value.trim()}` : `a ${$('g-teams').value.trim().toUpperCase()} issue`;
   const label = $('g-label').value.trim();
