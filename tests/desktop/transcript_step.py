@@ -62,7 +62,8 @@ def run(t):
         t.wd_exec("location.hash = '#queue'; showJob(arguments[0]);", [jid])
 
         def live():
-            lines = t.wd_exec("showJob(arguments[0]); return [...document.querySelectorAll('#detail-transcript .t-line')]"
+            # The CLI's own events (not DevPilot's plain lines about the worktree).
+            lines = t.wd_exec("showJob(arguments[0]); return [...document.querySelectorAll('#detail-transcript .t-line:not(.plain)')]"
                               ".map((l) => l.textContent.split('\\n')[0]);", [jid]) or []
             state = t.wd_invoke("job_detail", {"id": jid})["job"]["state"]
             return len(lines) >= 3 and state == "running" and lines
