@@ -116,8 +116,10 @@ runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "$pgopts" -l "$PG
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw" E2E_CA_CERT="$TLS/ca.crt" E2E_OTHER_CA_CERT="$TLS/other-ca.crt"
 
 SCRIPTS=" e2e sleep_test window_cycle_test job_detail_test first_run_test wayland_test "
+# Run only when named: the screenshots docs/ shows (scripts/docs_shots.sh).
+ON_DEMAND=" docs_shots "
 for name in ${E2E_ONLY:-}; do
-  [[ "$SCRIPTS" == *" $name "* ]] || { echo "e2e: E2E_ONLY names '$name'; the scripts are:$SCRIPTS" >&2; exit 2; }
+  [[ "$SCRIPTS$ON_DEMAND" == *" $name "* ]] || { echo "e2e: E2E_ONLY names '$name'; the scripts are:$SCRIPTS(and, when named,$ON_DEMAND)" >&2; exit 2; }
 done
 run() { if [[ -z "${E2E_ONLY:-}" || " $E2E_ONLY " == *" $1 "* ]]; then python3 "$HERE/$1.py"; fi; }
 run e2e
@@ -133,3 +135,5 @@ run job_detail_test
 run first_run_test
 # The core checks again, the app a Wayland client of a headless Weston.
 run wayland_test
+# The docs' screenshots, when asked for (scripts/docs_shots.sh).
+if [[ " ${E2E_ONLY:-} " == *" docs_shots "* ]]; then python3 "$HERE/docs_shots.py"; fi

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""The screenshots docs/ and the README show, taken with realistic data: a user "alex" whose
+laptop runs the tray app on the embedded SQLite queue with the real claude CLI, a GitHub
+repository acme/webapp (the GitHub stand-in) with labelled issues, a second machine
+"desktop" (a `devpilot run` of its own, user "sam"), and claude's model the scripted
+`model-server`. Nothing in them is a test name, a /tmp path or a test banner.
+
+Each screen is asserted as it is taken (this is a test too), then saved to the artifacts as
+docs-*.png; `scripts/docs_shots.sh` runs it and copies them into docs/.
+
+Run alone: E2E_ONLY=docs_shots E2E_PROFILE=release bash tests/desktop/e2e.sh
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import urllib.request
+
+import desk  # tests/desktop/desk.py
+
+ENV = os.environ
+ART = ENV["E2E_ARTIFACTS"]
+TRAY, CLI = ENV["E2E_TRAY_BIN"], ENV["E2E_CLI_BIN"]
+WORK = ENV["E2E_WORK"]
+HOME, SAM = "/home/alex", "/home/sam"
+REMOTE = "https://github.com/acme/webapp.git"
+TOKEN = f"ghp_docs{os.urandom(12).hex()}"
+CLIS = os.path.join(ENV.get("DEVPILOT_AGENT_CLIS") or "/root/.cache/devpilot-agent-clis", "bin")
+
+CHECKS = desk.Checks("docs: ")
+log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
+D = desk.WebDriver(log=log)
+STARTED = []
+APP_MARKER = f"HOME={HOME}"
+
+
+def git(*args, cwd=None, home=HOME):
+    env = dict(ENV, HOME=home, XDG_CONFIG_HOME=os.path.join(home, ".config"))
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def repos():
+    """acme/webapp: a bare repository (the stand-in's git), alex's and sam's clones of it, each
+    with `origin` at github.com, which their git config sends to the bare one."""
+    bare, seed = os.path.join(WORK, "webapp.git"), os.path.join(WORK, "seed")
+    git("init", "--quiet", "--bare", "--initial-branch=main", bare)
+    os.makedirs(os.path.join(seed, "src"))
+    files = {"README.md": "# webapp\n\nThe Acme web app.\n",
+             "src/login.js": "export function afterLogin(user, next) {\n  return redirect(next || '/login');\n}\n",
+             "src/signup.js": "export function signup(form) {\n  return post('/api/signup', form);\n}\n"}
+    for name, text in files.items():
+        with open(os.path.join(seed, name), "w") as f:
+            f.write(text)
+    git("init", "--quiet", "--initial-branch=main", cwd=seed)
+    git("-c", "user.name=Alex", "-c", "user.email=alex@acme.dev", "add", "-A", cwd=seed)
+    git("-c", "user.name=Alex", "-c", "user.email=alex@acme.dev", "commit", "--quiet", "-m", "webapp", cwd=seed)
+    git("push", "--quiet", bare, "main", cwd=seed)
+    for home, name in [(HOME, "Alex"), (SAM, "Sam")]:
+        cfg = os.path.join(home, ".config", "git", "config")
+        os.makedirs(os.path.dirname(cfg), exist_ok=True)
+        with open(cfg, "w") as f:
+            f.write(f'[user]\n\tname = {name}\n\temail = {name.lower()}@acme.dev\n[url "{bare}"]\n\tinsteadOf = {REMOTE}\n')
+        clone = os.path.join(home, "src", "webapp")
+        git("clone", "--quiet", REMOTE, clone, home=home)
+    return bare
+
+
+def standin(bare):
+    """The GitHub stand-in with acme/webapp; its URL."""
+    p = subprocess.Popen([ENV["E2E_GITHUB_STANDIN_BIN"]], env=dict(ENV, GITHUB_STANDIN_TOKEN=TOKEN),
+                         stdout=subprocess.PIPE, stderr=open(os.path.join(WORK, "docs-standin.log"), "w"), text=True)
+    STARTED.append(p)
+    url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", p.stdout.readline()).group(1)
+    admin(url, "/_admin/repos", {"repo": "acme/webapp", "git": bare})
+    return url
+
+
+def admin(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=20) as r:
+        return json.loads(r.read() or b"null")
+
+
+def model_server(script):
+    path = os.path.join(WORK, "docs-model.json")
+    with open(path, "w") as f:
+        json.dump(script, f)
+    p = subprocess.Popen([ENV["E2E_MODEL_SERVER_BIN"], path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    STARTED.append(p)
+    return p.stdout.readline().strip()
+
+
+def settings(home, machine, top="", tables=""):
+    d = os.path.join(home, ".config", "devpilot")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.toml"), "w") as f:
+        f.write(f'orchestrator_id = "team"\nmachine = "{machine}"\nagent = "claude"\npoll_interval = "1s"\n'
+                f'heartbeat = "2s"\n{top}\n[repos.webapp]\npath = "~/src/webapp"\npush = true\n{tables}')
+
+
+def env_of(home, model, standin_url):
+    e = {k: v for k, v in ENV.items() if not k.startswith(("DEVPILOT_", "XDG_CONFIG_HOME", "XDG_DATA_HOME"))}
+    e.update({
+        "HOME": home, "PATH": f"{CLIS}:{ENV['PATH']}",
+        "DEVPILOT_GITHUB_API_URL": standin_url, "GITHUB_TOKEN": TOKEN,
+        "ANTHROPIC_BASE_URL": model, "ANTHROPIC_API_KEY": "sk-ant-docs",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DEVPILOT_NO_SLEEP_HOOK": "1", "NO_AT_BRIDGE": "1",
+        "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={WORK}/no-system-bus", "DEVPILOT_LOG": "info",
+    })
+    return e
+
+
+def shot(name):
+    D.painted()
+    log(f"screenshot: {D.screenshot(os.path.join(ART, f'docs-{name}.png'))}")
+
+
+def job(jid):
+    return D.invoke("job_detail", {"id": jid})
+
+
+def main():
+    for h in (HOME, SAM):
+        shutil.rmtree(h, ignore_errors=True)
+    bare = repos()
+    url = standin(bare)
+    wt = lambda home, jid: os.path.join(home, ".local/share/devpilot/worktrees/team", str(jid))
+    # The model's turns, in the order the three jobs take them: #1 on the laptop, #2 on the
+    # desktop (watched live), #3 on the laptop (held, and handed off).
+    turns = [
+        {"wait_ms": 1500}, {"tool": "Read", "input": {"file_path": os.path.join(wt(HOME, 1), "src/login.js")}},
+        {"wait_ms": 1500}, {"tool": "Write", "input": {"file_path": os.path.join(wt(HOME, 1), "src/login.js"),
+                            "content": "export function afterLogin(user, next) {\n  // Never send a signed-in user back to /login.\n  const to = next && next !== '/login' ? next : '/';\n  return redirect(to);\n}\n"}},
+        {"wait_ms": 1500}, {"text": "Fixed the redirect loop: after login, a `next` of /login now goes to / instead."},
+        {"wait_ms": 3000}, {"tool": "Read", "input": {"file_path": os.path.join(wt(SAM, 2), "src/signup.js")}},
+        {"wait_ms": 3000}, {"tool": "Write", "input": {"file_path": os.path.join(wt(SAM, 2), "src/signup.js"),
+                            "content": "import { limit } from './limit.js';\n\nexport function signup(form) {\n  return limit('signup', 5, () => post('/api/signup', form));\n}\n"}},
+        {"wait_ms": 3000}, {"text": "Added rate limiting to the signup form: 5 tries a minute per address."},
+        {"tool": "Write", "input": {"file_path": os.path.join(wt(HOME, 3), "NOTES.md"), "content": "# Release notes\n\n- Login no longer loops.\n"}},
+        {"hold_ms": 120000},
+    ]
+    model = model_server([t if "hold_ms" not in t else {"wait_ms": t["hold_ms"]} for t in turns])
+    source = '\n[sources.webapp]\nkind = "github"\nrepo = "acme/webapp"\nlabel = "agent"\nmaps_to = "webapp"\ninterval = "15s"\n'
+    settings(HOME, "laptop", tables=source)
+    # The desktop shares the laptop's queue (on one host here: its SQLite file).
+    settings(SAM, "desktop", top=f'database_url = "sqlite://{HOME}/.local/share/devpilot/devpilot.sqlite"\n')
+    alex = env_of(HOME, model, url)
+    drv = subprocess.Popen(["tauri-driver"], env=alex, stdout=subprocess.DEVNULL,
+                           stderr=open(os.path.join(WORK, "docs-tauri-driver.log"), "w"))
+    STARTED.append(drv)
+    wait("tauri-driver listens", lambda: D.request("GET", "/status") is not None, timeout=20)
+    D.start(TRAY, ["--show"])
+    subprocess.run(["xdotool", "search", "--name", "^DevPilot$", "windowmove", "%@", "0", "60"], capture_output=True)
+    wait("the laptop is idle on team", lambda: (s := D.invoke("get_status"))["state"] == "idle" and s["machine"] == "laptop", timeout=60)
+
+    # 1. An issue labelled `agent` becomes a job; claude fixes it on the laptop; a draft PR.
+    #    The guide's last step waits for that first issue (guide.js gAwaitFirstIssue), as it
+    #    does after "Connect GitHub or Linear": its banner, then the job's page.
+    D.exec("gSourceName = 'webapp'; gAwaitFirstIssue('Connected. Label an issue of acme/webapp with \"agent\".');")
+    check("the banner waits for the first issue", "Waiting for the first one" in (D.text("#first-issue") or ""), D.text("#first-issue"))
+    admin(url, "/_admin/issues", {"repo": "acme/webapp", "title": "Fix the login redirect loop",
+                                  "body": "After signing in, users who came from /login are sent back to /login.", "labels": ["agent"]})
+    said = wait("the banner says which job the issue became, and its page opens", lambda: (x := D.text("#first-issue") or "")
+                .startswith("Issue #1 became job #1") and D.exec("return location.hash") == "#job-1" and x, timeout=60, every=1)
+    log(f"first issue: {said!r}")
+    d = wait("#1 completes with a draft PR", lambda: (d := job(1))["job"]["state"] == "completed" and "/pull/" in (d["job"]["url"] or "") and d, timeout=120, every=1)
+    wait("every delivery to the issue is done", lambda: all(x["outcome"] == "delivered" for x in job(1)["deliveries"]) and job(1)["deliveries"], timeout=60, every=1)
+
+    # 2. The laptop pauses; the next issue runs on the desktop, watched from the laptop.
+    D.invoke("set_claiming", {"claiming": {"mode": "paused", "minutes": None}})
+    desktop = subprocess.Popen([CLI, "run", "--orchestrator", "team", "--machine", "desktop", "--until-empty", "--poll-interval", "500ms",
+                                "--heartbeat", "1s"], env=env_of(SAM, model, url),
+                               stdout=subprocess.DEVNULL, stderr=open(os.path.join(WORK, "docs-desktop.log"), "w"))
+    STARTED.append(desktop)
+    admin(url, "/_admin/issues", {"repo": "acme/webapp", "title": "Rate-limit the signup form",
+                                  "body": "Bots hammer /api/signup. Allow 5 tries a minute per address.", "labels": ["agent"]})
+    wait("#2 runs on the desktop", lambda: job(2)["job"]["claimed_by"] == "desktop" and job(2)["job"]["state"] == "running", timeout=60, every=1)
+    D.exec("location.hash = '#queue'; showJob(2);")
+    lines = wait("its transcript shows while it runs", lambda: (x := D.exec(
+        "showJob(2); return [...document.querySelectorAll('#detail-transcript .t-line')].map((l) => l.textContent.split('\\n')[0]);"))
+        and any(l.startswith("▸ Write") for l in x) and job(2)["job"]["state"] == "running" and x, timeout=60, every=0.5)
+    log(f"live transcript: {lines}")
+    D.exec("document.getElementById('detail-log-title').scrollIntoView({block: 'center'});")
+    shot("live-transcript-from-the-desktop")
+    wait("#2 completes on the desktop", lambda: job(2)["job"]["state"] == "completed", timeout=60, every=1)
+    desktop.wait(timeout=60)
+
+    # 3. The fleet and the queue.
+    D.exec("location.hash = '#fleet';")
+    wait("the fleet lists both machines", lambda: "desktop" in (D.text("#fleet") or "") and "laptop" in (D.text("#fleet") or ""), timeout=20)
+    shot("fleet")
+    D.exec("location.hash = '#queue'; refreshJobs();")
+    wait("the queue lists both jobs with their PRs", lambda: len(D.exec("return [...document.querySelectorAll('#jobs a.pr')]") or []) >= 2, timeout=30)
+    shot("queue")
+    D.exec("showJob(1);")
+    wait("#1's page leads with its result", lambda: (D.text("#detail-verdict") or "").startswith("Completed"), timeout=15)
+    D.exec("document.getElementById('detail').scrollIntoView({block: 'start'});")
+    shot("job-page")
+
+    # 4. A job runs on the laptop; Hand off & pause before closing the lid: the verdict.
+    D.invoke("set_claiming", {"claiming": {"mode": "on"}})
+    jid = int(subprocess.run([CLI, "enqueue", "--orchestrator", "team", "--title", "Write the release notes", "--repo", "webapp",
+                              "--prompt", "Write NOTES.md with what changed since the last release."],
+                             env=alex, capture_output=True, text=True, check=True).stdout.strip())
+    check("it is job #3", jid == 3, jid)
+    wait("#3 runs on the laptop and has written NOTES.md", lambda: os.path.exists(os.path.join(wt(HOME, 3), "NOTES.md")), timeout=60, every=0.5)
+    D.exec("location.hash = '#fleet';")
+    D.click("#handoff-btn")
+    verdict = wait("the window says it is safe to close the lid", lambda: D.exec(
+        "const n = document.getElementById('handoff-notice'); return !n.hidden && n.textContent"), timeout=30)
+    check("naming the job and its pushed branch", "Handed off #3 (pushed devpilot/3-write-the-release-notes)" in verdict, verdict)
+    shot("handoff-verdict")
+
+    # 5. Settings: the agent's line, the repo row, the source.
+    D.exec("location.hash = '#settings';")
+    wait("the agent's health line", lambda: "claude" in (D.text("#agent-health") or ""), timeout=20)
+    wait("the repo's health line", lambda: "draft pull request on acme/webapp" in (D.text("#repos") or ""), timeout=20)
+    D.exec("document.getElementById('fs-machine').scrollIntoView({block: 'start'});")
+    shot("settings")
+    log(f"docs: ALL {len(CHECKS.results)} CHECKS PASSED")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        D.end()
+        desk.end_started(STARTED)
+        desk.end_pids(desk.app_pids(TRAY, APP_MARKER))
+        for h in (HOME, SAM):
+            shutil.rmtree(h, ignore_errors=True)
