@@ -33,8 +33,12 @@ pub async fn agent_health(line: &str) -> AgentHealth {
         // A command of the user's own: found is all that can be said without running it.
         _ => return AgentHealth { ok: true, line: format!("found: {path}") },
     };
-    let version = version_of(&path).await;
-    let name = version.unwrap_or_else(|| preset.name().to_string());
+    // "claude 2.1.332 (Claude Code)": the preset's name first, whatever its CLI prints.
+    let name = match version_of(&path).await {
+        Some(v) if v.to_lowercase().starts_with(preset.name()) => v,
+        Some(v) => format!("{} {v}", preset.name()),
+        None => preset.name().to_string(),
+    };
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
     match preset.login(&|k| std::env::var(k).ok(), &home) {
         Login::Key(var) => AgentHealth { ok: true, line: format!("{name} · API key from {var}") },
