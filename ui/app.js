@@ -407,7 +407,8 @@ async function showJob(id) {
   try {
     const d = await invoke('job_detail', { id });
     const j = d.job;
-    $('detail-title').textContent = `#${j.id} ${j.title || ''}`;
+    // A tracker's title starts with its own number ("#3 Rate-limit…"): the job's is said apart.
+    $('detail-title').textContent = j.title ? `${j.title} · job ${j.id}` : `Job #${j.id}`;
     const v = verdictOf(d);
     $('detail-verdict').className = 'verdict ' + v.cls;
     $('detail-verdict').replaceChildren(el('div', { class: 'verdict-text' }, v.text),

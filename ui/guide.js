@@ -210,7 +210,7 @@ async function gAwaitFirstIssue(connected) {
       const r = await invoke('list_jobs', { jobState: null, limit: 50 });
       const j = r.jobs.find((x) => x.source === gSourceName);
       if (j) {
-        banner.textContent = `${j.issue ? 'Issue ' + j.issue : 'An issue'} became job #${j.id}: ${j.title || ''}`;
+        banner.textContent = `${j.title || (j.issue ? 'Issue ' + j.issue : 'An issue')} became job #${j.id}. Its page is open.`;
         banner.className = 'banner notice ok';
         location.hash = `#job-${j.id}`;
         setTimeout(() => { banner.hidden = true; }, 15000);
