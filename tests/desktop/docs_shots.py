@@ -145,7 +145,7 @@ def main():
     source = '\n[sources.webapp]\nkind = "github"\nrepo = "acme/webapp"\nlabel = "agent"\nmaps_to = "webapp"\ninterval = "15s"\n'
     settings(HOME, "laptop", tables=source)
     # The desktop shares the laptop's queue (on one host here: its SQLite file).
-    settings(SAM, "desktop", top=f'database_url = "sqlite://{HOME}/.local/share/devpilot/devpilot.sqlite"\n')
+    settings(SAM, "desktop", top=f'database_url = "sqlite://{HOME}/.local/share/devpilot/devpilot.sqlite"\n', tables=source)
     alex = env_of(HOME, model, url)
     drv = subprocess.Popen(["tauri-driver"], env=alex, stdout=subprocess.DEVNULL,
                            stderr=open(os.path.join(WORK, "docs-tauri-driver.log"), "w"))
@@ -163,20 +163,20 @@ def main():
     admin(url, "/_admin/issues", {"repo": "acme/webapp", "title": "Fix the login redirect loop",
                                   "body": "After signing in, users who came from /login are sent back to /login.", "labels": ["agent"]})
     said = wait("the banner says which job the issue became, and its page opens", lambda: (x := D.text("#first-issue") or "")
-                .startswith("Issue #1 became job #1") and D.exec("return location.hash") == "#job-1" and x, timeout=60, every=1)
+                .startswith("#1 Fix the login redirect loop became job #1.") and D.exec("return location.hash") == "#job-1" and x, timeout=60, every=1)
     log(f"first issue: {said!r}")
     d = wait("#1 completes with a draft PR", lambda: (d := job(1))["job"]["state"] == "completed" and "/pull/" in (d["job"]["url"] or "") and d, timeout=120, every=1)
     wait("every delivery to the issue is done", lambda: all(x["outcome"] == "delivered" for x in job(1)["deliveries"]) and job(1)["deliveries"], timeout=60, every=1)
 
     # 2. The laptop pauses; the next issue runs on the desktop, watched from the laptop.
     D.invoke("set_claiming", {"claiming": {"mode": "paused", "minutes": None}})
-    desktop = subprocess.Popen([CLI, "run", "--orchestrator", "team", "--machine", "desktop", "--until-empty", "--poll-interval", "500ms",
+    desktop = subprocess.Popen([CLI, "run", "--orchestrator", "team", "--machine", "desktop", "--poll-interval", "500ms",
                                 "--heartbeat", "1s"], env=env_of(SAM, model, url),
                                stdout=subprocess.DEVNULL, stderr=open(os.path.join(WORK, "docs-desktop.log"), "w"))
     STARTED.append(desktop)
     admin(url, "/_admin/issues", {"repo": "acme/webapp", "title": "Rate-limit the signup form",
                                   "body": "Bots hammer /api/signup. Allow 5 tries a minute per address.", "labels": ["agent"]})
-    wait("#2 runs on the desktop", lambda: job(2)["job"]["claimed_by"] == "desktop" and job(2)["job"]["state"] == "running", timeout=60, every=1)
+    wait("#2 runs on the desktop", lambda: job(2)["job"]["claimed_by"] == "desktop" and job(2)["job"]["state"] == "running", timeout=90, every=1)
     D.exec("location.hash = '#queue'; showJob(2);")
     lines = wait("its transcript shows while it runs", lambda: (x := D.exec(
         "showJob(2); return [...document.querySelectorAll('#detail-transcript .t-line')].map((l) => l.textContent.split('\\n')[0]);"))
@@ -184,13 +184,16 @@ def main():
     log(f"live transcript: {lines}")
     D.exec("document.getElementById('detail-log-title').scrollIntoView({block: 'center'});")
     shot("live-transcript-from-the-desktop")
+    # The fleet while the desktop works: each machine, what it holds, its repos.
+    D.exec("location.hash = '#fleet';")
+    wait("the fleet lists both machines, the desktop holding #2", lambda: "#2" in (D.text("#fleet") or "") and "laptop" in (D.text("#fleet") or ""), timeout=20)
+    shot("fleet")
     wait("#2 completes on the desktop", lambda: job(2)["job"]["state"] == "completed", timeout=60, every=1)
+    # The desktop goes to sleep (a hand-off: it holds nothing now), so #3 is the laptop's.
+    desktop.terminate()
     desktop.wait(timeout=60)
 
-    # 3. The fleet and the queue.
-    D.exec("location.hash = '#fleet';")
-    wait("the fleet lists both machines", lambda: "desktop" in (D.text("#fleet") or "") and "laptop" in (D.text("#fleet") or ""), timeout=20)
-    shot("fleet")
+    # 3. The queue and a job's page.
     D.exec("location.hash = '#queue'; refreshJobs();")
     wait("the queue lists both jobs with their PRs", lambda: len(D.exec("return [...document.querySelectorAll('#jobs a.pr')]") or []) >= 2, timeout=30)
     shot("queue")
@@ -219,6 +222,16 @@ def main():
     wait("the repo's health line", lambda: "draft pull request on acme/webapp" in (D.text("#repos") or ""), timeout=20)
     D.exec("document.getElementById('fs-machine').scrollIntoView({block: 'start'});")
     shot("settings")
+
+    # 6. The New job form, filled in (not sent).
+    D.exec("location.hash = '#new';")
+    wait("the New job form shows", lambda: D.visible("#nj-title"), timeout=10)
+    D.set("#nj-title", "Add a /health endpoint")
+    D.set("#nj-prompt", "Return 200 with the build's version when the database answers, else 503.")
+    D.exec("const r = document.getElementById('nj-repo'); if ([...r.options || []].some((o) => o.value === 'webapp') || r.tagName === 'INPUT') r.value = 'webapp';")
+    D.set("#nj-labels", "linux")
+    D.set("#nj-key", "GH-57")
+    shot("new-job-form")
     log(f"docs: ALL {len(CHECKS.results)} CHECKS PASSED")
 
 
@@ -229,5 +242,8 @@ if __name__ == "__main__":
         D.end()
         desk.end_started(STARTED)
         desk.end_pids(desk.app_pids(TRAY, APP_MARKER))
+        logs = os.path.join(HOME, ".local/share/devpilot/logs")
+        if os.path.isdir(logs):
+            shutil.copytree(logs, os.path.join(ART, "docs-app-logs"), dirs_exist_ok=True)
         for h in (HOME, SAM):
             shutil.rmtree(h, ignore_errors=True)

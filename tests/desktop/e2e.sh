@@ -128,12 +128,13 @@ run sleep_test
 # Closing the window pages its libraries out, and reopening brings it back whole.
 run window_cycle_test
 # A job's detail shows what its agent CLI reported (preset, session, cost, tokens, resumed
-# from): screenshot job-detail-resumed.png, which docs/ keeps a copy of.
+# from): screenshot job-detail-resumed.png, an artifact.
 run job_detail_test
+# The docs' screenshots, when asked for (scripts/docs_shots.sh): before the next script stops
+# the panel, so they show the app with its tray.
+if [[ " ${E2E_ONLY:-} " == *" docs_shots "* ]]; then python3 "$HERE/docs_shots.py"; fi
 # A new user on a desktop with no tray host: the window, its notice, the first-run guide,
 # closing asks; then a host arrives. It stops the session's panel, so it runs after the above.
 run first_run_test
 # The core checks again, the app a Wayland client of a headless Weston.
 run wayland_test
-# The docs' screenshots, when asked for (scripts/docs_shots.sh).
-if [[ " ${E2E_ONLY:-} " == *" docs_shots "* ]]; then python3 "$HERE/docs_shots.py"; fi

@@ -7,8 +7,8 @@ In the e2e's headless session, against the real app on a SQLite queue of its own
 - the job's agent columns are then set with a plain UPDATE, as the engine writes them after a
   preset's attempt that resumed a conversation carried from "laptop" (the e2e has no model
   CLI: what is tested here is that the window and the CLI show what the row says);
-- the window's job detail shows them, and is screenshotted (job-detail-resumed.png; the
-  README's docs/job-detail-resumed.png is a copy);
+- the window's job detail shows them, and is screenshotted (job-detail-resumed.png, an
+  artifact; docs/ shows a job page from docs_shots.py instead, with realistic data);
 - `devpilot status --json` carries them under "agent", and `devpilot status` prints the line.
 
 Run alone: E2E_ONLY=job_detail_test bash tests/desktop/e2e.sh
