@@ -182,6 +182,12 @@ pub fn classify(e: DbErr, target: &str, user: &str) -> Error {
             Some(r) => unreachable(format!("TLS: {r}")),
             None => unreachable(io_reason(io)),
         },
+        // Garbage in answer to the connection's first message ("unexpected response from
+        // SSLRequest: 0x00"): a server going down or coming up mid-handshake, as an immediate
+        // restart does. Waiting fixes it; a statement's protocol error stays the statement's.
+        Sqlx::Protocol(p) if matches!(e, DbErr::Conn(_)) => {
+            unreachable(format!("the server answered out of protocol while connecting ({p})"))
+        }
         Sqlx::PoolTimedOut => unreachable("timed out waiting for a connection".into()),
         Sqlx::PoolClosed | Sqlx::WorkerCrashed => unreachable("the connection was closed".into()),
         Sqlx::Tls(t) => match rustls_of(t.as_ref()) {
@@ -320,6 +326,12 @@ mod tests {
         let e = classify(DbErr::Conn(RuntimeErr::SqlxError(sea_orm::sqlx::Error::Io(refused).into())), "h:1/d", "u");
         assert!(matches!(&e, Error::Unreachable { reason, .. } if reason == "connection refused"), "{e}");
         assert!(e.is_transient());
+        // A server restarting mid-handshake (seen in fleet_under_faults: a runner started then
+        // exited 1): transient while connecting, the statement's own error after.
+        let garbage = || sea_orm::sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        let e = classify(DbErr::Conn(RuntimeErr::SqlxError(garbage().into())), "h:1/d", "u");
+        assert!(matches!(&e, Error::Unreachable { .. }) && e.is_transient(), "{e}");
+        assert!(!classify(DbErr::Query(RuntimeErr::SqlxError(garbage().into())), "h:1/d", "u").is_transient());
         assert!(Error::Timeout(Duration::from_secs(1)).is_transient());
         let other = Error::from(DbErr::Type("x".into()));
         assert_eq!(other.kind(), "db");
