@@ -75,8 +75,11 @@ def run(t):
         d = t.wait("the job completes on desktop", lambda: (d := t.wd_invoke("job_detail", {"id": jid}))["job"]["state"] == "completed" and d, timeout=60)
         t.check("with the model's last words as its summary, from desktop",
                 d["job"]["summary"] == "Wrote NOTES.md with the release notes." and d["job"]["claimed_by"] == "desktop", d["job"])
-        done = t.wait("the transcript ends with Done", lambda: t.wd_exec(
-            "showJob(arguments[0]); const l = [...document.querySelectorAll('#detail-transcript .t-line')]; return l.length && l[l.length - 1].textContent", [jid]), timeout=15)
+        # The holder stores its log's tail with each heartbeat: the last one, with the result
+        # event, may land a moment after the job completes. Wait for it, not for any line.
+        done = t.wait("the transcript ends with Done", lambda: (x := t.wd_exec(
+            "showJob(arguments[0]); const l = [...document.querySelectorAll('#detail-transcript .t-line')]; return l.length && l[l.length - 1].textContent", [jid]))
+            and x.startswith("✓ Done") and x, timeout=30)
         t.check("its last line says it is done", done.startswith("✓ Done"), done)
         t.shot("18b-transcript-done")
         desktop.wait(timeout=60)
