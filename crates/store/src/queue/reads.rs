@@ -19,10 +19,12 @@ fn listing(d: &Dialect, rest: &str) -> String {
     )
 }
 
-/// When the job's last attempt was claimed, from its history: `claimed_at` is cleared when a
-/// job ends, and a finished job's duration runs from here to `finished_at`.
-const STARTED_AT: &str = "(SELECT MAX(e.at) FROM job_events e
-                            WHERE e.job_id = dispatch_queue.id AND e.kind = 'claimed') AS started_at";
+/// When the job's last attempt was claimed: its `claimed_at` while it is held, and from its
+/// history once that is cleared (a job ends), so that a finished job's duration runs from
+/// here to `finished_at`. On SQLite the history row is written by the transaction's next
+/// statement, a millisecond or so after `claimed_at`: the column is the exact one.
+const STARTED_AT: &str = "COALESCE(claimed_at, (SELECT MAX(e.at) FROM job_events e
+                            WHERE e.job_id = dispatch_queue.id AND e.kind = 'claimed')) AS started_at";
 
 /// The jobs of orchestrator $1, newest first, at most $2: of every state, and of state $3.
 static JOBS: [Sql; 2] = [
