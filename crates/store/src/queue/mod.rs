@@ -103,6 +103,7 @@ pub use options::{
 pub use outbox::{Delivery, DeliveryEnd, OutboxRow};
 pub use pool::Queue;
 pub use presence::{unroutable, MachineRow, MachineStatus, PollExtras, Presence, PresenceOrder};
+pub use reads::JobFilter;
 pub use route::{Names, Route};
 pub use rows::{
     AgentRun, CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned,

@@ -81,6 +81,22 @@ static LOG_TAIL: Sql = Sql::new(|d| {
     format!("SELECT machine, claim_token, tail, updated_at, {now} AS now FROM job_logs WHERE job_id = $1", now = d.now)
 });
 
+/// What a job listing keeps (`devpilot jobs`): each field that is set must match.
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    pub state: Option<JobState>,
+    pub repo: Option<String>,
+    /// The tracker source that added it (`payload.source.name`).
+    pub source: Option<String>,
+    /// The machine that holds it now, or, when none does, the one that claimed it last.
+    pub machine: Option<String>,
+}
+
+/// The machine that holds a job now, else the one its history says claimed it last.
+const LAST_MACHINE: &str = "COALESCE(claimed_by, (SELECT e.machine FROM job_events e
+                             WHERE e.job_id = dispatch_queue.id AND e.kind = 'claimed'
+                             ORDER BY e.at DESC, e.id DESC LIMIT 1))";
+
 /// Jobs by state, as a count each.
 #[derive(FromQueryResult)]
 struct StateCount {
@@ -149,6 +165,27 @@ impl Queue {
         let mut values: Vec<Value> = vec![orchestrator_id.into(), i64::from(limit).into()];
         values.extend(state.map(Value::from));
         decode(&self.query(self.sql(&JOBS[usize::from(state.is_some())]), values).await?)
+    }
+
+    /// The jobs of an orchestrator that match `f`, newest first, at most `limit`.
+    pub async fn jobs_matching(&self, orchestrator_id: &str, f: &JobFilter, limit: u32) -> Result<Vec<JobRow>> {
+        let d = self.dialect();
+        let mut values: Vec<Value> = vec![orchestrator_id.into(), i64::from(limit).into()];
+        let mut conds = vec![format!("orchestrator_id = {}", d.p(1))];
+        let wanted = [
+            ("state", f.state.map(|s| s.as_str().to_string())),
+            ("repo", f.repo.clone()),
+            ("payload -> 'source' ->> 'name'", f.source.clone()),
+            (LAST_MACHINE, f.machine.clone()),
+        ];
+        for (column, value) in wanted {
+            if let Some(v) = value {
+                values.push(v.into());
+                conds.push(format!("{column} = {}", d.p(values.len())));
+            }
+        }
+        let sql = listing(d, &format!("WHERE {} ORDER BY id DESC LIMIT {}", conds.join(" AND "), d.p(2)));
+        decode(&self.query(&sql, values).await?)
     }
 
     /// The running jobs of an orchestrator, oldest claim first.
