@@ -60,6 +60,10 @@ pub struct Engine {
     pub(crate) own_releases: Mutex<std::collections::HashMap<i64, std::time::Instant>>,
     /// No settings file when this engine was made: the window's first-run guide may show.
     pub(crate) first_run: bool,
+    /// The control socket served now (`devpilot pause`, `resume`, `handoff`), and its stop.
+    pub(crate) control: Mutex<Option<(std::path::PathBuf, devpilot_engine::control::CancellationToken)>>,
+    /// This engine, for the control socket's requests (which must not keep it alive).
+    pub(crate) me: std::sync::Weak<Engine>,
 }
 
 fn lock_err<T>(_: T) -> Error {
@@ -71,7 +75,9 @@ impl Engine {
     pub fn new(paths: Paths, service: &str, overrides: Overrides) -> Arc<Self> {
         let (events, _) = broadcast::channel(1024);
         let status_tx = watch::Sender::new(Status::default());
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            control: Mutex::new(None),
+            me: me.clone(),
             service: service.to_string(),
             overrides,
             demo_duration: DEMO_DURATION,

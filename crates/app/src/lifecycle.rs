@@ -259,8 +259,26 @@ impl Engine {
             return;
         }
         let wiring = Wiring { status: self.status_tx.clone(), events: self.events.clone(), clock: Arc::new(BootClock) };
+        let socket = devpilot_engine::control::socket_path(&self.paths.data_dir, &cfg.orchestrator_id);
         let (handle, _join) = orchestrator::start_machine(conn, named, cfg, wiring);
         *slot = Some(handle);
+        self.serve_control(socket);
+    }
+
+    /// Serves the control socket of the queue now run (once per queue: a restart on the
+    /// same queue keeps it, one on another queue moves it).
+    fn serve_control(&self, socket: std::path::PathBuf) {
+        let Ok(mut control) = self.control.lock() else { return };
+        if control.as_ref().is_some_and(|(p, _)| *p == socket) {
+            return;
+        }
+        if let Some((_, old)) = control.take() {
+            old.cancel();
+        }
+        let stop = devpilot_engine::control::CancellationToken::new();
+        let me = self.me.clone();
+        devpilot_engine::control::spawn(socket.clone(), move || me.upgrade()?.orchestrator(), stop.clone());
+        *control = Some((socket, stop));
     }
 
     /// The database cannot be reached (yet): say so, once as an event, always in the status.

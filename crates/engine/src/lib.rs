@@ -20,6 +20,8 @@
 //! - [`sources`]: trackers in, results back: Linear issues become jobs once (the fleet's
 //!   intake turn), and each outcome reaches the issue through the outbox.
 //! - [`settings`]: everything a user can set, its one table of defaults and its one check.
+//! - [`control`]: the control socket through which `devpilot pause`, `resume` and `handoff`
+//!   reach the machine running on this computer.
 //! - [`span`]: durations and times as people type them.
 //! - [`config`]: where the app keeps its files, and the settings file (read, set aside, saved).
 //! - [`database`]: which database this machine uses (environment, settings, keychain, default).
@@ -30,6 +32,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod control;
 pub mod database;
 pub mod environ;
 pub mod git;
