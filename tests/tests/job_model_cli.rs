@@ -28,7 +28,7 @@ fn fast_flags() -> Vec<&'static str> {
 }
 
 /// `enqueue --key` while the key's job is live prints that job's id on stdout, says so on
-/// stderr, exits 0 and adds nothing; once the job is cancelled the key gets a new job.
+/// stderr, exits 4 and adds nothing; once the job is cancelled the key gets a new job.
 async fn enqueue_with_a_live_key_prints_that_job(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (home, url, orch) = (db.dir.path(), db.raw_url.as_str(), db.orch("key"));
@@ -37,7 +37,7 @@ async fn enqueue_with_a_live_key_prints_that_job(backend: Backend) {
     assert_eq!((code, err.as_str()), (0, ""), "{err}");
     let id: i64 = out.trim().parse().unwrap();
     let (code, out, err) = run_cli(home, url, &args, None);
-    assert_eq!(code, 0);
+    assert_eq!(code, 4, "found, not added: status 4");
     assert_eq!(out.trim(), id.to_string(), "the live job's id on stdout");
     assert!(err.contains(&format!("job #{id} with key 'linear:ENG-7' is already live (queued)")), "{err}");
     assert_eq!(db.queue.counts(&orch).await.unwrap().queued, 1);
@@ -106,7 +106,7 @@ async fn bad_job_model_inputs_exit_non_zero_and_write_nothing(backend: Backend) 
     // A job that is not in a state to be requeued says which state it is in.
     let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
     let (code, _, err) = run_cli(home, url, &["requeue", &id.to_string()], None);
-    assert_eq!(code, 1);
+    assert_eq!(code, 4, "nothing to do");
     assert!(err.contains(&format!("#{id} is queued: only dead, failed or cancelled jobs can be requeued")), "{err}");
 }
 
@@ -146,7 +146,7 @@ async fn a_running_job_is_cancelled_from_another_machine(backend: Backend) {
     assert_eq!(h[2].machine.as_deref(), Some("laptop"), "who stopped the agent");
     assert_eq!(h[2].detail.as_deref(), Some(format!("agent stopped on laptop; cancel asked by {asker}").as_str()));
     let (code, out, _) = run_cli(home, url, &["cancel", &id.to_string()], None);
-    assert_eq!((code, out.trim()), (0, format!("#{id} is already cancelled").as_str()));
+    assert_eq!((code, out.trim()), (4, format!("#{id} is already cancelled").as_str()));
     let (code, out, _) = run_cli(home, url, &["requeue", &id.to_string()], None);
     assert_eq!((code, out.trim()), (0, format!("requeued #{id}").as_str()));
 }

@@ -13,6 +13,10 @@ use crate::run::RunArgs;
     about = "DevPilot dispatch: one shared queue of coding-agent jobs, each run on exactly one machine."
 )]
 pub struct Cli {
+    /// The queue (orchestrator) to use. Default: the config's `orchestrator_id`, else
+    /// `personal` (the window's default too).
+    #[arg(long, env = "DEVPILOT_ORCHESTRATOR", global = true, value_name = "QUEUE")]
+    pub orchestrator: Option<String>,
     #[command(subcommand)]
     pub command: Cmd,
 }
@@ -28,32 +32,101 @@ pub enum Cmd {
     Run(RunArgs),
     /// Jobs by state, who holds what and for how long, and machines.
     Status {
-        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
-        orchestrator: String,
         #[arg(long)]
         json: bool,
     },
-    /// Release stale claims once (the cron / systemd-timer backstop).
+    /// List jobs, newest first (like `gh run list`).
+    Jobs(JobsArgs),
+    /// Everything about one job: its result, pull request, issue, branch, machine, times,
+    /// cost, deliveries, history and the last lines of its log.
+    Show {
+        #[arg(value_name = "JOB")]
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job's agent log: this machine's file, or the tail its holder stores in the
+    /// database; with -f, follow it until the job ends, on whichever machine runs it.
+    Logs {
+        #[arg(value_name = "JOB")]
+        id: i64,
+        /// Keep printing new output until the job ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Print each change of a job's state until it ends. Exit 0 completed, 6 failed or
+    /// dead, 7 cancelled.
+    Watch {
+        #[arg(value_name = "JOB")]
+        id: i64,
+        /// How often to look.
+        #[arg(long, default_value = "1s")]
+        interval: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Open a job's pull request in the browser, else its issue.
+    Open {
+        #[arg(value_name = "JOB")]
+        id: i64,
+        /// Print the link instead of opening it.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Ask this computer's running tray or `devpilot run` to claim nothing new, for a while
+    /// or until `devpilot resume`. Running jobs go on.
+    Pause {
+        /// How long (e.g. 30m, 2h). Default: until resumed.
+        #[arg(long = "for", value_name = "DURATION")]
+        for_: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask this computer's running tray or `devpilot run` to claim again.
+    Resume {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Before closing the lid: this computer's running machine stops its agents, pushes their
+    /// work, releases their jobs for another machine and pauses; prints the verdict.
+    Handoff {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the whole setup: config, database, schema, keychain, repos, the agent CLI and
+    /// its login, sources, the sleep hook and the desktop. Exit 1 if something must be fixed.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release stale claims once (the cron / systemd-timer backstop), of every queue, or of
+    /// the --orchestrator one when one is given.
     Sweep {
         #[arg(long, default_value = "30m")]
         claim_timeout: String,
-        /// Only this orchestrator (default: all).
         #[arg(long)]
-        orchestrator: Option<String>,
+        json: bool,
     },
     /// Cancel a job, from any machine: a waiting job at once; a running one is stopped by its
     /// holder at its next renewal (or at once, through NOTIFY).
     Cancel {
         /// The job's id.
+        #[arg(value_name = "JOB")]
         id: i64,
+        #[arg(long)]
+        json: bool,
     },
     /// Put a dead, failed or cancelled job back in the queue, with a fresh attempt budget.
     Requeue {
         /// The job's id.
+        #[arg(value_name = "JOB")]
         id: i64,
+        #[arg(long)]
+        json: bool,
     },
     /// Delete finished jobs (with their history), old machines and old agent files now (the
-    /// backstop of the retention that running machines do on their own).
+    /// backstop of the retention that running machines do on their own), of every queue, or
+    /// of the --orchestrator one when one is given.
     Prune {
         /// Completed and cancelled jobs finished longer ago than this (default: the settings'
         /// retention, 14d).
@@ -62,17 +135,14 @@ pub enum Cmd {
         /// Dead jobs finished longer ago than this (default: the settings' dead_retention, 30d).
         #[arg(long)]
         dead_older_than: Option<String>,
-        /// Only this orchestrator (default: all).
         #[arg(long)]
-        orchestrator: Option<String>,
+        json: bool,
     },
     /// Hand off everything a machine holds, so another machine takes it now. Run from any
     /// machine, it asks the holder to hand off (it commits and pushes each job's work in
     /// progress first) and waits for it; a holder that does not answer within --wait is
     /// released directly, and its work in progress stays on it.
     Release {
-        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
-        orchestrator: String,
         /// The holder (default: this machine).
         #[arg(long)]
         machine: Option<String>,
@@ -80,20 +150,23 @@ pub enum Cmd {
         /// heartbeat (30s by default), and at once through NOTIFY on PostgreSQL.
         #[arg(long, default_value = "45s")]
         wait: String,
+        #[arg(long)]
+        json: bool,
     },
     /// List this machine's job worktrees (kept ones say why), or remove the finished ones.
     Worktrees {
-        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
-        orchestrator: String,
         /// Remove the worktrees of finished jobs that hold nothing unsaved.
         #[arg(long)]
         prune: bool,
+        #[arg(long)]
+        json: bool,
     },
     /// Store a PostgreSQL password in the OS keychain and the URL (without it) in the config;
     /// or, with --linear, a Linear API key, or with --github a GitHub token, in the keychain.
+    /// With no flag, asks which.
     Login {
         /// postgres://USER@HOST:PORT/DB, with no password.
-        #[arg(long, required_unless_present_any = ["linear", "github"], conflicts_with_all = ["linear", "github"])]
+        #[arg(long, conflicts_with_all = ["linear", "github"])]
         database_url: Option<String>,
         /// Store a Linear API key (asked for, or one line on stdin; never an argument).
         #[arg(long, conflicts_with = "github")]
@@ -110,15 +183,25 @@ pub enum Cmd {
         #[arg(long, requires = "github")]
         api_url: Option<String>,
     },
+    /// Forget a stored secret: the database password, the Linear key or the GitHub token.
+    /// With no flag, asks which.
+    Logout {
+        /// The configured database's password.
+        #[arg(long, conflicts_with_all = ["linear", "github"])]
+        database: bool,
+        #[arg(long, conflicts_with = "github")]
+        linear: bool,
+        #[arg(long)]
+        github: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Tracker sources whose issues become jobs: each one's last poll, next turn, cursor,
     /// outbox backlog, rate limit and last error.
     Sources {
         #[command(subcommand)]
         command: Option<SourcesCmd>,
-        /// Default: the settings' orchestrator.
-        #[arg(long, env = "DEVPILOT_ORCHESTRATOR", global = true)]
-        orchestrator: Option<String>,
-        #[arg(long)]
+        #[arg(long, global = true)]
         json: bool,
     },
     /// The config file: where it is, and what it says.
@@ -138,12 +221,16 @@ pub enum Cmd {
     /// Print the manual page (roff), e.g. `devpilot man | man -l -`.
     #[command(hide = true)]
     Man,
+    /// The values a completion offers: job ids, source, repo or preset names, one per line.
+    #[command(hide = true, name = "__complete")]
+    Complete {
+        #[arg(value_enum)]
+        what: crate::complete::What,
+    },
     /// The claim of job ID, once, as "Claiming work exactly once, with one UPDATE" writes it: for races and
     /// diagnostics.
     #[command(hide = true)]
     Claim {
-        #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
-        orchestrator: String,
         #[arg(long)]
         machine: String,
         /// Open the queue, print `ready`, and claim only once a line arrives on stdin (at the
@@ -155,11 +242,31 @@ pub enum Cmd {
     },
 }
 
+impl Cmd {
+    /// Whether the command only reads and prints (a closed pipe may end it at once).
+    pub fn only_prints(&self) -> bool {
+        matches!(
+            self,
+            Cmd::Status { .. }
+                | Cmd::Jobs(_)
+                | Cmd::Show { .. }
+                | Cmd::Logs { .. }
+                | Cmd::Watch { .. }
+                | Cmd::Doctor { .. }
+                | Cmd::Completions { .. }
+                | Cmd::Man
+                | Cmd::Complete { .. }
+                | Cmd::Config { .. }
+        )
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum SourcesCmd {
     /// Poll now, ignoring the interval; prints each job it added, updated or cancelled.
     Poll {
         /// One source (default: all of this machine's).
+        #[arg(value_name = "SOURCE")]
         name: Option<String>,
     },
     /// Add a source to this machine's settings, after testing the key, teams and label.
@@ -168,7 +275,10 @@ pub enum SourcesCmd {
         kind: AddKind,
     },
     /// Remove a source from this machine's settings.
-    Remove { name: String },
+    Remove {
+        #[arg(value_name = "SOURCE")]
+        name: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -182,13 +292,13 @@ pub enum AddKind {
 #[derive(clap::Args, Debug)]
 pub struct AddGithub {
     /// The repository whose issues become jobs: OWNER/REPO.
-    #[arg(long)]
+    #[arg(long, value_name = "OWNER/REPO")]
     pub repo: String,
     /// The label an issue must carry (default `agent`; "" for any open issue).
     #[arg(long)]
     pub label: Option<String>,
     /// The DevPilot repo its issues run in.
-    #[arg(long)]
+    #[arg(long, value_name = "REPO")]
     pub maps_to: Option<String>,
     /// The source's name (default: the repository's name, lower-case).
     #[arg(long)]
@@ -209,7 +319,7 @@ pub struct AddLinear {
     #[arg(long, value_delimiter = ',')]
     pub state: Vec<String>,
     /// The DevPilot repo its issues run in (by team).
-    #[arg(long)]
+    #[arg(long, value_name = "REPO")]
     pub maps_to: Option<String>,
     /// The source's name (default: the first team key, lower-case).
     #[arg(long)]
@@ -241,4 +351,26 @@ pub enum ConfigCmd {
     Path,
     /// Print the settings as TOML, with where the database password is (never the password).
     Show,
+}
+
+/// `devpilot jobs`: its filters.
+#[derive(clap::Args, Debug)]
+pub struct JobsArgs {
+    /// Only jobs in this state: queued, running, failed, completed, dead, cancelled.
+    #[arg(long, short, value_parser = ["queued", "running", "failed", "completed", "dead", "cancelled"])]
+    pub state: Option<String>,
+    /// Only jobs of this repo.
+    #[arg(long, value_name = "REPO")]
+    pub repo: Option<String>,
+    /// Only jobs from this tracker source.
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
+    /// Only jobs this machine holds now or ran last.
+    #[arg(long)]
+    pub machine: Option<String>,
+    /// At most this many.
+    #[arg(long, short = 'L', default_value_t = 30)]
+    pub limit: u32,
+    #[arg(long)]
+    pub json: bool,
 }

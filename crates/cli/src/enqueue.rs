@@ -9,12 +9,18 @@ use devpilot_store::db::PoolSettings;
 use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Backoff, JobOptions, Start};
 
+use crate::exit::{Code, Out};
 use crate::open::open_queue;
+use crate::output::json;
 
 #[derive(clap::Args, Debug)]
 pub struct EnqueueArgs {
-    #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+    /// The queue, from the global `--orchestrator` (see [`crate::open::queue_name`]).
+    #[arg(skip)]
     pub orchestrator: String,
+    /// Print `{"id", "added", "state"}`.
+    #[arg(long)]
+    pub json: bool,
     #[arg(long, conflicts_with = "payload_file")]
     pub payload: Option<String>,
     #[arg(long)]
@@ -177,20 +183,29 @@ fn job_options(a: &EnqueueArgs, settings: &devpilot_engine::settings::Settings) 
     })
 }
 
-pub async fn enqueue(a: EnqueueArgs) -> Result<()> {
+/// Adds the job; exits 4 ([`Code::Nothing`]) when `--key` found the live job instead.
+pub async fn enqueue(a: EnqueueArgs) -> Out {
     devpilot_store::queue::validate_orchestrator(&a.orchestrator)?;
     let settings = Paths::for_app("devpilot")?.load()?;
     let opts = job_options(&a, &settings)?;
     let value = a.payload()?;
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let added = queue.enqueue_keyed(&a.orchestrator, &value, &opts).await?;
-    println!("{}", added.id);
-    if let Some(state) = added.existing {
-        eprintln!(
-            "job #{} with key '{}' is already live ({state}); nothing was added",
-            added.id,
-            opts.key.as_deref().unwrap_or_default()
-        );
+    let state = added.existing.unwrap_or(devpilot_store::job::JobState::Queued);
+    if a.json {
+        json(&serde_json::json!({"id": added.id, "added": added.existing.is_none(), "state": state}));
+    } else {
+        println!("{}", added.id);
     }
-    Ok(())
+    match added.existing {
+        None => Ok(Code::Ok),
+        Some(state) => {
+            eprintln!(
+                "job #{} with key '{}' is already live ({state}); nothing was added",
+                added.id,
+                opts.key.as_deref().unwrap_or_default()
+            );
+            Ok(Code::Nothing)
+        }
+    }
 }

@@ -11,8 +11,9 @@ use devpilot_store::error::{Error, Result};
 use devpilot_store::job::{event, JobState};
 use devpilot_store::queue::{CancelOutcome, Fence, Queue};
 
+use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
-use crate::output::{fmt_ids, human, shown};
+use crate::output::{fmt_ids, human, json, shown};
 
 /// This machine's name, as history records who asked.
 fn who() -> String {
@@ -22,41 +23,64 @@ fn who() -> String {
         .unwrap_or_else(|_| devpilot_engine::settings::default_machine_name())
 }
 
-pub async fn cancel(id: i64) -> Result<()> {
+pub async fn cancel(id: i64, as_json: bool) -> Out {
     let (queue, _) = open_queue(PoolSettings::default()).await?;
-    match queue.cancel(id, &who()).await? {
-        Some(CancelOutcome::Cancelled) => println!("cancelled #{id}"),
-        Some(CancelOutcome::Requested { holder }) => println!(
-            "asked {} to stop #{id}; it stops the agent at its next renewal and the job ends cancelled",
-            shown(Some(holder.as_deref().unwrap_or("its holder")))
-        ),
+    let (outcome, holder, text, code) = match queue.cancel(id, &who()).await? {
+        Some(CancelOutcome::Cancelled) => ("cancelled", None, format!("cancelled #{id}"), Code::Ok),
+        Some(CancelOutcome::Requested { holder }) => {
+            let text = format!(
+                "asked {} to stop #{id}; it stops the agent at its next renewal and the job ends cancelled",
+                shown(Some(holder.as_deref().unwrap_or("its holder")))
+            );
+            ("requested", holder, text, Code::Ok)
+        }
         None => {
             let (job, _) = queue.job(id).await?.ok_or(Error::NoJob(id))?;
             match job.state {
-                JobState::Cancelled => println!("#{id} is already cancelled"),
-                JobState::Running => println!(
-                    "a cancel of #{id} was already asked for (by {}); {} stops it",
-                    shown(Some(job.cancel_requested_by.as_deref().unwrap_or("?"))),
-                    shown(Some(job.claimed_by.as_deref().unwrap_or("its holder")))
-                ),
-                other => return Err(Error::Invalid(format!("#{id} is {other}: there is nothing to cancel"))),
+                JobState::Cancelled => ("already", None, format!("#{id} is already cancelled"), Code::Nothing),
+                JobState::Running => {
+                    let text = format!(
+                        "a cancel of #{id} was already asked for (by {}); {} stops it",
+                        shown(Some(job.cancel_requested_by.as_deref().unwrap_or("?"))),
+                        shown(Some(job.claimed_by.as_deref().unwrap_or("its holder")))
+                    );
+                    ("already", job.claimed_by, text, Code::Nothing)
+                }
+                other => return Err(Fail::new(Code::Nothing, format!("#{id} is {other}: there is nothing to cancel"))),
             }
         }
+    };
+    if as_json {
+        json(&serde_json::json!({"id": id, "outcome": outcome, "holder": holder}));
+    } else {
+        println!("{text}");
     }
-    Ok(())
+    Ok(code)
 }
 
-pub async fn requeue(id: i64) -> Result<()> {
+pub async fn requeue(id: i64, as_json: bool) -> Out {
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     if queue.requeue(id, &who()).await? {
-        println!("requeued #{id}");
-        return Ok(());
+        if as_json {
+            json(&serde_json::json!({"id": id, "requeued": true}));
+        } else {
+            println!("requeued #{id}");
+        }
+        return Ok(Code::Ok);
     }
     let (job, _) = queue.job(id).await?.ok_or(Error::NoJob(id))?;
-    Err(Error::Invalid(format!("#{id} is {}: only dead, failed or cancelled jobs can be requeued", job.state)))
+    Err(Fail::new(
+        Code::Nothing,
+        format!("#{id} is {}: only dead, failed or cancelled jobs can be requeued", job.state),
+    ))
 }
 
-pub async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orchestrator: Option<&str>) -> Result<()> {
+pub async fn prune(
+    older_than: Option<&str>,
+    dead_older_than: Option<&str>,
+    orchestrator: Option<&str>,
+    as_json: bool,
+) -> Out {
     let paths = Paths::for_app("devpilot")?;
     let settings = paths.load()?;
     let mut r = settings.retention();
@@ -67,7 +91,7 @@ pub async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orch
         r.dead = parse_duration(t)?;
     }
     if r.finished < Duration::from_secs(60) || r.dead < Duration::from_secs(60) {
-        return Err(Error::Invalid("--older-than and --dead-older-than must be at least a minute".into()));
+        return Err(Fail::new(Code::Usage, "--older-than and --dead-older-than must be at least a minute"));
     }
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let pruned = queue.prune(orchestrator, &r, 500).await?;
@@ -75,37 +99,49 @@ pub async fn prune(older_than: Option<&str>, dead_older_than: Option<&str>, orch
     let files = tokio::task::spawn_blocking(move || orchestrator::prune_files(&dirs, orchestrator::file_retention(&r)))
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
-    println!(
-        "deleted {} finished job(s) with their history, {} machine(s) not seen for {}, {} old agent file(s)",
-        pruned.jobs,
-        pruned.machines,
-        human(r.machines),
-        files
-    );
-    Ok(())
+    if as_json {
+        json(&serde_json::json!({"jobs": pruned.jobs, "machines": pruned.machines, "files": files}));
+    } else {
+        println!(
+            "deleted {} finished job(s) with their history, {} machine(s) not seen for {}, {} old agent file(s)",
+            pruned.jobs,
+            pruned.machines,
+            human(r.machines),
+            files
+        );
+    }
+    Ok(Code::Ok)
 }
 
 /// `devpilot sweep`: release stale claims once.
-pub async fn sweep(claim_timeout: &str, orchestrator: Option<&str>) -> Result<()> {
+pub async fn sweep(claim_timeout: &str, orchestrator: Option<&str>, as_json: bool) -> Out {
     let timeout = parse_duration(claim_timeout)?;
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let swept = queue.sweep(orchestrator, timeout).await?;
     let dead = swept.iter().filter(|s| s.dead).count();
-    println!("released {} stale claim(s), {} job(s) now dead", swept.len() - dead, dead);
-    Ok(())
+    if as_json {
+        json(&serde_json::json!({"released": swept.len() - dead, "dead": dead}));
+    } else {
+        println!("released {} stale claim(s), {} job(s) now dead", swept.len() - dead, dead);
+    }
+    Ok(Code::Ok)
 }
 
 /// `devpilot release`: ask the holder to hand off, wait for it, and say what moved; release
 /// directly what it does not hand off in time.
-pub async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Result<()> {
+pub async fn release(orchestrator: &str, machine: &str, wait: Duration, as_json: bool) -> Out {
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let asked = queue.request_release(orchestrator, machine, &who()).await?;
+    let say = |line: String| {
+        if !as_json {
+            println!("{line}");
+        }
+    };
     if asked.is_empty() {
-        println!("{machine} holds no job");
-        return Ok(());
+        say(format!("{machine} holds no job"));
     }
     let deadline = tokio::time::Instant::now() + wait;
-    let mut left = asked.clone();
+    let (mut left, mut handed) = (asked.clone(), vec![]);
     while !left.is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let mut still = vec![];
@@ -113,33 +149,39 @@ pub async fn release(orchestrator: &str, machine: &str, wait: Duration) -> Resul
             let id = fence.job;
             match queue.job(id).await? {
                 Some((j, _)) if j.state == JobState::Running && j.claim_token == fence.token => still.push(fence),
-                Some(_) => println!("#{id} handed off by {machine}{}", moved(&queue, fence).await?),
-                None => println!("#{id} is gone"),
+                Some(_) => {
+                    handed.push(id);
+                    say(format!("#{id} handed off by {machine}{}", moved(&queue, fence).await?));
+                }
+                None => say(format!("#{id} is gone")),
             }
         }
         left = still;
     }
-    if left.is_empty() {
-        return Ok(());
+    let mut released = vec![];
+    if !left.is_empty() {
+        let why = format!("{machine} did not answer within {}; released directly", human(wait));
+        released = queue.release_unanswered(&left, machine, &why).await?;
     }
-    let why = format!("{machine} did not answer within {}; released directly", human(wait));
-    let ids = queue.release_unanswered(&left, machine, &why).await?;
-    if !ids.is_empty() {
-        println!(
+    if !released.is_empty() {
+        say(format!(
             "{machine} did not answer within {}: released {} job(s) directly{}; their work in progress stayed on {machine}",
             human(wait),
-            ids.len(),
-            fmt_ids(&ids)
-        );
+            released.len(),
+            fmt_ids(&released)
+        ));
     }
-    let busy: Vec<i64> = left.iter().map(|f| f.job).filter(|id| !ids.contains(id)).collect();
+    let busy: Vec<i64> = left.iter().map(|f| f.job).filter(|id| !released.contains(id)).collect();
     if !busy.is_empty() {
-        println!(
+        say(format!(
             "{machine} answered and is still handing off{}; it releases them once their work in progress is pushed",
             fmt_ids(&busy)
-        );
+        ));
     }
-    Ok(())
+    if as_json {
+        json(&serde_json::json!({"machine": machine, "handed_off": handed, "released": released, "handing_off": busy}));
+    }
+    Ok(if asked.is_empty() { Code::Nothing } else { Code::Ok })
 }
 
 /// What this claim's hand-off carried, from its history, for `release`'s report.
@@ -158,7 +200,7 @@ async fn moved(queue: &Queue, fence: Fence) -> Result<String> {
 }
 
 /// `devpilot worktrees [--prune]`.
-pub async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
+pub async fn worktrees(orchestrator: &str, prune: bool, as_json: bool) -> Out {
     let paths = Paths::for_app("devpilot")?;
     let settings = paths.load()?;
     let root = orchestrator::worktree_root(&paths.data_dir, orchestrator);
@@ -170,17 +212,33 @@ pub async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
     );
     let records = ws.records();
     if records.is_empty() {
-        println!("no worktrees under {}", root.display());
-        return Ok(());
+        if as_json {
+            json(&serde_json::json!([]));
+        } else {
+            println!("no worktrees under {}", root.display());
+        }
+        return Ok(Code::Ok);
     }
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let ids: Vec<i64> = records.iter().map(|r| r.job).collect();
     let states: std::collections::HashMap<i64, devpilot_store::job::JobState> =
         queue.job_states(&ids).await?.into_iter().collect();
     let state_of = |id: i64| states.get(&id).map(|s| s.as_str()).unwrap_or("gone");
+    let row = |r: &devpilot_engine::worktree::Record, removed: bool| {
+        serde_json::json!({
+            "id": r.job, "path": r.path, "branch": r.branch, "repo": r.repo, "state": state_of(r.job),
+            "kept": r.kept.is_some() || r.pending_push, "why": r.kept, "pending_push": r.pending_push,
+            "removed": removed,
+        })
+    };
     if prune {
         let finished = |id: i64| states.get(&id).is_none_or(|s| s.is_finished());
         let (removed, kept) = ws.prune(&finished).await;
+        if as_json {
+            let rows: Vec<_> = removed.iter().map(|r| row(r, true)).chain(kept.iter().map(|r| row(r, false))).collect();
+            json(&serde_json::Value::Array(rows));
+            return Ok(Code::Ok);
+        }
         for r in &removed {
             println!("removed #{} {} ({})", r.job, r.path.display(), r.branch);
         }
@@ -188,7 +246,11 @@ pub async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
             println!("kept    #{} {}: {}", r.job, r.path.display(), r.kept.clone().unwrap_or_default());
         }
         println!("{} removed, {} kept", removed.len(), kept.len());
-        return Ok(());
+        return Ok(Code::Ok);
+    }
+    if as_json {
+        json(&serde_json::Value::Array(records.iter().map(|r| row(r, false)).collect()));
+        return Ok(Code::Ok);
     }
     for r in &records {
         let note = match (&r.kept, r.pending_push) {
@@ -198,7 +260,7 @@ pub async fn worktrees(orchestrator: &str, prune: bool) -> Result<()> {
         };
         println!("#{:<6} {:<10} {} {} [{}]{note}", r.job, state_of(r.job), r.path.display(), r.branch, r.repo);
     }
-    Ok(())
+    Ok(Code::Ok)
 }
 
 /// `devpilot claim`: `claimed ID TOKEN` (exit 0) on a win, `lost ID` (exit 3) when the

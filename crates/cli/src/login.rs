@@ -5,8 +5,11 @@ use std::io::IsTerminal;
 
 use devpilot_engine::config::Paths;
 use devpilot_engine::secrets;
+use devpilot_engine::sources::{keys, SourceKind};
 use devpilot_store::db::{self, DbUrl, PoolSettings};
 use devpilot_store::error::{Error, Result};
+
+use crate::exit::{done, Code, Fail, Out};
 
 /// A secret typed at a prompt, or one line of stdin: never an argument, which `ps` and the
 /// shell history would keep.
@@ -151,4 +154,111 @@ pub async fn login(raw: &str) -> Result<()> {
         paths.config_file().display()
     );
     Ok(())
+}
+
+/// A secret `devpilot login` stores and `logout` forgets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secret {
+    Database,
+    Linear,
+    Github,
+}
+
+impl Secret {
+    fn words(self) -> &'static str {
+        match self {
+            Secret::Database => "the database password",
+            Secret::Linear => "the Linear API key",
+            Secret::Github => "the GitHub token",
+        }
+    }
+}
+
+/// The secret the flags name; `None`: none does, ask.
+pub fn which(database: bool, linear: bool, github: bool) -> Result<Option<Secret>, Fail> {
+    Ok(match (database, linear, github) {
+        (true, _, _) => Some(Secret::Database),
+        (_, true, _) => Some(Secret::Linear),
+        (_, _, true) => Some(Secret::Github),
+        _ => None,
+    })
+}
+
+/// Asks which secret, on a terminal; elsewhere a usage error that names the flags.
+fn ask_which(verb: &str, flags: &str) -> Result<Secret, Fail> {
+    use std::io::Write;
+    if !std::io::stdin().is_terminal() {
+        return Err(Fail::new(Code::Usage, format!("say what to {verb}: {flags}")));
+    }
+    print!("What do you want to {verb}?\n  1) a PostgreSQL database password\n  2) a Linear API key\n  3) a GitHub token\nChoose 1, 2 or 3: ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    match line.trim() {
+        "1" => Ok(Secret::Database),
+        "2" => Ok(Secret::Linear),
+        "3" => Ok(Secret::Github),
+        other => Err(Fail::new(Code::Usage, format!("'{}' is not 1, 2 or 3", other.escape_default()))),
+    }
+}
+
+/// `devpilot login` with no flag: asks what to store.
+pub async fn login_asked() -> Out {
+    let flags = "--database-url postgres://USER@HOST/DB, --linear or --github";
+    match ask_which("store", flags)? {
+        Secret::Linear => done(login_linear().await),
+        Secret::Github => done(login_github(false, None).await),
+        Secret::Database => {
+            use std::io::Write;
+            print!("Database URL, without the password (postgres://USER@HOST:5432/DB): ");
+            std::io::stdout().flush()?;
+            let mut url = String::new();
+            std::io::stdin().read_line(&mut url)?;
+            done(login(url.trim()).await)
+        }
+    }
+}
+
+/// `devpilot logout`: forgets a stored secret. Status 4 when there was none.
+pub async fn logout(which: Option<Secret>, as_json: bool) -> Out {
+    let secret = match which {
+        Some(s) => s,
+        None => ask_which("forget", "--database, --linear or --github")?,
+    };
+    let service = secrets::SERVICE;
+    let (account, url) = match secret {
+        Secret::Linear => (keys::LINEAR_ACCOUNT.to_string(), None),
+        Secret::Github => (keys::GITHUB_ACCOUNT.to_string(), None),
+        Secret::Database => {
+            let settings = Paths::for_app("devpilot")?.load()?;
+            let Some(raw) = settings.database_url else {
+                return Err(Fail::new(Code::Nothing, "no PostgreSQL database is configured, so no password is stored")
+                    .fix("the embedded SQLite default needs none"));
+            };
+            let url = DbUrl::parse(&raw)?;
+            (secrets::account(&url), Some(url))
+        }
+    };
+    let removed = tokio::task::spawn_blocking(move || -> Result<bool> {
+        let had = secrets::load_secret(service, &account)?.is_some();
+        match (secret, &url) {
+            (Secret::Database, Some(url)) => secrets::delete_password(service, url)?,
+            (Secret::Linear, _) => keys::delete_key(service, SourceKind::Linear)?,
+            (Secret::Github, _) => keys::delete_key(service, SourceKind::Github)?,
+            _ => {}
+        }
+        Ok(had)
+    })
+    .await
+    .map_err(|e| Error::Invalid(e.to_string()))??;
+    if as_json {
+        crate::output::json(&serde_json::json!({"secret": format!("{secret:?}").to_lowercase(), "removed": removed}));
+    } else if removed {
+        println!("{} was removed from the keychain", secret.words());
+    }
+    if removed {
+        Ok(Code::Ok)
+    } else {
+        Err(Fail::new(Code::Nothing, format!("{} was not stored in the keychain; nothing to remove", secret.words())))
+    }
 }

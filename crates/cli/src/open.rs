@@ -49,3 +49,30 @@ pub async fn open_queue_named(pool: PoolSettings, app_name: Option<&str>, pooled
     // prepared statements.
     Ok((Queue::new(conn).pooled(true), url))
 }
+
+/// Which queue (orchestrator) a command uses: `--orchestrator` (or `DEVPILOT_ORCHESTRATOR`,
+/// which clap reads into it), else the config file's `orchestrator_id`, else the default,
+/// `personal`, which the window uses too; then one line on stderr says so.
+pub fn queue_name(flag: Option<&str>) -> Result<String> {
+    if let Some(name) = flag {
+        devpilot_store::queue::validate_orchestrator(name)?;
+        return Ok(name.to_string());
+    }
+    let paths = Paths::for_app("devpilot")?;
+    let settings = paths.load()?;
+    if !configured_queue(&paths) {
+        eprintln!(
+            "note: using the default queue '{}' (set orchestrator_id in the config, DEVPILOT_ORCHESTRATOR or --orchestrator)",
+            settings.orchestrator_id
+        );
+    }
+    Ok(settings.orchestrator_id)
+}
+
+/// Whether the config file names a queue itself.
+fn configured_queue(paths: &Paths) -> bool {
+    std::fs::read_to_string(paths.config_file())
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.contains_key("orchestrator_id"))
+}

@@ -14,6 +14,17 @@ pub fn shown(text: Option<&str>) -> String {
     text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
+/// Prints `v` as pretty JSON: what `--json` prints, one document per command.
+pub fn json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// A job's text as the terminal gets it, with the other control characters dropped but
+/// newlines and tabs kept: agent output shown as lines, never as terminal commands.
+pub fn inert(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t')).collect()
+}
+
 pub fn human(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }

@@ -7,6 +7,7 @@ use clap::ValueEnum;
 
 use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::config::Paths;
+use devpilot_engine::control;
 use devpilot_engine::orchestrator::{self, ClaimMode, Event, RunConfig, StopMode, Wiring};
 use devpilot_engine::settings::Settings;
 use devpilot_engine::span::{parse_duration, Span};
@@ -20,7 +21,8 @@ use crate::output::human;
 /// ([`RunArgs::overlay`]): a flag that is not given keeps the setting's value.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    #[arg(long, env = "DEVPILOT_ORCHESTRATOR")]
+    /// The queue, from the global `--orchestrator` (see [`crate::open::queue_name`]).
+    #[arg(skip)]
     pub orchestrator: String,
     /// This machine's name (default: the settings', else the hostname).
     #[arg(long)]
@@ -204,6 +206,12 @@ pub async fn run(a: RunArgs) -> Result<()> {
     let bound = stop_bound(cfg.cancel_grace, cfg.push_bound);
     let wiring = Wiring::own(&cfg);
     let (handle, mut join) = orchestrator::start_machine(queue, &url, cfg, wiring);
+    // `devpilot pause`, `resume` and `handoff` reach this machine here; the socket goes
+    // when this function returns.
+    let control = control::CancellationToken::new();
+    let _control_guard = control.clone().drop_guard();
+    let target = handle.clone();
+    control::spawn(control::socket_path(&paths.data_dir, &a.orchestrator), move || Some(target.clone()), control);
     let mut events = handle.subscribe();
     tokio::spawn(async move {
         while let Ok(ev) = events.recv().await {

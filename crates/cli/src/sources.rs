@@ -14,6 +14,7 @@ use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Queue, SourceRow, SourceSpec};
 
 use crate::cli::{AddCommon, AddGithub, AddLinear};
+use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
 use crate::output::{human, shown};
 
@@ -247,7 +248,7 @@ fn tracker(e: sources::TrackerError) -> Error {
 
 /// `devpilot sources add linear`: tests the source (the key, the teams, the label), then
 /// saves it in the settings, refusing a name the settings already have. A running machine takes it at its next start or settings change.
-pub async fn add_linear(a: AddLinear) -> Result<()> {
+pub async fn add_linear(a: AddLinear, as_json: bool) -> Result<()> {
     let mut s =
         SourceSettings { teams: a.team.iter().map(|t| t.trim().to_uppercase()).collect(), ..Default::default() };
     if let Some(l) = a.label {
@@ -262,24 +263,24 @@ pub async fn add_linear(a: AddLinear) -> Result<()> {
         }
     }
     let name = a.name.unwrap_or_else(|| s.teams.first().map(|t| t.to_lowercase()).unwrap_or_default());
-    save_tested(name, s, a.common).await
+    save_tested(name, s, a.common, as_json).await
 }
 
 /// `devpilot sources add github`: tests the source (the token, the repository, the label),
 /// then saves it in the settings, refusing a name the settings already have.
-pub async fn add_github(a: AddGithub) -> Result<()> {
+pub async fn add_github(a: AddGithub, as_json: bool) -> Result<()> {
     let mut s = SourceSettings { kind: SourceKind::Github, repo: a.repo.trim().to_string(), ..Default::default() };
     if let Some(l) = a.label {
         s.label = l.trim().to_string();
     }
     s.maps_to = a.maps_to.unwrap_or_default();
     let default_name = s.repo.rsplit('/').next().unwrap_or_default().to_lowercase().replace('.', "-");
-    save_tested(a.name.unwrap_or(default_name), s, a.common).await
+    save_tested(a.name.unwrap_or(default_name), s, a.common, as_json).await
 }
 
 /// Saves source `s` as `name` with the flags every kind takes, after its connection test
 /// (unless `--no-test`).
-async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> Result<()> {
+async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon, as_json: bool) -> Result<()> {
     s.assigned_to_me = common.assigned_to_me;
     if let Some(i) = common.interval {
         s.interval = Span::parse(&i)?;
@@ -297,6 +298,7 @@ async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> 
         )));
     }
     s.validate(&name)?;
+    let mut tested = None;
     if !common.no_test {
         let Some(key) = source_key(&s).await else {
             return Err(Error::Invalid(format!(
@@ -307,12 +309,22 @@ async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> 
             )));
         };
         let found = connection::test(&s, key.secret()).await.map_err(|e| Error::Invalid(e.to_string()))?;
-        println!("{}", found.line());
+        tested = Some(found.line());
     }
     let runs = sources::maps::where_jobs_run(&s, &settings.repos).await;
+    let kind = s.kind.as_str();
     settings.sources.insert(name.clone(), s);
     settings.validate()?;
     paths.save(&settings)?;
+    if as_json {
+        crate::output::json(&serde_json::json!({
+            "name": name, "kind": kind, "added": true, "tested": tested, "runs_in": runs.line, "warning": runs.warn,
+        }));
+        return Ok(());
+    }
+    if let Some(line) = tested {
+        println!("{line}");
+    }
     println!("source '{name}' saved to {}", paths.config_file().display());
     if runs.warn {
         eprintln!("warning: {name}: {}", runs.line);
@@ -324,13 +336,21 @@ async fn save_tested(name: String, mut s: SourceSettings, common: AddCommon) -> 
 
 /// `devpilot sources remove NAME`: out of the settings (its row and outbox stay for the
 /// other machines that have it).
-pub fn remove(name: &str) -> Result<()> {
+pub fn remove(name: &str, as_json: bool) -> Out {
     let paths = Paths::for_app("devpilot")?;
     let mut settings = paths.load()?;
-    if settings.sources.remove(name).is_none() {
-        return Err(Error::Invalid(format!("no source named '{name}' in the settings")));
-    }
+    let Some(s) = settings.sources.remove(name) else {
+        let known: Vec<&str> = settings.sources.keys().map(String::as_str).collect();
+        return Err(Fail::new(Code::NotFound, format!("no source named '{name}' in the settings")).fix(format!(
+            "the sources here are: {}",
+            if known.is_empty() { "none".into() } else { known.join(", ") }
+        )));
+    };
     paths.save(&settings)?;
-    println!("source '{name}' removed from {}", paths.config_file().display());
-    Ok(())
+    if as_json {
+        crate::output::json(&serde_json::json!({"name": name, "kind": s.kind.as_str(), "removed": true}));
+    } else {
+        println!("source '{name}' removed from {}", paths.config_file().display());
+    }
+    Ok(Code::Ok)
 }
