@@ -371,3 +371,29 @@ async fn bad_inputs_get_clear_messages(backend: Backend) {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["counts"]["queued"], 1);
 }
+
+/// Processes that open a fresh SQLite file at the same moment (the tray, `devpilot run`, a
+/// `devpilot jobs` typed meanwhile) all succeed: they take turns to migrate it. Without the
+/// turn, two add the same column and one fails with "duplicate column name".
+#[test]
+fn processes_opening_a_fresh_sqlite_file_at_once_all_succeed() {
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("fresh.sqlite").display());
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                devpilot(dir.path(), &url)
+                    .args(["jobs", "--orchestrator", "race", "--json"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "round {round}: {err}");
+        }
+    }
+}

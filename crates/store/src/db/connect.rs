@@ -124,14 +124,42 @@ END$$";
 /// Connects, and on SQLite (the embedded default) migrates on first use. PostgreSQL is shared,
 /// so its schema changes only through an explicit `devpilot migrate`; a missing schema gets a
 /// message that says so.
+///
+/// Processes that open a fresh SQLite file at once (the tray, `devpilot run` and a
+/// `devpilot show` typed meanwhile) take turns through a lock file beside it: two migrations
+/// at once would both add the same column, and one would fail.
 pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection> {
-    let db = connect(url, pool).await?;
-    if url.is_sqlite() {
+    if let Some(path) = url.sqlite_path() {
+        let turn = tokio::task::spawn_blocking(move || migrate_turn(&path))
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))??;
+        let db = connect(url, pool).await?;
         migrate(url, &db).await?;
-    } else {
-        check_schema(url, &db).await?;
+        drop(turn);
+        return Ok(db);
     }
+    let db = connect(url, pool).await?;
+    check_schema(url, &db).await?;
     Ok(db)
+}
+
+/// This process's turn to connect to and migrate the SQLite file at `path`: an exclusive lock
+/// on `<path>-migrate.lock`, held until the returned file is dropped (or the process ends).
+fn migrate_turn(path: &std::path::Path) -> Result<std::fs::File> {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-migrate.lock");
+    let lock_path = std::path::PathBuf::from(name);
+    if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the database's directory", e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io("cannot open the database's migration lock", e))?;
+    file.lock().map_err(|e| Error::io("cannot lock the database for its migration", e))?;
+    Ok(file)
 }
 
 async fn check_schema(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
