@@ -132,12 +132,24 @@ pub async fn ask(path: &Path, req: &Request) -> Result<Reply, AskError> {
 /// A bound socket, removed when dropped if it is still the one bound.
 pub struct Server {
     path: PathBuf,
-    inode: u64,
+    identity: Identity,
+}
+
+/// Which file a path names: its inode and when it was made (an inode number is reused as soon
+/// as a file is removed, so a socket bound after ours may have ours).
+#[derive(PartialEq, Eq)]
+struct Identity(u64, u64, i64, i64);
+
+impl Identity {
+    fn of(path: &Path) -> Option<Identity> {
+        let m = std::fs::symlink_metadata(path).ok().filter(|m| m.file_type().is_socket())?;
+        Some(Identity(m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_socket() && m.ino() == self.inode) {
+        if Identity::of(&self.path).is_some_and(|i| i == self.identity) {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -196,8 +208,8 @@ fn bind(path: &Path) -> io::Result<(UnixListener, Server)> {
     }
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    let inode = std::fs::symlink_metadata(path)?.ino();
-    Ok((listener, Server { path: path.to_path_buf(), inode }))
+    let identity = Identity::of(path).ok_or_else(|| io::Error::other("the socket vanished as it was bound"))?;
+    Ok((listener, Server { path: path.to_path_buf(), identity }))
 }
 
 async fn answer<F: Fn() -> Option<Handle>>(stream: UnixStream, target: &F) -> Result<(), AskError> {
