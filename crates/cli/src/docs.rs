@@ -188,7 +188,7 @@ fn exit_status() -> String {
 
 /// The fields each command's `--json` prints: a contract (tests/tests/cli_contract.rs fails
 /// when one disappears).
-pub const JSON_FIELDS: [(&str, &str); 17] = [
+pub const JSON_FIELDS: [(&str, &str); 18] = [
     ("jobs", "an array of jobs: id, orchestrator_id, title, state, attempts, max_attempts, claimed_by, created_at, started_at, finished_at, last_error, repo, source, issue, issue_url, url, pull_request, summary, agent, waiting"),
     ("show", "job (as in jobs), payload, branch, issue, issue_url, pull_request, unroutable, history (id, at, kind, machine, detail), deliveries (event, tries, outcome, last_error), log (from, tail)"),
     ("watch", "the job as it ended (as in jobs)"),
@@ -205,6 +205,7 @@ pub const JSON_FIELDS: [(&str, &str); 17] = [
     ("worktrees", "an array: id, path, branch, repo, state, kept, why, pending_push, removed"),
     ("sources", "orchestrator, sources (each source's row and health)"),
     ("sources add, sources remove", "name, kind, added or removed"),
+    ("sources poll", "orchestrator, sources (source, polled, seen, added, lines, error)"),
     ("doctor, logout", "doctor: ok, problems, warnings, checks (name, status, detail, fix); logout: secret, removed"),
 ];
 

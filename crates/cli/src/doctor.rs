@@ -102,28 +102,31 @@ fn report(checks: &[Check], as_json: bool) -> Out {
 /// The database: reachable, and its schema there. The embedded file is not created.
 async fn database_checks(paths: &Paths) -> Vec<Check> {
     let p = paths.clone();
-    let url =
-        match tokio::task::spawn_blocking(move || database::resolve_database(&p, secrets::SERVICE)).await {
-            Ok(Ok(u)) => u,
-            Ok(Err(e)) => return vec![bad(
+    let url = match tokio::task::spawn_blocking(move || database::resolve_database(&p, secrets::SERVICE)).await {
+        Ok(Ok(u)) => u,
+        Ok(Err(e)) => {
+            return vec![bad(
                 Status::Fail,
                 "database",
                 e.to_string(),
                 "`devpilot login --database-url URL` stores the password; `devpilot config show` says which database",
-            )],
-            Err(e) => return vec![bad(Status::Fail, "database", e.to_string(), "report this")],
-        };
+            )]
+        }
+        Err(e) => return vec![bad(Status::Fail, "database", e.to_string(), "report this")],
+    };
     if url.sqlite_path().is_some_and(|p| !p.exists()) {
         return vec![ok("database", format!("{} (embedded; created at first use)", url.target()))];
     }
     let conn = match tokio::time::timeout(BOUND, db::connect(&url, &PoolSettings::default())).await {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return vec![bad(
+        Ok(Err(e)) => {
+            return vec![bad(
             Status::Fail,
             "database",
             format!("{}: {e}", url.target()),
             "is it up and reachable from here? is the password in the keychain (`devpilot login --database-url URL`)?",
-        )],
+        )]
+        }
         Err(_) => {
             return vec![bad(
                 Status::Fail,

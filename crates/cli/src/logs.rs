@@ -84,21 +84,11 @@ pub async fn tail(queue: &Queue, job: &JobRow, max: u64) -> Result<Tail> {
     }
 }
 
-/// What `now` adds to the stored window `before` (both the last bytes of one log): the part
-/// after the longest overlap found, or all of it when the window moved past what was seen.
+/// What `now` adds to the stored window `before` (both the last bytes of one log, `now` the
+/// later): the window drops bytes from its front and gains new ones at its end, so the new
+/// part follows the longest end of `before` that `now` starts with; all of `now` when none.
 fn delta<'a>(before: &str, now: &'a str) -> &'a str {
-    if let Some(rest) = now.strip_prefix(before) {
-        return rest;
-    }
-    let mut start = before.len().saturating_sub(256);
-    while !before.is_char_boundary(start) {
-        start += 1;
-    }
-    let anchor = &before[start..];
-    match now.rfind(anchor) {
-        Some(at) if !anchor.is_empty() => &now[at + anchor.len()..],
-        _ => now,
-    }
+    before.char_indices().find_map(|(k, _)| now.strip_prefix(&before[k..])).unwrap_or(now)
 }
 
 /// `devpilot logs ID [-f]`.

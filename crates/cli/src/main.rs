@@ -135,8 +135,8 @@ async fn dispatch(cli: Cli) -> Out {
             login::logout(login::which(database, linear, github)?, json).await
         }
         Cmd::Sources { command: None, json } => done(sources::list(Some(queue_name(flag)?), json).await),
-        Cmd::Sources { command: Some(SourcesCmd::Poll { name }), .. } => {
-            done(sources::poll(name, Some(queue_name(flag)?)).await)
+        Cmd::Sources { command: Some(SourcesCmd::Poll { name }), json } => {
+            done(sources::poll(name, Some(queue_name(flag)?), json).await)
         }
         Cmd::Sources { command: Some(SourcesCmd::Add { kind: AddKind::Github(a) }), json } => {
             done(sources::add_github(a, json).await)

@@ -170,7 +170,7 @@ fn ms(v: i64) -> Duration {
 
 /// `devpilot sources poll [NAME]`: a turn of each (or the named) source now, whatever the
 /// interval; prints the key of each job it added, updated or cancelled.
-pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<()> {
+pub async fn poll(name: Option<String>, orchestrator: Option<String>, as_json: bool) -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
     let settings = paths.load()?;
     let orchestrator = orchestrator.unwrap_or_else(|| settings.orchestrator_id.clone());
@@ -187,19 +187,28 @@ pub async fn poll(name: Option<String>, orchestrator: Option<String>) -> Result<
     // One source's trouble (no key here, its tracker refusing) does not keep the others from
     // their turn: each says what went wrong, and the exit code says that something did.
     let mut failed = 0;
+    let mut polled = vec![];
     let remotes = sources::maps::remotes_of(&settings.repos);
     for (n, s) in &chosen {
         // Its jobs would run repo-less and be thrown away: it waits, as a machine's does.
         if let Some(why) = s.names_no_repo() {
             eprintln!("{n}: not polled: {why}");
+            polled.push(serde_json::json!({"source": n, "polled": false, "error": why}));
             failed += 1;
             continue;
         }
         let s = &sources::maps::mapped((*s).clone(), &remotes).await;
-        if let Err(e) = poll_one(&queue, (&orchestrator, &machine), n, s, settings.max_attempts).await {
-            eprintln!("{n}: {e}");
-            failed += 1;
+        match poll_one(&queue, (&orchestrator, &machine), n, s, settings.max_attempts, as_json).await {
+            Ok(v) => polled.push(v),
+            Err(e) => {
+                eprintln!("{n}: {e}");
+                polled.push(serde_json::json!({"source": n, "polled": false, "error": e.to_string()}));
+                failed += 1;
+            }
         }
+    }
+    if as_json {
+        crate::output::json(&serde_json::json!({"orchestrator": orchestrator, "sources": polled}));
     }
     if failed > 0 {
         return Err(Error::Invalid(format!("{failed} of {} sources could not be polled", chosen.len())));
@@ -214,21 +223,28 @@ async fn poll_one(
     n: &str,
     s: &SourceSettings,
     max_attempts: i32,
-) -> Result<()> {
+    as_json: bool,
+) -> Result<serde_json::Value> {
     let key = source_key(s).await.ok_or_else(|| Error::Invalid(sources::keys::no_key_here(s)))?;
     let bound = bind(queue, orchestrator, n, s).await?;
     let client = TrackerClient::for_source(s, key.secret()).map_err(tracker)?;
     match sources::poll(queue, orchestrator, machine, &bound, &client, max_attempts, true).await {
         Ok(sources::Tried { report: Some(report), .. }) => {
-            for line in report.lines() {
-                println!("{line}");
+            if !as_json {
+                for line in report.lines() {
+                    println!("{line}");
+                }
+                println!("{n}: {} issues read, {} jobs added", report.seen, report.added.len());
             }
-            println!("{n}: {} issues read, {} jobs added", report.seen, report.added.len());
-            Ok(())
+            Ok(
+                serde_json::json!({"source": n, "polled": true, "seen": report.seen, "added": report.added, "lines": report.lines()}),
+            )
         }
         Ok(sources::Tried { report: None, .. }) => {
-            println!("{n}: another machine is polling it right now");
-            Ok(())
+            if !as_json {
+                println!("{n}: another machine is polling it right now");
+            }
+            Ok(serde_json::json!({"source": n, "polled": false, "busy": true}))
         }
         Err(sources::IntakeError::Tracker(e)) => Err(tracker(e)),
         Err(sources::IntakeError::Store(e)) => Err(e),

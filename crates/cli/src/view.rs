@@ -156,7 +156,7 @@ pub async fn show(id: i64, as_json: bool) -> Out {
 /// The state in words, then the links and facts, as the job page leads with them.
 fn print_head(d: &Detail) {
     let j = &d.job;
-    println!("#{} {}", j.id, shown(j.title.as_deref().or(Some("(untitled)"))));
+    println!("#{} · {}", j.id, shown(j.title.as_deref().or(Some("(untitled)"))));
     println!("  state     {}", state_words(j));
     if let Some(why) = &d.unroutable {
         println!("  waiting   no online machine can take it: {}", shown(Some(why)));
@@ -252,6 +252,7 @@ pub async fn watch(id: i64, every: Duration, as_json: bool) -> Out {
         }
         last = line;
         if j.state.is_finished() {
+            let j = if j.state == JobState::Completed { with_pull_request(&queue, j).await? } else { j };
             if as_json {
                 json(&job_json(&j));
             } else if let Some(u) = pull_request(&j).or(j.url.clone()) {
@@ -265,6 +266,28 @@ pub async fn watch(id: i64, every: Duration, as_json: bool) -> Out {
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// How long `watch` waits, after a completion, for the pull request being opened.
+const PR_WAIT: Duration = Duration::from_secs(60);
+
+/// The completed job once its pull request is opened, when one is on its way (its outbox
+/// has an undelivered `pull_request` report): what the user watched for. Bounded.
+async fn with_pull_request(queue: &Queue, mut j: JobRow) -> Result<JobRow, Fail> {
+    let pending = |rows: &[OutboxRow]| rows.iter().any(|o| o.event == "pull_request" && o.done_at.is_none());
+    if !pending(&queue.outbox_of(j.id).await?) {
+        return Ok(j);
+    }
+    eprintln!("#{} completed; waiting for its pull request to be opened…", j.id);
+    let deadline = tokio::time::Instant::now() + PR_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        j = queue.job(j.id).await?.ok_or(Fail::not_found_job(j.id))?.0;
+        if !pending(&queue.outbox_of(j.id).await?) {
+            break;
+        }
+    }
+    Ok(j)
 }
 
 /// `devpilot open ID`: its pull request, else its issue, in the browser.
