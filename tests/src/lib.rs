@@ -11,6 +11,8 @@
 //! - [`LinearStandIn`]: Linear's GraphQL API on loopback, enforcing its published schema.
 //! - [`GitHubStandIn`]: GitHub's REST API on loopback, enforcing its OpenAPI description
 //!   (`contracts/github`); both serve HTTP with `http_server`.
+//! - [`SecretService`]: a private D-Bus session with an unlocked gnome-keyring, so keychain
+//!   tests never touch the keychain of the user running them.
 //! - `pg` ([`PgCluster`], [`shared_pg`]), `net` ([`free_port`]) and `watchdog` (stopping what
 //!   the tests started once the test process is gone) hold what [`pooler`] and [`tls`] share.
 
@@ -30,6 +32,7 @@ pub mod forwarder;
 pub mod gate;
 pub mod github;
 mod http_server;
+pub mod keychain;
 pub mod linear;
 pub mod model_server;
 mod net;
@@ -40,6 +43,7 @@ pub mod tls;
 mod watchdog;
 pub use forwarder::Forwarder;
 pub use github::GitHubStandIn;
+pub use keychain::SecretService;
 pub use linear::LinearStandIn;
 pub use model_server::{ModelServer, Turn};
 pub use net::free_port;

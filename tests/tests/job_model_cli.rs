@@ -92,8 +92,8 @@ async fn bad_job_model_inputs_exit_non_zero_and_write_nothing(backend: Backend) 
         (enqueue(&["--delay", "soon"]), 1, "'soon' is not a duration"),
         (enqueue(&["--priority", "abc"]), 2, "invalid value 'abc' for '--priority"),
         (enqueue(&["--retry-backoff", "0s"]), 1, "retry backoff must be between"),
-        (vec!["cancel".into(), "999999".into()], 1, "there is no job #999999"),
-        (vec!["requeue".into(), "999999".into()], 1, "there is no job #999999"),
+        (vec!["cancel".into(), "999999".into()], 3, "there is no job #999999"),
+        (vec!["requeue".into(), "999999".into()], 3, "there is no job #999999"),
         (vec!["cancel".into(), "abc".into()], 2, "invalid value 'abc'"),
     ];
     for (args, want, text) in cases {
