@@ -86,7 +86,8 @@ async fn four_runners_drain_1000_jobs_through_pgbouncer_exactly_once() {
     assert_eq!(code, 0, "sweep through PgBouncer: {err}");
     let (code, out, err) =
         run_cli(home.path(), &url, &["release", "--orchestrator", orch, "--machine", "m0", "--wait", "1s"], None);
-    assert_eq!(code, 0, "release through PgBouncer: {out}{err}");
+    assert_eq!(code, 4, "release through PgBouncer, of a machine that holds nothing: {out}{err}");
+    assert!(out.contains("m0 holds no job"), "{out}");
     for r in &runners {
         let log = std::fs::read_to_string(&r.log).unwrap();
         assert!(!log.contains("prepared statement"), "runner {} met no prepared statement: {log}", r.machine);
