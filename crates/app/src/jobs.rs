@@ -167,20 +167,8 @@ impl Engine {
                 None => (local, None),
             }
         };
-        let unroutable = if job.claimed_at.is_none() && JobState::CLAIMABLE.contains(&job.state) {
-            devpilot_store::queue::unroutable(
-                job.repo.as_deref(),
-                &job.requires,
-                &q.machines(&job.orchestrator_id).await?,
-            )
-        } else {
-            None
-        };
-        let branch = job
-            .repo
-            .as_ref()
-            .map(|_| devpilot_store::spec::JobSpec::parse(&payload).map(|s| s.branch(id)).unwrap_or_default())
-            .filter(|b| !b.is_empty());
+        let unroutable = q.why_unroutable(&job).await?;
+        let branch = job.branch(&payload);
         let deliveries = q.outbox_of(id).await?;
         let worktree_here = self.worktree_path(id).is_some();
         let log_path = Some(self.job_log(id)).filter(|p| p.exists()).map(|p| p.display().to_string());

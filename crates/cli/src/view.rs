@@ -91,20 +91,8 @@ struct Detail {
 
 async fn detail(queue: &Queue, id: i64) -> Result<Detail, Fail> {
     let (job, payload) = queue.job(id).await?.ok_or(Fail::not_found_job(id))?;
-    let branch = job
-        .repo
-        .as_ref()
-        .and_then(|_| devpilot_store::spec::JobSpec::parse(&payload).ok().map(|s| s.branch(id)))
-        .filter(|b| !b.is_empty());
-    let unroutable = if job.claimed_at.is_none() && JobState::CLAIMABLE.contains(&job.state) {
-        devpilot_store::queue::unroutable(
-            job.repo.as_deref(),
-            &job.requires,
-            &queue.machines(&job.orchestrator_id).await?,
-        )
-    } else {
-        None
-    };
+    let branch = job.branch(&payload);
+    let unroutable = queue.why_unroutable(&job).await?;
     let log = crate::logs::tail(queue, &job, 64 * 1024).await?;
     Ok(Detail {
         history: queue.history(id).await?,

@@ -215,6 +215,17 @@ impl MachineRow {
     }
 }
 
+impl Queue {
+    /// Why no online machine can take `job` now, if it waits to be claimed and none can.
+    pub async fn why_unroutable(&self, job: &super::rows::JobRow) -> Result<Option<String>> {
+        if job.claimed_at.is_some() || !crate::job::JobState::CLAIMABLE.contains(&job.state) {
+            return Ok(None);
+        }
+        let machines = self.machines(&job.orchestrator_id).await?;
+        Ok(unroutable(job.repo.as_deref(), &job.requires, &machines))
+    }
+}
+
 /// Why no online machine can take a job of `repo` needing `requires` (`None`: one can).
 pub fn unroutable(repo: Option<&str>, requires: &[String], machines: &[MachineRow]) -> Option<String> {
     let online: Vec<&MachineRow> = machines.iter().filter(|m| m.online()).collect();

@@ -132,6 +132,13 @@ pub struct JobRow {
 }
 
 impl JobRow {
+    /// The branch every machine names this job's work by (a job with a repo), from its
+    /// `payload`.
+    pub fn branch(&self, payload: &serde_json::Value) -> Option<String> {
+        self.repo.as_ref()?;
+        crate::spec::JobSpec::parse(payload).ok().map(|s| s.branch(self.id)).filter(|b| !b.is_empty())
+    }
+
     /// A row with only its identity and state, every other field empty: what renderers are
     /// tested against (a real row comes from a listing).
     pub fn bare(id: i64, orchestrator_id: &str, state: JobState) -> Self {
