@@ -233,9 +233,16 @@ pub fn devpilot(home: &Path, db_url: &str) -> Command {
 
 /// Runs the `devpilot` CLI to its end: (exit code, stdout, stderr). A panic is a failure.
 pub fn run_cli(home: &Path, url: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    use std::io::Write;
     let mut c = devpilot(home, url);
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.args(args);
+    run_to_end(c, stdin)
+}
+
+/// Runs a `devpilot` command to its end with `stdin`: (exit code, stdout, stderr). A panic
+/// is a failure.
+pub fn run_to_end(mut c: Command, stdin: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
     if stdin.is_some() {
         c.stdin(Stdio::piped());
     }

@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use devpilot_store::job::JobState;
 use devpilot_tests::{
-    devpilot, enqueue, fast_flags, run_cli, spawn_runner, wait_for, write_config, Backend, GitRemote, LinearStandIn,
-    RecordingAgent, SecretService, TestDb,
+    devpilot, enqueue, fast_flags, run_cli, run_to_end, spawn_runner, wait_for, write_config, Backend, GitRemote,
+    LinearStandIn, RecordingAgent, SecretService, TestDb,
 };
 use serde_json::Value;
 
@@ -503,22 +503,11 @@ const KEY: &str = "lin_api_TESTSECRET_logout_5e4d3c2b1a";
 
 /// `devpilot` in `home` with the private keychain `keys`, run to its end with `stdin`.
 fn with_keychain(keys: &SecretService, home: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    use std::io::Write;
     let url = format!("sqlite://{}", home.join("unused.sqlite").display());
     let mut c: Command = devpilot(home, &url);
     keys.apply(&mut c).env_remove("LINEAR_API_KEY").env_remove("GITHUB_TOKEN").env_remove("DEVPILOT_LINEAR_API_URL");
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    if stdin.is_some() {
-        c.stdin(Stdio::piped());
-    }
-    let mut child = c.spawn().expect("spawn devpilot");
-    if let Some(s) = stdin {
-        child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write stdin");
-    }
-    let out = child.wait_with_output().expect("devpilot output");
-    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(!e.contains("panicked") && !e.contains("RUST_BACKTRACE"), "no panic: {e}");
-    (out.status.code().unwrap_or(-1), o, e)
+    c.args(args);
+    run_to_end(c, stdin)
 }
 
 /// In a keychain of the test's own: `login --linear` stores the key (checked with Linear's
