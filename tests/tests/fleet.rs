@@ -12,7 +12,7 @@
 // A test says "this must hold" by unwrapping: a panic is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -329,37 +329,52 @@ impl Fleet {
         }
     }
 
-    /// The machine a fault of `kind` lands on, at random.
+    /// The machine a fault of `kind` lands on, at random. A freeze waits (up to 10 s) for a
+    /// machine whose agent is mid-run, so that the lid never closes on an idle machine just
+    /// because the fleet was still starting or reconnecting after a restart.
     async fn pick_machine(&self, kind: &str, rng: &mut rand::rngs::StdRng) -> String {
         let mut names: Vec<String> = self.runners.keys().cloned().collect();
         names.sort();
         if kind == "stop" {
-            // Freeze a machine whose agent is mid-run right now, by the agents' own records:
-            // best a slow job (one in ten) that started less than a second ago. Failing that,
-            // any machine the database says holds work.
+            let mid_run = self.machines_mid_run(Duration::from_secs(10)).await;
+            if !mid_run.is_empty() {
+                names = mid_run;
+            } else {
+                let mut holders = vec![];
+                for o in &self.orchs {
+                    if let Ok(rows) = self.queue.running(o).await {
+                        holders.extend(rows.into_iter().filter_map(|r| r.claimed_by));
+                    }
+                }
+                holders.sort();
+                holders.dedup();
+                if !holders.is_empty() {
+                    names = holders;
+                }
+            }
+        }
+        names[rng.random_range(0..names.len())].clone()
+    }
+
+    /// Machines running a slow job (one in ten) that started less than a second ago, by the
+    /// agents' own records; polled until one appears or `patience` runs out.
+    async fn machines_mid_run(&self, patience: Duration) -> Vec<String> {
+        let until = Instant::now() + patience;
+        loop {
             let now = now_ms();
             let mut mid_run: Vec<String> = read_executions(&self.record)
                 .into_values()
                 .filter(|x| x.end_ms.is_none() && x.job % 10 == 0 && now - x.start_ms < 1000)
+                .filter(|x| self.runners.contains_key(&x.machine))
                 .map(|x| x.machine)
                 .collect();
-            let mut holders = vec![];
-            for o in &self.orchs {
-                if let Ok(rows) = self.queue.running(o).await {
-                    holders.extend(rows.into_iter().filter_map(|r| r.claimed_by));
-                }
+            mid_run.sort();
+            mid_run.dedup();
+            if !mid_run.is_empty() || Instant::now() >= until {
+                return mid_run;
             }
-            for list in [&mut holders, &mut mid_run] {
-                list.sort();
-                list.dedup();
-            }
-            if !mid_run.is_empty() {
-                names = mid_run;
-            } else if !holders.is_empty() {
-                names = holders;
-            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        names[rng.random_range(0..names.len())].clone()
     }
 
     /// kill -9 of machine `m`'s runner, which then comes back.
@@ -382,35 +397,28 @@ impl Fleet {
         let o = o.clone();
         let from_ms = now_ms();
         signal_tree(r.pid(), libc::SIGSTOP);
-        self.wait_for_sweep(&o, m, from_ms).await;
+        // What the lid closed on: executions of `m` that began before the freeze and had not
+        // ended by then. Their runner is stopped, so each lease can only be swept.
+        let held: Vec<Execution> = read_executions(&self.record)
+            .into_values()
+            .filter(|x| x.machine == m && x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms))
+            .collect();
+        let keys: HashSet<(i64, i64)> = held.iter().map(|x| (x.job, x.token)).collect();
+        let bit = self.wait_for_sweep(&o, m, from_ms, &keys).await;
         signal_tree(r.pid(), libc::SIGCONT);
         let to_ms = now_ms();
         chaos.faults.push(Fault::Stop { machine: m.to_string(), from_ms, to_ms });
-        // Did the lid close on a running agent? If no lease of an execution that was
-        // mid-run was swept while the machine was frozen, the fault missed: plan
-        // another, so that the proof below never depends on luck (bounded, so a
-        // broken sweep still fails the test).
-        let execs = read_executions(&self.record);
-        let bit = self.queue.events_of_kind(&o, "swept").await.is_ok_and(|evs| {
-            evs.iter().any(|e| {
-                e.machine.as_deref() == Some(m)
-                    && e.at >= from_ms
-                    && e.at <= to_ms
-                    && e.claim_token
-                        .and_then(|t| execs.get(&(e.job_id, t)))
-                        .is_some_and(|x| x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms))
-            })
-        });
-        let held: Vec<(i64, i64, Option<i64>, Option<i64>)> = {
-            let mut v: Vec<_> = execs
-                .values()
-                .filter(|x| x.machine == m && x.start_ms < from_ms && x.end_ms.is_none_or(|end| end > from_ms))
-                .map(|x| (x.job, x.token, Some(from_ms - x.start_ms), x.end_ms.map(|e| e - from_ms)))
-                .collect();
-            v.sort();
-            v
-        };
-        println!("fault: froze {m} for {} ms; mid-run then (job, claim, ms since start, ms to end): {held:?}; a lease swept meanwhile: {bit}", to_ms - from_ms);
+        let mut shown: Vec<_> =
+            held.iter().map(|x| (x.job, x.token, from_ms - x.start_ms, x.end_ms.map(|e| e - from_ms))).collect();
+        shown.sort();
+        println!(
+            "fault: froze {m} for {} ms; mid-run then (job, claim, ms since start, ms to end): {shown:?}; \
+             a lease swept meanwhile: {bit}",
+            to_ms - from_ms
+        );
+        // If no lease of an execution that was mid-run was swept while the machine was
+        // frozen, the fault missed: plan another, so that the proof below never depends on
+        // luck (bounded, so a broken sweep still fails the test).
         if !bit && chaos.stops_missed < 8 {
             chaos.stops_missed += 1;
             chaos.plan.push("stop");
@@ -418,25 +426,29 @@ impl Fleet {
     }
 
     /// Waits while `m` is frozen: longer than the claim timeout, and then until the sibling
-    /// machine has swept one of this machine's leases (the signal we wait for), capped so
-    /// that a broken sweep cannot hang the test. On a loaded machine a fixed sleep was
-    /// sometimes too short and the lid closed on nothing.
-    async fn wait_for_sweep(&self, o: &str, m: &str, from_ms: i64) {
+    /// machine has swept the lease of one of the executions the lid closed on (`held`), the
+    /// signal we wait for. Capped so that a broken sweep cannot hang the test; with nothing
+    /// held there is nothing to wait for past the claim timeout. Whether the fault bit.
+    async fn wait_for_sweep(&self, o: &str, m: &str, from_ms: i64, held: &HashSet<(i64, i64)>) -> bool {
         let frozen = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let waited = frozen.elapsed();
-            if waited >= Duration::from_secs(20) {
-                break;
+            if waited < Duration::from_millis(3500) {
+                continue;
             }
-            if waited >= Duration::from_millis(3500)
-                && self
-                    .queue
-                    .events_of_kind(o, "swept")
-                    .await
-                    .is_ok_and(|evs| evs.iter().any(|e| e.machine.as_deref() == Some(m) && e.at >= from_ms))
-            {
-                break;
+            let swept = self.queue.events_of_kind(o, "swept").await.is_ok_and(|evs| {
+                evs.iter().any(|e| {
+                    e.machine.as_deref() == Some(m)
+                        && e.at >= from_ms
+                        && e.claim_token.is_some_and(|t| held.contains(&(e.job_id, t)))
+                })
+            });
+            if swept {
+                return true;
+            }
+            if held.is_empty() || waited >= Duration::from_secs(20) {
+                return false;
             }
         }
     }
