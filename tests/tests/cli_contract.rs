@@ -113,7 +113,17 @@ const CONTRACT: &[(&str, Option<&str>, &[&str])] = &[
     (
         "handoff",
         None,
-        &["machine", "jobs/[]/id", "jobs/[]/state", "jobs/[]/branch", "jobs/[]/pushed", "safe", "paused"],
+        &[
+            "machine",
+            "jobs/[]/id",
+            "jobs/[]/title",
+            "jobs/[]/branch",
+            "jobs/[]/pushed",
+            "jobs/[]/stayed",
+            "safe",
+            "paused",
+            "text",
+        ],
     ),
     (
         "doctor",

@@ -1,17 +1,16 @@
 //! Every hand-off and its verdict ([`crate::verdict`]): the one thing a user needs before
 //! closing the lid.
 //!
-//! Every hand-off (the window's, the tray's, the sleep hook's) goes through
+//! Every hand-off (the window's, the tray's, the sleep hook's, and `devpilot handoff` through
+//! the control socket) goes through
 //! [`Engine::hand_off`], which publishes its verdict: the tray shows it as a line and as a
 //! notification, the window as a notice.
 
-use std::collections::BTreeMap;
-
 use std::sync::atomic::Ordering;
 
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::error::RecvError;
 
-use devpilot_engine::orchestrator::{Carried, Event};
+use devpilot_engine::orchestrator::{verdict, Event};
 use devpilot_store::error::Result;
 
 use crate::engine::Engine;
@@ -30,49 +29,18 @@ impl Engine {
     /// [`Engine::hand_off`], saying whether the sleep hook asked.
     pub(crate) async fn hand_off_as(&self, pause: bool, before_sleep: bool) -> Result<HandOffVerdict> {
         let handle = self.running_orchestrator()?;
-        let before: Vec<(i64, Option<String>)> =
-            self.status().running.iter().map(|r| (r.job.id, r.job.title.clone())).collect();
-        // Subscribed before the hand-off: each released job's event is in the buffer when
-        // the hand-off returns (its task sends it before it ends).
-        let mut events = self.subscribe();
         self.handing_off.store(true, Ordering::SeqCst);
-        let ids = unanswered_too(handle.hand_off(pause).await, &before);
         // Marked as this hand-off's before the flag drops, so a late look at their events by
         // `watch_requested_releases` still knows them.
-        if let Ok(mut own) = self.own_releases.lock() {
-            let now = std::time::Instant::now();
-            own.retain(|_, at| now.duration_since(*at) < OWN_RELEASE_MEMORY);
-            own.extend(ids.iter().map(|id| (*id, now)));
-        }
-        self.handing_off.store(false, Ordering::SeqCst);
-        let mut released: BTreeMap<i64, (Option<String>, Carried)> = BTreeMap::new();
-        // An agent that exited as the hand-off began ends its attempt as usual: said as such.
-        let mut ended: BTreeMap<i64, (Option<String>, &str)> = BTreeMap::new();
-        loop {
-            match events.try_recv() {
-                Ok(Event::Released { job, carried }) => {
-                    released.insert(job.id, (job.title, carried));
-                }
-                Ok(Event::Completed { job, .. }) => drop(ended.insert(job.id, (job.title, "completed"))),
-                Ok(Event::Failed { job, .. }) => drop(ended.insert(job.id, (job.title, "failed"))),
-                Ok(Event::Parked { job, .. }) => drop(ended.insert(job.id, (job.title, "parked"))),
-                Ok(Event::Cancelled { job }) => drop(ended.insert(job.id, (job.title, "cancelled"))),
-                Ok(_) | Err(TryRecvError::Lagged(_)) => {}
-                Err(_) => break,
+        let mark = |ids: &[i64]| {
+            if let Ok(mut own) = self.own_releases.lock() {
+                let now = std::time::Instant::now();
+                own.retain(|_, at| now.duration_since(*at) < OWN_RELEASE_MEMORY);
+                own.extend(ids.iter().map(|id| (*id, now)));
             }
-        }
-        let jobs = ids
-            .into_iter()
-            .map(|id| match (released.remove(&id), ended.remove(&id)) {
-                (Some((title, carried)), _) => HandedOff { id, title, carried: Some(carried), ended: None },
-                (None, Some((title, how))) => HandedOff { id, title, carried: None, ended: Some(how.into()) },
-                (None, None) => {
-                    let title = before.iter().find(|(b, _)| *b == id).and_then(|(_, t)| t.clone());
-                    HandedOff { id, title, carried: None, ended: None }
-                }
-            })
-            .collect();
-        let verdict = HandOffVerdict::of(jobs, pause, before_sleep);
+        };
+        let verdict = verdict::hand_off(&handle, pause, before_sleep, mark).await;
+        self.handing_off.store(false, Ordering::SeqCst);
         tracing::info!(safe = verdict.safe, "{}", verdict.text);
         self.hand_off_tx.send_replace(Some(verdict.clone()));
         Ok(verdict)
@@ -128,52 +96,24 @@ impl Engine {
     }
 }
 
-/// The jobs a hand-off answered for, and each job that was running here before it but that it
-/// did not answer for (its machine stopped under it): such a job is not "nothing was running",
-/// and the verdict says its claim was gone.
-fn unanswered_too(mut ids: Vec<i64>, before: &[(i64, Option<String>)]) -> Vec<i64> {
-    for (id, _) in before {
-        if !ids.contains(id) {
-            ids.push(*id);
-        }
-    }
-    ids
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use devpilot_engine::orchestrator::{MachineState, Status};
+    use std::time::Duration;
 
-    /// A hand-off that answered for nothing while a job ran here does not read "safe".
-    #[test]
-    fn a_job_the_hand_off_did_not_answer_for_is_not_safe() {
-        let before = [(12, Some("Fix login".to_string()))];
-        let ids = unanswered_too(vec![], &before);
-        assert_eq!(ids, [12]);
-        let v = HandOffVerdict::of(
-            vec![HandedOff { id: 12, title: Some("Fix login".into()), carried: None, ended: None }],
-            true,
-            false,
-        );
-        assert!(!v.safe && v.text.contains("#12 Fix login: its claim was gone before the hand-off"), "{v:?}");
-        assert_eq!(unanswered_too(vec![12, 13], &before), [12, 13], "answered: unchanged");
-    }
-
-    /// A hand-off another machine asks for is told on the holder as its own are, and a hand-off
-    /// of this app is not told twice.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_hand_off_asked_by_another_machine_gets_its_verdict() {
+    /// An engine of a test's own on the embedded database, started, with the watcher of
+    /// asked-for hand-offs running, and idle.
+    async fn idle_engine(dir: &std::path::Path, queue: &str) -> std::sync::Arc<Engine> {
         use devpilot_engine::settings::Settings;
         use devpilot_engine::span::Span;
-        use std::time::Duration;
-        let dir = tempfile::tempdir().unwrap();
         let p = devpilot_engine::config::Paths {
-            config_dir: dir.path().join("c"),
-            data_dir: dir.path().join("d"),
-            log_dir: dir.path().join("l"),
+            config_dir: dir.join("c"),
+            data_dir: dir.join("d"),
+            log_dir: dir.join("l"),
         };
         let s = Settings {
-            orchestrator_id: "asked".into(),
+            orchestrator_id: queue.into(),
             machine: Some("laptop".into()),
             poll_interval: Span::parse("200ms").unwrap(),
             heartbeat: Span::parse("300ms").unwrap(),
@@ -188,14 +128,23 @@ mod tests {
         );
         e.start().await;
         tokio::spawn(e.clone().watch_requested_releases());
-        let mut st = e.watch_status();
-        let ok = |f: fn(&devpilot_engine::orchestrator::Status) -> bool| {
-            let mut st = st.clone();
-            async move { tokio::time::timeout(Duration::from_secs(20), st.wait_for(f)).await.is_ok() }
-        };
-        assert!(ok(|s| s.db_online && s.state == devpilot_engine::orchestrator::MachineState::Idle).await);
+        assert!(reached(&e, |s| s.db_online && s.state == MachineState::Idle).await);
+        e
+    }
+
+    /// Whether the engine's status satisfies `f` within 20 s.
+    async fn reached(e: &Engine, f: fn(&Status) -> bool) -> bool {
+        tokio::time::timeout(Duration::from_secs(20), e.watch_status().wait_for(f)).await.is_ok()
+    }
+
+    /// A hand-off another machine asks for is told on the holder as its own are, and a hand-off
+    /// of this app is not told twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hand_off_asked_by_another_machine_gets_its_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = idle_engine(dir.path(), "asked").await;
         let id = e.enqueue_demo().await.unwrap();
-        assert!(ok(|s| !s.running.is_empty()).await, "the demo job runs here");
+        assert!(reached(&e, |s| !s.running.is_empty()).await, "the demo job runs here");
         let mut verdicts = e.watch_hand_off();
         e.queue().unwrap().request_release("asked", "laptop", "desktop").await.unwrap();
         let told = tokio::time::timeout(Duration::from_secs(20), verdicts.wait_for(Option::is_some)).await;
@@ -205,13 +154,32 @@ mod tests {
         // hand-off paused it.)
         e.resume().unwrap();
         let again = e.enqueue_demo().await.unwrap();
-        assert!(ok(|s| !s.running.is_empty()).await);
+        assert!(reached(&e, |s| !s.running.is_empty()).await);
         let own = e.hand_off(false).await.unwrap();
         assert!(own.jobs.iter().any(|j| j.id == again || j.id == id), "{own:?}");
         // Past the watcher's 500 ms burst: an asked-for verdict would have replaced it by now.
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(e.last_hand_off(), Some(own), "not overwritten by an asked-for verdict");
-        st.borrow_and_update();
+        e.stop(devpilot_engine::orchestrator::StopMode::HandOff).await;
+    }
+
+    /// `devpilot handoff` through the tray's control socket is the tray's own hand-off: its
+    /// releases are this app's (never told as "asked by another machine"), and the terminal
+    /// gets the verdict the tray publishes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hand_off_through_the_control_socket_is_the_trays_own() {
+        use devpilot_engine::control;
+        let dir = tempfile::tempdir().unwrap();
+        let e = idle_engine(dir.path(), "socket").await;
+        let id = e.enqueue_demo().await.unwrap();
+        assert!(reached(&e, |s| !s.running.is_empty()).await, "the demo job runs here");
+        let sock = control::socket_path(&dir.path().join("d"), "socket");
+        let reply = control::ask(&sock, &control::Request::HandOff).await.unwrap();
+        assert!(reply.ok, "{reply:?}");
+        assert!(e.own_release(id), "the released job is marked as the tray's own");
+        let v = reply.verdict.expect("the reply carries the verdict");
+        assert!(v.safe && v.paused && v.text.starts_with(&format!("Handed off #{id}.")), "{v:?}");
+        assert_eq!(e.last_hand_off(), Some(v), "the tray published the same verdict");
         e.stop(devpilot_engine::orchestrator::StopMode::HandOff).await;
     }
 }

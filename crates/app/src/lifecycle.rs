@@ -276,8 +276,7 @@ impl Engine {
             old.cancel();
         }
         let stop = devpilot_engine::control::CancellationToken::new();
-        let me = self.me.clone();
-        devpilot_engine::control::spawn(socket.clone(), move || me.upgrade()?.orchestrator(), stop.clone());
+        devpilot_engine::control::spawn(socket.clone(), Tray(self.me.clone()), stop.clone());
         *control = Some((socket, stop));
     }
 
@@ -308,4 +307,19 @@ impl Engine {
 /// The one rule for which database, shared with the CLI.
 fn resolve(paths: &Paths, service: &str, env_url: Option<&str>) -> Result<DbUrl> {
     devpilot_engine::database::resolve_database_with(paths, service, env_url)
+}
+
+/// The tray as its control socket sees it: its machine now (a settings change starts a new
+/// one), and its own hand-off, which marks the releases as this app's and publishes the
+/// verdict, so `devpilot handoff` is told on the tray as any of its hand-offs is.
+struct Tray(std::sync::Weak<Engine>);
+
+impl devpilot_engine::control::Machine for Tray {
+    fn handle(&self) -> Option<orchestrator::Handle> {
+        self.0.upgrade()?.orchestrator()
+    }
+
+    async fn hand_off(&self) -> Option<crate::verdict::HandOffVerdict> {
+        self.0.upgrade()?.hand_off(true).await.ok()
+    }
 }

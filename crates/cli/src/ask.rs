@@ -6,13 +6,10 @@ use std::time::Duration;
 
 use devpilot_engine::config::Paths;
 use devpilot_engine::control::{self, AskError, MachineView, Reply, Request};
-use devpilot_store::db::PoolSettings;
-use devpilot_store::job::{event, JobState};
-use devpilot_store::queue::Queue;
+use devpilot_engine::orchestrator::Carried;
 
 use crate::exit::{Code, Fail, Out};
-use crate::open::open_queue;
-use crate::output::{fmt_ids, json, shown};
+use crate::output::json;
 
 async fn ask(orchestrator: &str, req: Request) -> Result<Reply, Fail> {
     let paths = Paths::for_app("devpilot")?;
@@ -28,13 +25,7 @@ async fn ask(orchestrator: &str, req: Request) -> Result<Reply, Fail> {
 }
 
 fn view_json(m: &Option<MachineView>) -> serde_json::Value {
-    match m {
-        Some(m) => serde_json::json!({
-            "machine": m.name, "state": m.state, "paused": m.paused,
-            "paused_until_unix_ms": m.paused_until_unix_ms, "running": m.running,
-        }),
-        None => serde_json::json!({}),
-    }
+    m.as_ref().and_then(|m| serde_json::to_value(m).ok()).unwrap_or_else(|| serde_json::json!({}))
 }
 
 /// `devpilot pause [--for D]`.
@@ -62,7 +53,7 @@ pub async fn resume(orchestrator: &str, as_json: bool) -> Out {
 fn answered(reply: Reply, as_json: bool, say: impl Fn(&MachineView) -> String) -> Out {
     if !reply.ok {
         let why = reply.error.unwrap_or_default();
-        let code = if why == "not paused" { Code::Nothing } else { Code::Error };
+        let code = if reply.nothing { Code::Nothing } else { Code::Error };
         return Err(Fail::new(code, format!("the machine said: {why}")));
     }
     if as_json {
@@ -73,84 +64,46 @@ fn answered(reply: Reply, as_json: bool, say: impl Fn(&MachineView) -> String) -
     Ok(Code::Ok)
 }
 
-/// `devpilot handoff`: the running machine hands its jobs off and pauses; the verdict says
-/// whether it is safe to close the lid.
+/// `devpilot handoff`: the running machine hands its jobs off and pauses; its verdict (the
+/// words the tray shows) says whether it is safe to close the lid.
 pub async fn handoff(orchestrator: &str, as_json: bool) -> Out {
     let reply = ask(orchestrator, Request::HandOff).await?;
-    if !reply.ok {
-        return Err(Fail::new(
-            Code::Error,
-            format!("the hand-off did not finish: {}", reply.error.unwrap_or_default()),
-        )
-        .fix("`devpilot status` shows what is still held; `devpilot handoff` again retries"));
-    }
-    let (queue, _) = open_queue(PoolSettings::default()).await?;
-    let mut jobs = vec![];
-    for id in &reply.handed_off {
-        jobs.push(carried(&queue, *id).await?);
-    }
-    let safe = jobs.iter().all(|j| j.stayed.is_none());
+    let verdict = match reply.verdict {
+        Some(v) if reply.ok => v,
+        _ => {
+            return Err(Fail::new(
+                Code::Error,
+                format!("the hand-off did not finish: {}", reply.error.unwrap_or_default()),
+            )
+            .fix("`devpilot status` shows what is still held; `devpilot handoff` again retries"))
+        }
+    };
     if as_json {
-        let rows: Vec<_> = jobs
+        let rows: Vec<_> = verdict
+            .jobs
             .iter()
-            .map(|j| serde_json::json!({"id": j.id, "state": j.state, "branch": j.branch, "pushed": j.branch.is_some(), "stayed": j.stayed}))
+            .map(|j| {
+                let branch = match &j.carried {
+                    Some(Carried::Pushed { branch }) => Some(branch.clone()),
+                    _ => None,
+                };
+                let stayed = match &j.carried {
+                    Some(Carried::Stayed { why }) => Some(why.clone()),
+                    None if j.ended.is_none() => Some("its claim was gone before the hand-off".to_string()),
+                    _ => None,
+                };
+                serde_json::json!({
+                    "id": j.id, "title": j.title, "branch": branch, "pushed": branch.is_some(),
+                    "stayed": stayed, "ended": j.ended,
+                })
+            })
             .collect();
         let machine = reply.machine.as_ref().map(|m| m.name.clone());
-        json(&serde_json::json!({"machine": machine, "jobs": rows, "safe": safe, "paused": true}));
+        json(&serde_json::json!({
+            "machine": machine, "jobs": rows, "safe": verdict.safe, "paused": verdict.paused, "text": verdict.text,
+        }));
     } else {
-        println!("{}", verdict(&jobs));
+        println!("{}", crate::output::inert(&verdict.text));
     }
     Ok(Code::Ok)
-}
-
-/// What a hand-off did with one job, from the queue.
-struct Carried {
-    id: i64,
-    state: JobState,
-    /// The branch its work in progress was pushed to.
-    branch: Option<String>,
-    /// Why its work stayed on this machine, if it did.
-    stayed: Option<String>,
-}
-
-async fn carried(queue: &Queue, id: i64) -> Result<Carried, Fail> {
-    let (job, _) = queue.job(id).await?.ok_or(Fail::not_found_job(id))?;
-    let history = queue.history(id).await?;
-    let detail = history.iter().rev().find(|e| e.kind == event::HANDED_OFF).and_then(|e| e.detail.clone());
-    let stayed = detail.filter(|d| d.contains("stayed on"));
-    Ok(Carried { id, state: job.state, branch: job.resume_branch.filter(|_| stayed.is_none()), stayed })
-}
-
-/// "Handed off #3 (pushed devpilot/3-fix-login) and #5. Claiming is paused. Safe to close
-/// the lid.", or which job's work stayed here and why.
-fn verdict(jobs: &[Carried]) -> String {
-    let handed: Vec<String> = jobs
-        .iter()
-        .filter(|j| j.stayed.is_none())
-        .map(|j| match &j.branch {
-            Some(b) => format!("#{} (pushed {})", j.id, shown(Some(b))),
-            None => format!("#{}", j.id),
-        })
-        .collect();
-    let mut text = match handed.len() {
-        0 if jobs.is_empty() => "Nothing was running here. ".to_string(),
-        0 => String::new(),
-        1 => format!("Handed off {}. ", handed[0]),
-        n => format!("Handed off {} and {}. ", handed[..n - 1].join(", "), handed[n - 1]),
-    };
-    let stayed: Vec<&Carried> = jobs.iter().filter(|j| j.stayed.is_some()).collect();
-    for j in &stayed {
-        text.push_str(&format!("#{}: {}. ", j.id, shown(j.stayed.as_deref())));
-    }
-    text.push_str("Claiming is paused. ");
-    if stayed.is_empty() {
-        text.push_str("Safe to close the lid.");
-    } else {
-        let ids: Vec<i64> = stayed.iter().map(|j| j.id).collect();
-        text.push_str(&format!(
-            "Work stayed on this machine{}: keep it open and online until it is pushed (DevPilot retries on its own).",
-            fmt_ids(&ids)
-        ));
-    }
-    text
 }

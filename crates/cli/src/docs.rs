@@ -197,7 +197,7 @@ pub const JSON_FIELDS: [(&str, &str); 18] = [
     ("cancel", "id, outcome (cancelled, requested, already), holder"),
     ("requeue", "id, requeued"),
     ("release", "machine, handed_off, released, handing_off"),
-    ("handoff", "machine, jobs (id, state, branch, pushed, stayed), safe, paused"),
+    ("handoff", "machine, jobs (id, title, branch, pushed, stayed, ended), safe, paused, text"),
     ("pause", "machine, state, paused, paused_until_unix_ms, running"),
     ("resume", "machine, state, paused, paused_until_unix_ms, running"),
     ("sweep", "released, dead"),

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use devpilot_engine::config::Paths;
 use devpilot_engine::settings::Settings;
-use devpilot_engine::{control, database, secrets};
+use devpilot_engine::sources::{maps, RepoRemote};
+use devpilot_engine::{control, secrets};
 use devpilot_store::db::{self, PoolSettings};
 
 use crate::exit::{Code, Out};
@@ -62,10 +63,10 @@ pub async fn doctor(flag: Option<&str>, as_json: bool) -> Out {
         }
     };
     let queue = flag.map(str::to_string).or_else(|| settings.as_ref().map(|s| s.orchestrator_id.clone()));
-    checks.extend(database_checks(&paths).await);
+    checks.extend(database_checks().await);
     checks.push(keychain_check().await);
     if let Some(s) = &settings {
-        checks.extend(repo_checks(s));
+        checks.extend(repo_checks(s).await);
         checks.push(agent_check(s).await);
         checks.extend(source_checks(s).await);
     }
@@ -100,11 +101,10 @@ fn report(checks: &[Check], as_json: bool) -> Out {
 }
 
 /// The database: reachable, and its schema there. The embedded file is not created.
-async fn database_checks(paths: &Paths) -> Vec<Check> {
-    let p = paths.clone();
-    let url = match tokio::task::spawn_blocking(move || database::resolve_database(&p, secrets::SERVICE)).await {
-        Ok(Ok(u)) => u,
-        Ok(Err(e)) => {
+async fn database_checks() -> Vec<Check> {
+    let url = match crate::open::database_url(None, false).await {
+        Ok(u) => u,
+        Err(e) => {
             return vec![bad(
                 Status::Fail,
                 "database",
@@ -112,7 +112,6 @@ async fn database_checks(paths: &Paths) -> Vec<Check> {
                 "`devpilot login --database-url URL` stores the password; `devpilot config show` says which database",
             )]
         }
-        Err(e) => return vec![bad(Status::Fail, "database", e.to_string(), "report this")],
     };
     if url.sqlite_path().is_some_and(|p| !p.exists()) {
         return vec![ok("database", format!("{} (embedded; created at first use)", url.target()))];
@@ -165,7 +164,7 @@ async fn keychain_check() -> Check {
 }
 
 /// Each repo: its path, a git clone there, and the remote that hand-offs push to.
-fn repo_checks(s: &Settings) -> Vec<Check> {
+async fn repo_checks(s: &Settings) -> Vec<Check> {
     let repos = match s.repos() {
         Ok(r) => r,
         Err(e) => return vec![bad(Status::Fail, "repos", e.to_string(), "fix [repos] in the config")],
@@ -178,58 +177,46 @@ fn repo_checks(s: &Settings) -> Vec<Check> {
             "Settings → Repos, or [repos.NAME] path = \"~/src/NAME\" in the config",
         )];
     }
-    repos
-        .values()
-        .map(|r| {
-            let name = format!("repo {}", r.name);
-            if !r.path.is_dir() {
-                return bad(
-                    Status::Fail,
-                    name,
-                    format!("{} does not exist", r.path.display()),
-                    "clone it there, or fix its path in the config",
-                );
-            }
-            if !r.path.join(".git").exists() {
-                return bad(
-                    Status::Fail,
-                    name,
-                    format!("{} is not a git clone", r.path.display()),
-                    "point it at a clone (git clone URL PATH)",
-                );
-            }
-            match remote_url(&r.path, &r.remote) {
-                Some(u) => ok(
-                    name,
-                    format!(
-                        "{} (remote {} {})",
-                        r.path.display(),
-                        r.remote,
-                        devpilot_engine::git::redact_credentials(&u)
-                    ),
-                ),
-                None => bad(
-                    Status::Warn,
-                    name,
-                    format!("{}: no remote '{}'", r.path.display(), r.remote),
-                    "hand-offs push there: `git remote add` it, or set remote = \"...\"",
-                ),
-            }
-        })
-        .collect()
+    let mut checks = vec![];
+    for r in repos.values() {
+        checks.push(repo_check(r).await);
+    }
+    checks
 }
 
-/// The remote's URL as the clone's config says it (read only: no hook, no program runs).
-fn remote_url(path: &Path, remote: &str) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(path)
-        .args(["config", "--get", &format!("remote.{remote}.url")])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !url.is_empty()).then_some(url)
+/// One repo: its path, a git clone there, and its remote's URL (read through DevPilot's
+/// own git, which runs nothing the clone's config names).
+async fn repo_check(r: &devpilot_engine::worktree::Repo) -> Check {
+    let name = format!("repo {}", r.name);
+    if !r.path.is_dir() {
+        return bad(
+            Status::Fail,
+            name,
+            format!("{} does not exist", r.path.display()),
+            "clone it there, or fix its path in the config",
+        );
+    }
+    if !r.path.join(".git").exists() {
+        return bad(
+            Status::Fail,
+            name,
+            format!("{} is not a git clone", r.path.display()),
+            "point it at a clone (git clone URL PATH)",
+        );
+    }
+    let remote = RepoRemote { clone: r.path.clone(), remote: r.remote.clone() };
+    match maps::remote_url(&remote).await {
+        Some(u) => ok(
+            name,
+            format!("{} (remote {} {})", r.path.display(), r.remote, devpilot_engine::git::redact_credentials(&u)),
+        ),
+        None => bad(
+            Status::Warn,
+            name,
+            format!("{}: no remote '{}'", r.path.display(), r.remote),
+            "hand-offs push there: `git remote add` it, or set remote = \"...\"",
+        ),
+    }
 }
 
 async fn agent_check(s: &Settings) -> Check {
@@ -300,7 +287,7 @@ async fn machine_check(paths: &Paths, queue: &str) -> Check {
     let path = control::socket_path(&paths.data_dir, queue);
     match control::ask(&path, &control::Request::Status).await {
         Ok(r) => match r.machine {
-            Some(m) => ok("machine", format!("{} serves queue '{queue}' here: {}", m.name, m.state)),
+            Some(m) => ok("machine", format!("{} serves queue '{queue}' here: {}", m.name, m.state.as_str())),
             None => bad(Status::Warn, "machine", r.error.unwrap_or_default(), "see the tray's window"),
         },
         Err(_) => bad(

@@ -210,8 +210,7 @@ pub async fn run(a: RunArgs) -> Result<()> {
     // when this function returns.
     let control = control::CancellationToken::new();
     let _control_guard = control.clone().drop_guard();
-    let target = handle.clone();
-    control::spawn(control::socket_path(&paths.data_dir, &a.orchestrator), move || Some(target.clone()), control);
+    control::spawn(control::socket_path(&paths.data_dir, &a.orchestrator), handle.clone(), control);
     let mut events = handle.subscribe();
     tokio::spawn(async move {
         while let Ok(ev) = events.recv().await {

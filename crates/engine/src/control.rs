@@ -2,7 +2,9 @@
 //! `devpilot run` that serves a queue on this computer, without a PID to guess or a signal to
 //! send. One unix socket per queue in the data dir (`control/<queue>.sock`, in a 0700
 //! directory), one JSON line asked and one answered, passed to the machine's [`Handle`] as the
-//! same wishes the tray's menu sends.
+//! same wishes the tray's menu sends. A hand-off is the serving process's own ([`Machine`]):
+//! the tray's publishes its verdict as every tray hand-off does, and the answer carries that
+//! verdict, so the terminal and the tray say the same words.
 //!
 //! The socket is this user's alone (the directory's mode), a non-socket at its path is never
 //! removed, and a process removes only the socket it bound (checked by inode), so a second
@@ -19,7 +21,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 pub use tokio_util::sync::CancellationToken;
 
-use crate::orchestrator::{Handle, Status};
+use crate::orchestrator::verdict::HandOffVerdict;
+use crate::orchestrator::{Handle, MachineState, Status};
 
 /// The longest pause a request may ask for: a year (a longer one is "until resumed").
 pub const MAX_PAUSE_SECS: u64 = 365 * 86_400;
@@ -42,23 +45,27 @@ pub enum Request {
     HandOff,
 }
 
-/// What the machine answers: its status after the wish, and what a hand-off released.
+/// What the machine answers: its status after the wish, and a hand-off's verdict.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Reply {
     pub ok: bool,
-    /// Why not, when not `ok` (e.g. "not paused").
+    /// Why not, when not `ok`.
     pub error: Option<String>,
-    pub machine: Option<MachineView>,
+    /// Not `ok` because there was nothing to do (a resume of a machine that is not paused).
     #[serde(default)]
-    pub handed_off: Vec<i64>,
+    pub nothing: bool,
+    pub machine: Option<MachineView>,
+    /// What a hand-off did, in the words the tray shows.
+    #[serde(default)]
+    pub verdict: Option<HandOffVerdict>,
 }
 
 /// The machine as a reply shows it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MachineView {
+    #[serde(rename = "machine")]
     pub name: String,
-    /// `idle`, `working`, `paused`, `off`, `offline`, `error`, `stopped`.
-    pub state: String,
+    pub state: MachineState,
     pub paused: bool,
     /// When an automatic resume is due (ms since the epoch), if one is.
     pub paused_until_unix_ms: Option<u64>,
@@ -68,14 +75,33 @@ pub struct MachineView {
 
 impl MachineView {
     fn of(s: &Status) -> Self {
-        let state = serde_json::to_value(s.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         Self {
             name: s.machine.clone(),
-            state,
+            state: s.state,
             paused: s.paused,
             paused_until_unix_ms: s.paused_until_unix_ms,
             running: s.running.iter().map(|r| r.job.id).collect(),
         }
+    }
+}
+
+/// What a control socket serves: the running machine, and its own way to hand off.
+pub trait Machine: Send + Sync + 'static {
+    /// The machine now (the tray's changes when its settings do); None before it starts.
+    fn handle(&self) -> Option<Handle>;
+
+    /// Hands every job off and pauses: what it did, in words.
+    fn hand_off(&self) -> impl std::future::Future<Output = Option<HandOffVerdict>> + Send;
+}
+
+/// `devpilot run`: the machine itself.
+impl Machine for Handle {
+    fn handle(&self) -> Option<Handle> {
+        Some(self.clone())
+    }
+
+    async fn hand_off(&self) -> Option<HandOffVerdict> {
+        Some(crate::orchestrator::verdict::hand_off(self, true, false, |_| {}).await)
     }
 }
 
@@ -155,12 +181,9 @@ impl Drop for Server {
     }
 }
 
-/// Binds `path` and answers requests with the machine `target` returns (the tray's changes
-/// when its settings do) until `stop`. Non-fatal: a failure is logged and nothing serves.
-pub fn spawn<F>(path: PathBuf, target: F, stop: CancellationToken)
-where
-    F: Fn() -> Option<Handle> + Send + Sync + 'static,
-{
+/// Binds `path` and answers requests with `machine` until `stop`. Non-fatal: a failure is
+/// logged and nothing serves.
+pub fn spawn(path: PathBuf, machine: impl Machine, stop: CancellationToken) {
     let listener = match bind(&path) {
         Ok(l) => l,
         Err(e) => {
@@ -170,7 +193,7 @@ where
     };
     tokio::spawn(async move {
         let (listener, _server) = listener;
-        let target = std::sync::Arc::new(target);
+        let machine = std::sync::Arc::new(machine);
         loop {
             let stream = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -183,9 +206,9 @@ where
                     }
                 },
             };
-            let target = target.clone();
+            let machine = machine.clone();
             tokio::spawn(async move {
-                if let Err(e) = answer(stream, target.as_ref()).await {
+                if let Err(e) = answer(stream, machine.as_ref()).await {
                     tracing::debug!(error = %e, "control socket: a request failed");
                 }
             });
@@ -212,7 +235,7 @@ fn bind(path: &Path) -> io::Result<(UnixListener, Server)> {
     Ok((listener, Server { path: path.to_path_buf(), identity }))
 }
 
-async fn answer<F: Fn() -> Option<Handle>>(stream: UnixStream, target: &F) -> Result<(), AskError> {
+async fn answer(stream: UnixStream, machine: &impl Machine) -> Result<(), AskError> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read).take(4096);
@@ -221,9 +244,9 @@ async fn answer<F: Fn() -> Option<Handle>>(stream: UnixStream, target: &F) -> Re
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no request in time"))??;
     let reply = match serde_json::from_str::<Request>(&line) {
         Err(e) => refusal(format!("unreadable request: {e}"), None),
-        Ok(req) => match target() {
+        Ok(req) => match machine.handle() {
             None => refusal("the machine is not started (no database yet?)".into(), None),
-            Some(h) => obey(&h, req).await,
+            Some(h) => obey(machine, &h, req).await,
         },
     };
     let mut out = serde_json::to_string(&reply)?;
@@ -233,12 +256,18 @@ async fn answer<F: Fn() -> Option<Handle>>(stream: UnixStream, target: &F) -> Re
 }
 
 fn refusal(error: String, status: Option<Status>) -> Reply {
-    Reply { ok: false, error: Some(error), machine: status.as_ref().map(MachineView::of), handed_off: vec![] }
+    Reply {
+        ok: false,
+        error: Some(error),
+        nothing: false,
+        machine: status.as_ref().map(MachineView::of),
+        verdict: None,
+    }
 }
 
 /// Passes `req` to the machine and waits (bounded) until its status shows it.
-async fn obey(h: &Handle, req: Request) -> Reply {
-    let mut handed_off = vec![];
+async fn obey(machine: &impl Machine, h: &Handle, req: Request) -> Reply {
+    let mut verdict = None;
     match req {
         Request::Status => {}
         Request::Pause { for_secs } => {
@@ -247,20 +276,21 @@ async fn obey(h: &Handle, req: Request) -> Reply {
         }
         Request::Resume => {
             if !h.status().paused {
-                return refusal("not paused".into(), Some(h.status()));
+                return Reply { nothing: true, ..refusal("not paused".into(), Some(h.status())) };
             }
             h.resume();
             settle(h, |s| !s.paused).await;
         }
         Request::HandOff => {
-            match tokio::time::timeout(HANDOFF_BOUND, h.hand_off(true)).await {
-                Ok(ids) => handed_off = ids,
+            match tokio::time::timeout(HANDOFF_BOUND, machine.hand_off()).await {
+                Ok(Some(v)) => verdict = Some(v),
+                Ok(None) => return refusal("the machine is not started".into(), Some(h.status())),
                 Err(_) => return refusal("the hand-off did not finish in time".into(), Some(h.status())),
             }
             settle(h, |s| s.paused).await;
         }
     }
-    Reply { ok: true, error: None, machine: Some(MachineView::of(&h.status())), handed_off }
+    Reply { ok: true, error: None, nothing: false, machine: Some(MachineView::of(&h.status())), verdict }
 }
 
 /// Waits up to two seconds for the published status to satisfy `done`.

@@ -11,8 +11,8 @@
 //!   delivers their outbox, asked by the poll path (see [`crate::sources`]).
 //!
 //! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself),
-//! [`stats`] (its counters), [`config`] (what it runs with) and [`clock`] (the
-//! suspend-aware clock of the deadlines).
+//! [`stats`] (its counters), [`config`] (what it runs with), [`clock`] (the
+//! suspend-aware clock of the deadlines) and [`verdict`] (what a hand-off did, in words).
 //!
 //! The `Machine` task ([`machine`]) owns the user's wishes (on/off, pause, hand-off, stop),
 //! the running slots and the published [`Status`]; [`spawn`](mod@spawn) wires the parts
@@ -43,6 +43,7 @@ mod spawn;
 mod start;
 mod stats;
 mod status;
+pub mod verdict;
 mod wishes;
 
 pub use self::clock::{BootClock, Clock};

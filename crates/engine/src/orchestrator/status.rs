@@ -40,7 +40,7 @@ impl JobRef {
 }
 
 /// What a hand-off did with a job's work in progress: what its verdict says.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Carried {
     /// Pushed to `branch` on the remote: the next machine starts from it.
