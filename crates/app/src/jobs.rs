@@ -272,7 +272,7 @@ impl Engine {
     }
 
     pub fn job_log(&self, id: i64) -> PathBuf {
-        self.paths.job_log_dir().join(format!("job-{id}.log"))
+        self.paths.job_log(id)
     }
 
     pub async fn requeue(&self, id: i64) -> Result<bool> {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use devpilot_engine::worktree::PrMode;
-use devpilot_store::job::{event, JobState};
+use devpilot_store::job::JobState;
 use devpilot_store::queue::{JobRow, OutboxRow};
 
 use crate::engine::Engine;
@@ -70,9 +70,9 @@ impl Engine {
                     return None;
                 }
             };
-            if !pr_pending(&outbox) || tokio::time::Instant::now() >= deadline {
+            if !OutboxRow::pr_pending(&outbox) || tokio::time::Instant::now() >= deadline {
                 let draft = self.pr_mode(job.repo.as_deref()) == PrMode::Draft;
-                let pr = pr_of(&job).map(str::to_string);
+                let pr = job.pull_request().map(str::to_string);
                 return Some(Outcome { line: outcome_line(&job, draft), pr, job });
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -100,13 +100,13 @@ impl Engine {
             if by == me || !mine || w.told.contains_key(&job.id) {
                 continue;
             }
-            if job.now - end < PR_WAIT.as_millis() as i64 && pr_pending(&q.outbox_of(job.id).await?) {
+            if job.now - end < PR_WAIT.as_millis() as i64 && OutboxRow::pr_pending(&q.outbox_of(job.id).await?) {
                 next = next.min(end - 1);
                 continue;
             }
             w.told.insert(job.id, end);
             let draft = self.pr_mode(job.repo.as_deref()) == PrMode::Draft;
-            told.push(Outcome { line: outcome_line(&job, draft), pr: pr_of(&job).map(str::to_string), job });
+            told.push(Outcome { line: outcome_line(&job, draft), pr: job.pull_request().map(str::to_string), job });
         }
         w.told.retain(|_, end| *end > next);
         w.since = Some(next);
@@ -127,7 +127,7 @@ impl Engine {
             .take(3)
             .map(|job| {
                 let draft = self.pr_mode(job.repo.as_deref()) == PrMode::Draft;
-                Outcome { line: outcome_line(&job, draft), pr: pr_of(&job).map(str::to_string), job }
+                Outcome { line: outcome_line(&job, draft), pr: job.pull_request().map(str::to_string), job }
             })
             .collect();
         Ok(Board { queued: counts.queued + counts.failed, running: counts.running, recent })
@@ -140,21 +140,11 @@ impl Engine {
     }
 }
 
-/// Whether the job's pull request is still to be opened.
-fn pr_pending(outbox: &[OutboxRow]) -> bool {
-    outbox.iter().any(|d| d.event == event::PULL_REQUEST && d.done_at.is_none())
-}
-
-/// The job's pull request, if its result link is one.
-fn pr_of(job: &JobRow) -> Option<&str> {
-    job.url.as_deref().filter(|u| u.starts_with("https://") && u.contains("/pull/"))
-}
-
 /// "Draft PR #42 · 12 min on desktop · $0.42": what came of it, how long it ran and where,
 /// and what it cost. Parts that are not known are left out.
 pub fn outcome_line(job: &JobRow, draft: bool) -> String {
     let mut parts = vec![];
-    if let Some(pr) = pr_of(job) {
+    if let Some(pr) = job.pull_request() {
         let n = pr.rsplit("/pull/").next().unwrap_or_default().trim_end_matches('/');
         parts.push(format!("{}PR #{n}", if draft { "Draft " } else { "" }));
     } else if job.state == JobState::Completed && job.commits == Some(0) {

@@ -2,6 +2,7 @@
 //! the man page and completions are generated from. Its names and flags are a contract.
 
 use clap::{Parser, Subcommand};
+use devpilot_store::job::JobState;
 
 use crate::enqueue::EnqueueArgs;
 use crate::run::RunArgs;
@@ -356,9 +357,9 @@ pub enum ConfigCmd {
 /// `devpilot jobs`: its filters.
 #[derive(clap::Args, Debug)]
 pub struct JobsArgs {
-    /// Only jobs in this state: queued, running, failed, completed, dead, cancelled.
-    #[arg(long, short, value_parser = ["queued", "running", "failed", "completed", "dead", "cancelled"])]
-    pub state: Option<String>,
+    /// Only jobs in this state.
+    #[arg(long, short, value_parser = job_state())]
+    pub state: Option<JobState>,
     /// Only jobs of this repo.
     #[arg(long, value_name = "REPO")]
     pub repo: Option<String>,
@@ -373,4 +374,11 @@ pub struct JobsArgs {
     pub limit: u32,
     #[arg(long)]
     pub json: bool,
+}
+
+/// A job state's name, as `JobState` spells it (clap lists them in `--help` and completions).
+fn job_state() -> impl clap::builder::TypedValueParser<Value = JobState> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(JobState::ALL.map(JobState::as_str))
+        .try_map(|s: String| JobState::parse(&s).ok_or("not a job state"))
 }

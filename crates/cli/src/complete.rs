@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use devpilot_engine::config::Paths;
-use devpilot_engine::database::resolve_database;
 use devpilot_engine::preset::Preset;
-use devpilot_engine::secrets;
 use devpilot_store::db::{self, PoolSettings};
 use devpilot_store::queue::Queue;
 
@@ -45,7 +43,7 @@ async fn job_ids(flag: Option<&str>) -> Option<Vec<String>> {
     let paths = Paths::for_app("devpilot").ok()?;
     let settings = paths.load().ok()?;
     let queue_name = flag.map(str::to_string).unwrap_or(settings.orchestrator_id);
-    let url = tokio::task::spawn_blocking(move || resolve_database(&paths, secrets::SERVICE)).await.ok()?.ok()?;
+    let url = crate::open::database_url(None, false).await.ok()?;
     // A file that is not there yet stays not there: connecting would create it.
     if url.sqlite_path().is_some_and(|p| !p.exists()) {
         return Some(vec![]);

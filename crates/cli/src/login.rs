@@ -175,13 +175,13 @@ impl Secret {
 }
 
 /// The secret the flags name; `None`: none does, ask.
-pub fn which(database: bool, linear: bool, github: bool) -> Result<Option<Secret>, Fail> {
-    Ok(match (database, linear, github) {
+pub fn which(database: bool, linear: bool, github: bool) -> Option<Secret> {
+    match (database, linear, github) {
         (true, _, _) => Some(Secret::Database),
         (_, true, _) => Some(Secret::Linear),
         (_, _, true) => Some(Secret::Github),
         _ => None,
-    })
+    }
 }
 
 /// Asks which secret, on a terminal; elsewhere a usage error that names the flags.
@@ -227,8 +227,8 @@ pub async fn logout(which: Option<Secret>, as_json: bool) -> Out {
     };
     let service = secrets::SERVICE;
     let (account, url) = match secret {
-        Secret::Linear => (keys::LINEAR_ACCOUNT.to_string(), None),
-        Secret::Github => (keys::GITHUB_ACCOUNT.to_string(), None),
+        Secret::Linear => (keys::account_of(SourceKind::Linear).to_string(), None),
+        Secret::Github => (keys::account_of(SourceKind::Github).to_string(), None),
         Secret::Database => {
             let settings = Paths::for_app("devpilot")?.load()?;
             let Some(raw) = settings.database_url else {
@@ -240,7 +240,7 @@ pub async fn logout(which: Option<Secret>, as_json: bool) -> Out {
         }
     };
     let removed = tokio::task::spawn_blocking(move || -> Result<bool> {
-        let had = secrets::load_secret(service, &account)?.is_some();
+        let had = secrets::has_secret(service, &account)?;
         match (secret, &url) {
             (Secret::Database, Some(url)) => secrets::delete_password(service, url)?,
             (Secret::Linear, _) => keys::delete_key(service, SourceKind::Linear)?,

@@ -17,10 +17,13 @@ use devpilot_store::queue::{JobRow, Queue};
 
 use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
-use crate::output::inert;
+use crate::output::{inert, shown};
 
-/// How often `-f` looks for more.
+/// How often `-f` looks for more in this machine's log file, and in the tail another
+/// machine stores (which it renews only at its heartbeat, so a faster look at the shared
+/// database would only repeat a read).
 const FOLLOW_EVERY: Duration = Duration::from_millis(300);
+const FOLLOW_STORED_EVERY: Duration = Duration::from_secs(2);
 
 /// Where a job's output is read from now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +43,7 @@ pub struct Tail {
 }
 
 fn log_file(id: i64) -> Option<PathBuf> {
-    let path = Paths::for_app("devpilot").ok()?.job_log_dir().join(format!("job-{id}.log"));
+    let path = Paths::for_app("devpilot").ok()?.job_log(id);
     path.exists().then_some(path)
 }
 
@@ -103,7 +106,7 @@ pub async fn logs(id: i64, follow: bool) -> Out {
         let source = source_of(&job, &me);
         if last_source.as_ref().is_some_and(|s| *s != source) {
             (seen, offset, token) = (String::new(), 0, None);
-            eprintln!("-- #{id} now runs on {} --", job.claimed_by.as_deref().unwrap_or("another machine"));
+            eprintln!("-- #{id} now runs on {} --", shown(job.claimed_by.as_deref().or(Some("another machine"))));
         }
         let text = match &source {
             From::Local(path) => {
@@ -126,6 +129,7 @@ pub async fn logs(id: i64, follow: bool) -> Out {
                 None => String::new(),
             },
         };
+        let every = if source == From::Stored { FOLLOW_STORED_EVERY } else { FOLLOW_EVERY };
         last_source = Some(source);
         if !text.is_empty() {
             ended_with_newline = text.ends_with('\n');
@@ -135,7 +139,7 @@ pub async fn logs(id: i64, follow: bool) -> Out {
         if !follow || job.state.is_finished() {
             break;
         }
-        tokio::time::sleep(FOLLOW_EVERY).await;
+        tokio::time::sleep(every).await;
     }
     if !ended_with_newline {
         writeln!(out)?;

@@ -132,7 +132,7 @@ async fn dispatch(cli: Cli) -> Out {
         Cmd::Login { database_url: Some(url), .. } => done(login::login(&url).await),
         Cmd::Login { .. } => login::login_asked().await,
         Cmd::Logout { database, linear, github, json } => {
-            login::logout(login::which(database, linear, github)?, json).await
+            login::logout(login::which(database, linear, github), json).await
         }
         Cmd::Sources { command: None, json } => done(sources::list(Some(queue_name(flag)?), json).await),
         Cmd::Sources { command: Some(SourcesCmd::Poll { name }), json } => {

@@ -25,6 +25,11 @@ pub fn inert(text: &str) -> String {
     text.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t')).collect()
 }
 
+/// A database duration or time (milliseconds; a negative one is zero).
+pub fn ms(n: i64) -> Duration {
+    Duration::from_millis(n.max(0) as u64)
+}
+
 pub fn human(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }

@@ -3,8 +3,6 @@
 //! the interval; `sources add linear` and `sources add github` add one to the settings after
 //! testing it.
 
-use std::time::Duration;
-
 use devpilot_engine::config::Paths;
 use devpilot_engine::secrets;
 use devpilot_engine::sources::{self, connection, ApiKey, KeyStore, SourceKind, SourceSettings, TrackerClient};
@@ -16,7 +14,7 @@ use devpilot_store::queue::{Queue, SourceRow, SourceSpec};
 use crate::cli::{AddCommon, AddGithub, AddLinear};
 use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
-use crate::output::{human, shown};
+use crate::output::{human, ms, shown};
 
 /// This machine's key for `kind`, as its machine finds it: the tracker's variable
 /// (`LINEAR_API_KEY`, `GITHUB_TOKEN`), else the keychain.
@@ -162,10 +160,6 @@ fn print_row(r: &SourceRow, here: bool) {
         let s = if r.refused == 1 { "" } else { "s" };
         println!("  refused: {} update{s} that acted on nothing; newest: {}", r.refused, shown(r.refusal.as_deref()));
     }
-}
-
-fn ms(v: i64) -> Duration {
-    Duration::from_millis(v.max(0) as u64)
 }
 
 /// `devpilot sources poll [NAME]`: a turn of each (or the named) source now, whatever the

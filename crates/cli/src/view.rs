@@ -12,13 +12,11 @@ use devpilot_store::queue::{JobEvent, JobFilter, JobRow, OutboxRow, Queue};
 use crate::cli::JobsArgs;
 use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
-use crate::output::{agent_line, human, inert, json, shown};
+use crate::output::{agent_line, human, inert, json, ms, shown};
 
 /// `devpilot jobs`: the queue's jobs that match the filters, newest first.
 pub async fn jobs(orchestrator: &str, a: JobsArgs) -> Out {
-    // clap has checked the name against the list of states.
-    let state = a.state.as_deref().and_then(JobState::parse);
-    let filter = JobFilter { state, repo: a.repo, source: a.source, machine: a.machine };
+    let filter = JobFilter { state: a.state, repo: a.repo, source: a.source, machine: a.machine };
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let rows = queue.jobs_matching(orchestrator, &filter, a.limit.clamp(1, 10_000)).await?;
     if a.json {
@@ -50,7 +48,7 @@ pub async fn jobs(orchestrator: &str, a: JobsArgs) -> Out {
 pub fn job_json(j: &JobRow) -> serde_json::Value {
     let mut v = serde_json::to_value(j).unwrap_or_default();
     v["waiting"] = j.waiting_text().into();
-    v["pull_request"] = pull_request(j).into();
+    v["pull_request"] = j.pull_request().into();
     v
 }
 
@@ -71,11 +69,6 @@ fn short_age(d: Duration) -> String {
         3600..86_400 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86_400),
     }
-}
-
-/// The job's pull request: its result link when that is one.
-fn pull_request(j: &JobRow) -> Option<String> {
-    j.url.clone().filter(|u| u.contains("/pull/") || u.contains("/merge_requests/"))
 }
 
 /// Everything `show` prints about a job.
@@ -116,7 +109,7 @@ pub async fn show(id: i64, as_json: bool) -> Out {
             "branch": d.branch,
             "issue": d.job.issue,
             "issue_url": d.job.issue_url,
-            "pull_request": pull_request(&d.job),
+            "pull_request": d.job.pull_request(),
             "unroutable": d.unroutable,
             "history": d.history,
             "deliveries": d.deliveries,
@@ -149,8 +142,8 @@ fn print_head(d: &Detail) {
     if let Some(why) = &d.unroutable {
         println!("  waiting   no online machine can take it: {}", shown(Some(why)));
     }
-    if let Some(pr) = pull_request(j) {
-        println!("  pull req  {}", shown(Some(&pr)));
+    if let Some(pr) = j.pull_request() {
+        println!("  pull req  {}", shown(Some(pr)));
     } else if let Some(u) = &j.url {
         println!("  result    {}", shown(Some(u)));
     }
@@ -192,10 +185,6 @@ fn state_words(j: &JobRow) -> String {
 
 fn last_machine(history: &[JobEvent]) -> Option<String> {
     history.iter().rev().find(|e| e.kind == devpilot_store::job::event::CLAIMED).and_then(|e| e.machine.clone())
-}
-
-fn ms(n: i64) -> Duration {
-    Duration::from_millis(n.max(0) as u64)
 }
 
 /// A database time (ms since the epoch) as `2026-12-06 10:00:00 UTC`.
@@ -243,8 +232,8 @@ pub async fn watch(id: i64, every: Duration, as_json: bool) -> Out {
             let j = if j.state == JobState::Completed { with_pull_request(&queue, j).await? } else { j };
             if as_json {
                 json(&job_json(&j));
-            } else if let Some(u) = pull_request(&j).or(j.url.clone()) {
-                println!("#{id} {}", shown(Some(&u)));
+            } else if let Some(u) = j.pull_request().or(j.url.as_deref()) {
+                println!("#{id} {}", shown(Some(u)));
             }
             return Ok(match j.state {
                 JobState::Completed => Code::Ok,
@@ -262,7 +251,7 @@ const PR_WAIT: Duration = Duration::from_secs(60);
 /// The completed job once its pull request is opened, when one is on its way (its outbox
 /// has an undelivered `pull_request` report): what the user watched for. Bounded.
 async fn with_pull_request(queue: &Queue, mut j: JobRow) -> Result<JobRow, Fail> {
-    let pending = |rows: &[OutboxRow]| rows.iter().any(|o| o.event == "pull_request" && o.done_at.is_none());
+    let pending = OutboxRow::pr_pending;
     if !pending(&queue.outbox_of(j.id).await?) {
         return Ok(j);
     }
@@ -282,7 +271,7 @@ async fn with_pull_request(queue: &Queue, mut j: JobRow) -> Result<JobRow, Fail>
 pub async fn open(id: i64, print: bool) -> Out {
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let (j, _) = queue.job(id).await?.ok_or(Fail::not_found_job(id))?;
-    let link = [pull_request(&j), j.url.clone(), j.issue_url.clone()].into_iter().flatten().find(|u| openable(u));
+    let link = [j.pull_request(), j.url.as_deref(), j.issue_url.as_deref()].into_iter().flatten().find(|u| openable(u));
     let Some(url) = link else {
         return Err(Fail::new(Code::NotFound, format!("#{id} has no pull request or issue link yet"))
             .fix(format!("`devpilot show {id}` says where it stands")));
@@ -293,7 +282,7 @@ pub async fn open(id: i64, print: bool) -> Out {
     }
     // The link came from a tracker (strangers' text): only http(s), and it is an argument
     // after `--`-free xdg-open, which takes exactly one URL.
-    match std::process::Command::new("xdg-open").arg(&url).status() {
+    match std::process::Command::new("xdg-open").arg(url).status() {
         Ok(s) if s.success() => {
             println!("opened {url}");
             Ok(Code::Ok)

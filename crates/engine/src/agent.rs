@@ -533,9 +533,14 @@ pub fn clean_text(text: &str) -> String {
     text.chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t' | '\r')).collect()
 }
 
+/// Where job `job`'s log is in the logs directory `dir`.
+pub fn log_file(dir: &Path, job: i64) -> PathBuf {
+    dir.join(format!("job-{job}.log"))
+}
+
 impl AgentEnv {
     pub fn log_path(&self, job: i64) -> PathBuf {
-        self.log_dir.join(format!("job-{job}.log"))
+        log_file(&self.log_dir, job)
     }
 
     /// Opens the job's log for appending (0600, in a 0700 directory; never through a link),

@@ -43,6 +43,11 @@ impl Paths {
         self.log_dir.join("jobs")
     }
 
+    /// Job `id`'s log on this machine (its agents' output, each attempt after a header).
+    pub fn job_log(&self, id: i64) -> PathBuf {
+        crate::agent::log_file(&self.job_log_dir(), id)
+    }
+
     /// Reads the settings. A missing file gives defaults; a corrupt one is an error that
     /// names the file, and the file is left as it is.
     pub fn load(&self) -> Result<Settings> {

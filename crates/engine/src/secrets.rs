@@ -16,10 +16,6 @@ pub fn account(url: &DbUrl) -> String {
     format!("{}@{}", url.user(), url.target())
 }
 
-fn entry(service: &str, url: &DbUrl) -> Result<keyring::Entry> {
-    keyring::Entry::new(service, &account(url)).map_err(explain)
-}
-
 /// Stores the password for `url`'s user and database.
 pub fn store_password(service: &str, url: &DbUrl, password: &str) -> Result<()> {
     store_secret(service, &account(url), password)
@@ -33,7 +29,12 @@ pub fn load_password(service: &str, url: &DbUrl) -> Result<Option<String>> {
 /// Whether a password is stored for `url`, found by its attributes alone: the secret itself
 /// is never read (nor unlocked) for this.
 pub fn has_password(service: &str, url: &DbUrl) -> Result<bool> {
-    match entry(service, url)?.inner.get_attributes() {
+    has_secret(service, &account(url))
+}
+
+/// Whether a secret is stored under `account` (the secret itself is never read).
+pub fn has_secret(service: &str, account: &str) -> Result<bool> {
+    match keyring::Entry::new(service, account).map_err(explain)?.inner.get_attributes() {
         Ok(_) => Ok(true),
         Err(keyring::Error::NoEntry) => Ok(false),
         Err(e) => Err(explain(e)),

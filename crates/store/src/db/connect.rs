@@ -91,6 +91,15 @@ fn check_tls_files(url: &DbUrl) -> Result<()> {
 /// statements sqlx leaves prepared there are deallocated before the commit: the next client
 /// of that server connection must not find a `sqlx_s_1` already there.
 pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
+    if let Some(path) = url.sqlite_path() {
+        // Processes that migrate one SQLite file at once (the tray, `devpilot run`, a
+        // `devpilot show` or `devpilot migrate` typed meanwhile) take turns: two migrations at
+        // once would both add the same column, and one would fail.
+        let _turn = tokio::task::spawn_blocking(move || migrate_turn(&path))
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))??;
+        return Migrator::up(db, None).await.map_err(|e| classify(url, e));
+    }
     if !url.pooled() {
         return Migrator::up(db, None).await.map_err(|e| classify(url, e));
     }
@@ -124,18 +133,10 @@ END$$";
 /// Connects, and on SQLite (the embedded default) migrates on first use. PostgreSQL is shared,
 /// so its schema changes only through an explicit `devpilot migrate`; a missing schema gets a
 /// message that says so.
-///
-/// Processes that open a fresh SQLite file at once (the tray, `devpilot run` and a
-/// `devpilot show` typed meanwhile) take turns through a lock file beside it: two migrations
-/// at once would both add the same column, and one would fail.
 pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection> {
-    if let Some(path) = url.sqlite_path() {
-        let turn = tokio::task::spawn_blocking(move || migrate_turn(&path))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))??;
+    if url.is_sqlite() {
         let db = connect(url, pool).await?;
         migrate(url, &db).await?;
-        drop(turn);
         return Ok(db);
     }
     let db = connect(url, pool).await?;
@@ -143,15 +144,13 @@ pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection
     Ok(db)
 }
 
-/// This process's turn to connect to and migrate the SQLite file at `path`: an exclusive lock
-/// on `<path>-migrate.lock`, held until the returned file is dropped (or the process ends).
+/// This process's turn to migrate the SQLite file at `path` (whose directory [`connect`]
+/// made): an exclusive lock on `<path>-migrate.lock`, held until the returned file is dropped
+/// (or the process ends).
 fn migrate_turn(path: &std::path::Path) -> Result<std::fs::File> {
     let mut name = path.as_os_str().to_owned();
     name.push("-migrate.lock");
     let lock_path = std::path::PathBuf::from(name);
-    if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the database's directory", e))?;
-    }
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -54,6 +54,13 @@ pub struct OutboxRow {
     pub last_error: Option<String>,
 }
 
+impl OutboxRow {
+    /// Whether a job with these deliveries still has its pull request to open.
+    pub fn pr_pending(outbox: &[OutboxRow]) -> bool {
+        outbox.iter().any(|d| d.event == crate::job::event::PULL_REQUEST && d.done_at.is_none())
+    }
+}
+
 /// How a delivery ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeliveryEnd {

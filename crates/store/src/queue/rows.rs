@@ -139,6 +139,11 @@ impl JobRow {
         crate::spec::JobSpec::parse(payload).ok().map(|s| s.branch(self.id)).filter(|b| !b.is_empty())
     }
 
+    /// The job's pull request: its result link, when that is one (DevPilot opens GitHub's).
+    pub fn pull_request(&self) -> Option<&str> {
+        self.url.as_deref().filter(|u| u.starts_with("https://") && u.contains("/pull/"))
+    }
+
     /// A row with only its identity and state, every other field empty: what renderers are
     /// tested against (a real row comes from a listing).
     pub fn bare(id: i64, orchestrator_id: &str, state: JobState) -> Self {
