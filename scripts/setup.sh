@@ -29,6 +29,8 @@ PACKAGES=(
   openssl
   # the real agent CLIs of the tests (scripts/agent_clis.sh): aider in its own virtualenv
   python3-venv
+  # the agents' sandbox (docs/sandbox.md)
+  bubblewrap
 )
 
 missing=()

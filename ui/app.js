@@ -751,6 +751,7 @@ function statusProblems(st) {
   if (!st.db_online && st.state !== 'starting') out.push({ text: `The database cannot be reached${st.message ? ': ' + st.message : ''}.`, fix: 'fs-database' });
   else if (st.state === 'needs_agent') out.push({ text: 'No agent is set: this machine claims nothing. Name one (claude, codex, aider, gemini, or a command).', fix: 'fs-machine' });
   else if (st.state === 'error' && st.message) out.push({ text: st.message, fix: 'fs-machine' });
+  for (const w of st.sandbox || []) out.push({ text: w.text, fix: 'fs-machine' });
   return out;
 }
 

@@ -54,6 +54,8 @@ pub const PROFILE: &str = if cfg!(debug_assertions) { "devpilot-dev" } else { "d
 
 /// Runs the app until the user quits.
 pub fn run() -> std::process::ExitCode {
+    // Inside an agent's sandbox this binary is its first process (the sandbox's init).
+    devpilot_app::sandbox::init::enter_if_asked();
     // Before any thread: the database URL leaves the environment an agent could read, and
     // the process is not dumpable (see devpilot_app::seal).
     devpilot_app::seal::seal();

@@ -89,9 +89,11 @@ pub fn hover_text(st: &Status) -> String {
     text
 }
 
-/// A line for each tracker source that does not work here: "Linear eng: wrong key". A source
-/// that works, or has not polled yet, says nothing: the tray only speaks of what needs a look.
+/// A line for each tracker source that does not work here: "Linear eng: wrong key" (a source
+/// that works, or has not polled yet, says nothing: the tray only speaks of what needs a
+/// look), then one where agents run unconfined: "Agents run unconfined here".
 pub fn source_lines(st: &Status) -> Vec<String> {
+    let sandbox = st.sandbox.iter().map(|w| w.line.clone());
     st.sources
         .iter()
         .filter_map(|h| {
@@ -107,6 +109,7 @@ pub fn source_lines(st: &Status) -> Vec<String> {
             let kind = if h.kind.is_empty() || h.kind == "linear" { "Linear".to_string() } else { h.kind.clone() };
             Some(format!("{kind} {}: {what}", shorten(&h.name, 32)))
         })
+        .chain(sandbox)
         .collect()
 }
 

@@ -82,7 +82,9 @@ impl Engine {
             return Ok(());
         };
         handle.reconfigure(run_config(&new, agent.clone(), &self.paths, &self.service)?);
+        let sandbox = crate::lifecycle::sandbox_warnings(&new, Some(&agent));
         self.status_tx.send_modify(|s| {
+            s.sandbox = sandbox;
             s.agent = match agent {
                 AgentSpec::Command(_) => AgentKind::Command,
                 AgentSpec::Preset { .. } => AgentKind::Preset,

@@ -113,7 +113,9 @@ impl Engine {
                 return current;
             }
         };
+        let sandbox = sandbox_warnings(&settings, agent.as_ref());
         self.status_tx.send_modify(|s| {
+            s.sandbox = sandbox;
             s.agent = match &agent {
                 Some(AgentSpec::Command(_)) => AgentKind::Command,
                 Some(AgentSpec::Preset { .. }) => AgentKind::Preset,
@@ -321,5 +323,17 @@ impl devpilot_engine::control::Machine for Tray {
 
     async fn hand_off(&self) -> Option<crate::verdict::HandOffVerdict> {
         self.0.upgrade()?.hand_off(true).await.ok()
+    }
+}
+
+/// Where agents would run unconfined here, for the tray and the window: none while no agent
+/// process runs (none set, or the demo).
+pub(crate) fn sandbox_warnings(
+    settings: &Settings,
+    agent: Option<&AgentSpec>,
+) -> Vec<devpilot_engine::orchestrator::confine::Warning> {
+    match agent {
+        Some(a) if a.is_process() => devpilot_engine::orchestrator::confine::warnings(settings),
+        _ => vec![],
     }
 }

@@ -268,6 +268,8 @@ async fn live_settings_leave_running_agents_alone() {
     fast(&p);
     let mut s = p.load().unwrap();
     s.agent = Some(long_agent(dir.path(), "agent-a.sh").display().to_string());
+    // The agents record what they do beside their scripts, outside their sandbox.
+    s.sandbox.read_write.push(dir.path().display().to_string());
     p.save(&s).unwrap();
     let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
     e.start().await;

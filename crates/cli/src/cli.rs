@@ -30,7 +30,7 @@ pub enum Cmd {
     /// the job's id; with --key, the id of the live job with that key if there is one.
     Enqueue(EnqueueArgs),
     /// Claim and run jobs until interrupted (SIGINT/SIGTERM hand off cleanly).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Jobs by state, who holds what and for how long, and machines.
     Status {
         #[arg(long)]

@@ -68,6 +68,7 @@ pub async fn doctor(flag: Option<&str>, as_json: bool) -> Out {
     if let Some(s) = &settings {
         checks.extend(repo_checks(s).await);
         checks.push(agent_check(s).await);
+        checks.extend(sandbox_checks(s));
         checks.extend(source_checks(s).await);
     }
     checks.push(sleep_check());
@@ -250,6 +251,38 @@ async fn source_checks(s: &Settings) -> Vec<Check> {
                 "store the key, then restart the machine",
             ),
         });
+    }
+    out
+}
+
+/// Whether agents run confined here ([`devpilot_engine::sandbox`]), and each repo whose
+/// settings turn that off.
+fn sandbox_checks(s: &Settings) -> Vec<Check> {
+    use devpilot_engine::orchestrator::confine::Confining;
+    use devpilot_engine::sandbox::{Confinement, SandboxMode};
+    let here = Confining::new(&s.sandbox);
+    let mut out = vec![match (&here.confinement, s.sandbox.mode) {
+        (Confinement::Confined { .. }, _) => ok("sandbox", here.describe()),
+        (_, SandboxMode::Off) => bad(
+            Status::Warn,
+            "sandbox",
+            here.describe(),
+            "remove `mode = \"off\"` from [sandbox] to confine agents again",
+        ),
+        (Confinement::Unconfined { .. }, _) => bad(
+            Status::Warn,
+            "sandbox",
+            format!("{}; jobs from tracker sources are not claimed here", here.describe()),
+            "install bubblewrap (apt install bubblewrap) and allow unprivileged user namespaces",
+        ),
+    }];
+    for (name, _) in s.repos.iter().filter(|(_, r)| r.sandbox == SandboxMode::Off) {
+        out.push(bad(
+            Status::Warn,
+            format!("repo {name}"),
+            "sandbox = \"off\": this repo's agents run unconfined, strangers' issues included",
+            format!("remove `sandbox = \"off\"` from [repos.{name}]"),
+        ));
     }
     out
 }

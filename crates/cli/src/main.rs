@@ -51,6 +51,8 @@ use open::queue_name;
 
 /// Entry point: parses, runs, and maps the outcome to an exit status (see [`exit::Code`]).
 fn main() -> std::process::ExitCode {
+    // Inside an agent's sandbox this binary is its first process (the sandbox's init).
+    devpilot_engine::sandbox::init::enter_if_asked();
     // Before any thread: the database URL leaves the environment an agent could read.
     devpilot_engine::seal::seal();
     let cli = Cli::parse();
@@ -101,7 +103,7 @@ async fn dispatch(cli: Cli) -> Out {
         }
         Cmd::Run(mut args) => {
             args.orchestrator = queue_name(flag)?;
-            done(run::run(args).await)
+            done(run::run(*args).await)
         }
         Cmd::Status { json } => done(status::status(&queue_name(flag)?, json).await),
         Cmd::Jobs(args) => view::jobs(&queue_name(flag)?, args).await,

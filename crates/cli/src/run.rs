@@ -94,6 +94,20 @@ pub struct RunArgs {
     /// (names or PREFIX* patterns, e.g. MY_TOKEN,AWS_*; adds to the settings' pass_env).
     #[arg(long, value_name = "NAMES")]
     pub pass_env: Vec<String>,
+    /// Confine agents (on, the default) or run them unconfined on purpose (off); default:
+    /// the settings' `[sandbox] mode`.
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub sandbox: Option<String>,
+    /// A host every confined agent may reach besides its model's (`host`, `host:port` or
+    /// `*.domain`); repeatable, adds to the settings' `[sandbox] allow_hosts`.
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// A path every confined agent may read; repeatable, adds to `[sandbox] read_only`.
+    #[arg(long, value_name = "PATH")]
+    pub allow_read: Vec<String>,
+    /// A path every confined agent may write; repeatable, adds to `[sandbox] read_write`.
+    #[arg(long, value_name = "PATH")]
+    pub allow_write: Vec<String>,
     /// The agent: a program and its arguments, after `--`.
     #[arg(last = true)]
     pub agent: Vec<String>,
@@ -141,6 +155,16 @@ impl RunArgs {
             s.pass_env.push(p.to_string());
         }
         s.poll_only |= self.poll_only;
+        if let Some(mode) = &self.sandbox {
+            s.sandbox.mode = if mode == "off" {
+                devpilot_engine::sandbox::SandboxMode::Off
+            } else {
+                devpilot_engine::sandbox::SandboxMode::On
+            };
+        }
+        s.sandbox.allow_hosts.extend(self.allow_host.iter().cloned());
+        s.sandbox.read_only.extend(self.allow_read.iter().cloned());
+        s.sandbox.read_write.extend(self.allow_write.iter().cloned());
         Ok(s)
     }
 

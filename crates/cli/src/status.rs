@@ -19,6 +19,7 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
     let waiting = queue.waiting(orchestrator, 20).await?;
     let stuck = unroutable(&queue, orchestrator, &machines).await?;
     let recent = queue.jobs(orchestrator, None, 20).await?;
+    let here = here();
     if json {
         let v = serde_json::json!({
             "orchestrator": orchestrator,
@@ -28,17 +29,25 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
             "recent": with_wait(&recent),
             "unroutable": stuck.iter().map(|(j, why)| serde_json::json!({"id": j.id, "title": j.title, "why": why})).collect::<Vec<_>>(),
             "machines": machines,
+            "sandbox": {"confined": here.confinement.is_confined(), "text": here.describe()},
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     print_counts(orchestrator, &counts);
+    println!("  this machine: {}", here.describe());
     print_running(&running);
     print_waiting(&waiting);
     print_unroutable(&stuck);
     print_finished(&recent);
     print_machines(&machines);
     Ok(())
+}
+
+/// How agents run on this machine, as its settings and its kernel allow.
+fn here() -> devpilot_engine::orchestrator::confine::Confining {
+    let settings = devpilot_engine::config::Paths::for_app("devpilot").and_then(|p| p.load()).unwrap_or_default();
+    devpilot_engine::orchestrator::confine::Confining::new(&settings.sandbox)
 }
 
 /// Queued jobs that no online machine can take, and why.

@@ -84,6 +84,9 @@ pub struct Launch {
     pub moved_from: Option<String>,
     /// Whether a preset's CLI may load the project's own configuration in `cwd`.
     pub config: ProjectConfig,
+    /// How the agent is confined; None when it runs unconfined (the machine cannot, or the
+    /// settings say `sandbox = "off"`).
+    pub sandbox: Option<crate::sandbox::Plan>,
 }
 
 /// Why an agent did not start.
@@ -328,6 +331,13 @@ impl AgentSpec {
         vars.insert("DEVPILOT_PAYLOAD_FILE".into(), files.payload_file.clone().into());
         vars.insert("DEVPILOT_RESULT_FILE".into(), files.result_file.clone().into());
         resume_env(&mut vars, claim, launch);
+        let (prog, args, jail) = match &launch.sandbox {
+            None => (prog, args, None),
+            Some(plan) => {
+                let (jail, p, a) = self.confined(plan, (prog, args), &mut vars, &files.dir, &launch.cwd)?;
+                (p, a, Some(Box::new(jail)))
+            }
+        };
         let spawn = Spawn {
             program: prog,
             args,
@@ -336,6 +346,7 @@ impl AgentSpec {
             stdin,
             stdout: log.try_clone().map_err(|e| StartError::Machine(e.into()))?,
             stderr: log,
+            shield: jail.is_some(),
         };
         let (child, stdin) = match spawn.start() {
             Ok(c) => c,
@@ -349,7 +360,31 @@ impl AgentSpec {
                 let _ = stdin.shutdown().await;
             });
         }
-        Ok(RunningAgent::Process { child: Box::new(child), files, log: span })
+        Ok(RunningAgent::Process { child: Box::new(child), files, log: span, jail })
+    }
+
+    /// The agent's command line inside its sandbox, and the sandbox (its proxy serving).
+    /// A plain command's own arguments that name files (`python3 ~/agents/fix.py`) are shown
+    /// read-only with their directory; a preset's never are (they hold the prompt).
+    fn confined(
+        &self,
+        plan: &crate::sandbox::Plan,
+        (prog, args): (PathBuf, Vec<OsString>),
+        vars: &mut BTreeMap<OsString, OsString>,
+        files: &Path,
+        cwd: &Path,
+    ) -> std::result::Result<(crate::sandbox::Jail, PathBuf, Vec<OsString>), StartError> {
+        let (preset, configured) = match self {
+            AgentSpec::Preset { preset, .. } => (Some(*preset), &[][..]),
+            _ => (None, &args[..]),
+        };
+        let agent =
+            crate::sandbox::Agent { preset, program: &prog, args: configured, env: vars, files: Some(files), cwd };
+        let jail = plan.jail(&agent).map_err(|e| StartError::Machine(e.into()))?;
+        jail.env(vars);
+        vars.extend(plan.git_env().into_iter().map(|(k, v)| (k.into(), v.into())));
+        let (p, a) = jail.wrap(&prog, args);
+        Ok((jail, p, a))
     }
 
     /// Why a spawn failed: the machine's problem when the program is missing (it is looked
@@ -433,10 +468,12 @@ fn resume_sentence(from: Option<&str>) -> String {
 }
 
 /// The files of one attempt: the payload (also on stdin), the result file the agent may
-/// write, and a prompt file for a CLI that reads its prompt from one. All in the private
-/// payload dir, created new, removed when the agent is dropped.
+/// write, and a prompt file for a CLI that reads its prompt from one. All in a private
+/// directory of the attempt's own (which a confined agent sees, and no other attempt's),
+/// created new, removed when the agent is dropped.
 #[derive(Debug)]
 pub struct JobFiles {
+    pub dir: PathBuf,
     pub payload_file: PathBuf,
     pub result_file: PathBuf,
     pub prompt_file: PathBuf,
@@ -447,15 +484,18 @@ impl JobFiles {
     fn write(env: &AgentEnv, claim: &Claim, prompt: &PromptVia<String>) -> Result<Self> {
         use std::io::Write;
         crate::safe_fs::private_dir(&env.payload_dir)?;
-        let stem = env.payload_dir.join(format!("job-{}-{}", claim.fence.job, claim.fence.token));
+        let dir = env.payload_dir.join(format!("job-{}-{}", claim.fence.job, claim.fence.token));
+        // A stale directory (or something planted where the agent will write) goes.
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_file(&dir);
+        crate::safe_fs::private_dir(&dir)?;
         let files = Self {
-            payload_file: stem.with_extension("json"),
-            result_file: stem.with_extension("result.json"),
-            prompt_file: stem.with_extension("prompt.txt"),
+            payload_file: dir.join("payload.json"),
+            result_file: dir.join("result.json"),
+            prompt_file: dir.join("prompt.txt"),
+            dir,
             body: serde_json::to_vec(&claim.payload).map_err(|e| Error::Payload(e.to_string()))?,
         };
-        // A stale result file (or something planted where the agent will write one) goes.
-        let _ = std::fs::remove_file(&files.result_file);
         crate::safe_fs::create_private(&files.payload_file)?.write_all(&files.body)?;
         if let PromptVia::File(text) | PromptVia::Stdin(text) = prompt {
             crate::safe_fs::create_private(&files.prompt_file)?.write_all(text.as_bytes())?;
@@ -466,9 +506,7 @@ impl JobFiles {
 
 impl Drop for JobFiles {
     fn drop(&mut self) {
-        for f in [&self.payload_file, &self.result_file, &self.prompt_file] {
-            let _ = std::fs::remove_file(f);
-        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -562,7 +600,13 @@ impl AgentEnv {
 pub const RESULT_FILE_CAP: u64 = 64 * 1024;
 
 pub enum RunningAgent {
-    Process { child: Box<AgentChild>, files: JobFiles, log: LogSpan },
+    /// `jail`: the agent's sandbox (its egress proxy serves while the agent lives).
+    Process {
+        child: Box<AgentChild>,
+        files: JobFiles,
+        log: LogSpan,
+        jail: Option<Box<crate::sandbox::Jail>>,
+    },
     InProcess(Option<tokio::task::JoinHandle<AgentExit>>),
 }
 
@@ -570,8 +614,8 @@ impl RunningAgent {
     /// Waits for the agent to end on its own. Cancel-safe.
     pub async fn wait(&mut self) -> AgentExit {
         match self {
-            RunningAgent::Process { child, .. } => match child.wait().await {
-                Ok(s) => exit_of(s),
+            RunningAgent::Process { child, jail, .. } => match child.wait().await {
+                Ok(s) => exit_of(crate::sandbox::unwrap_status(s, jail.is_some())),
                 Err(e) => AgentExit::Failed(format!("lost track of the agent: {e}")),
             },
             RunningAgent::InProcess(None) => AgentExit::Success,
@@ -585,8 +629,8 @@ impl RunningAgent {
     /// The agent's exit, if it has already ended (without waiting).
     pub fn try_exit(&mut self) -> Option<AgentExit> {
         match self {
-            RunningAgent::Process { child, .. } => match child.try_wait() {
-                Ok(Some(s)) => Some(exit_of(s)),
+            RunningAgent::Process { child, jail, .. } => match child.try_wait() {
+                Ok(Some(s)) => Some(exit_of(crate::sandbox::unwrap_status(s, jail.is_some()))),
                 _ => None,
             },
             RunningAgent::InProcess(None) => Some(AgentExit::Success),
@@ -637,6 +681,14 @@ impl RunningAgent {
     }
 
     /// The agent's output so far, if it is a process.
+    /// The hosts the agent's sandbox refused, each with a count (none when unconfined).
+    pub fn refused_hosts(&self) -> Vec<(String, u32)> {
+        match self {
+            RunningAgent::Process { jail: Some(j), .. } => j.refused(),
+            _ => vec![],
+        }
+    }
+
     pub fn log(&self) -> Option<&LogSpan> {
         match self {
             RunningAgent::Process { log, .. } => Some(log),

@@ -16,6 +16,8 @@
 //!   programs named in the repository's config) and name each worktree's gitdir.
 //! - [`safe_fs`]: files written where an agent can reach (never through a link, never outside
 //!   the worktree) and files an agent wrote (only small regular files, read without blocking).
+//! - [`sandbox`]: every agent runs confined (bubblewrap): its worktree, its model's hosts
+//!   and nothing else; the egress proxy, the init inside, and why a machine cannot confine.
 //! - [`environ`]: the allowlists of what the processes DevPilot starts see of its environment.
 //! - [`sources`]: trackers in, results back: Linear issues become jobs once (the fleet's
 //!   intake turn), and each outcome reaches the issue through the outbox.
@@ -40,6 +42,7 @@ pub mod orchestrator;
 pub mod preset;
 pub mod redact;
 pub mod safe_fs;
+pub mod sandbox;
 pub mod seal;
 pub mod secrets;
 pub mod settings;

@@ -128,6 +128,9 @@ pub struct Settings {
     pub keep_awake: bool,
     pub autostart: bool,
     pub notify: NotifySettings,
+    /// How agents are confined here: `[sandbox] mode = "off"`, `allow_hosts = [...]`.
+    #[serde(skip_serializing_if = "crate::sandbox::SandboxSettings::is_default")]
+    pub sandbox: crate::sandbox::SandboxSettings,
 }
 
 /// The one table of defaults. `devpilot run`'s flags, the window and the tray all start
@@ -164,6 +167,7 @@ impl Default for Settings {
             keep_awake: false,
             autostart: false,
             notify: NotifySettings::default(),
+            sandbox: Default::default(),
         }
     }
 }
@@ -208,6 +212,7 @@ impl Settings {
             source.validate(name)?;
         }
         self.validate_token_hosts()?;
+        self.sandbox.validate().map_err(Error::Invalid)?;
         if self.max_park.get() < Duration::from_secs(60) {
             return Err(Error::Invalid(format!("max park '{}' must be at least a minute", self.max_park)));
         }

@@ -57,6 +57,9 @@ pub struct Spawn {
     pub stdin: Stdin,
     pub stdout: std::fs::File,
     pub stderr: std::fs::File,
+    /// The program ignores SIGTERM, SIGINT and SIGHUP (it is bubblewrap, which would die of
+    /// them and take the sandbox down with a SIGKILL; the init inside it handles them).
+    pub shield: bool,
 }
 
 #[cfg(target_os = "linux")]
@@ -68,6 +71,7 @@ struct Prepared {
     envp: Vec<*const libc::c_char>,
     fds: [RawFd; 3],
     parent: libc::pid_t,
+    shield: bool,
     /// Written by the child before it exits, when a step failed: its errno.
     err: libc::c_int,
     _owned: Vec<CString>,
@@ -125,6 +129,7 @@ impl Spawn {
             fds: [stdin.as_raw_fd(), self.stdout.as_raw_fd(), self.stderr.as_raw_fd()],
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
+            shield: self.shield,
             err: 0,
             _owned: owned,
         };
@@ -202,6 +207,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 let mut dfl: libc::sigaction = std::mem::zeroed();
                 dfl.sa_sigaction = libc::SIG_DFL;
                 libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        if (*p).shield {
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                let mut ign: libc::sigaction = std::mem::zeroed();
+                ign.sa_sigaction = libc::SIG_IGN;
+                libc::sigaction(sig, &ign, std::ptr::null_mut());
             }
         }
         // The agent dies with the thread that started it. If the runner died before this
@@ -400,6 +412,7 @@ mod tests {
             stdin,
             stdout: out.try_clone().unwrap(),
             stderr: out.try_clone().unwrap(),
+            shield: false,
         };
         (s.start(), out)
     }
@@ -458,6 +471,7 @@ mod tests {
             stdin: Stdin::Null,
             stdout: tempfile::tempfile().unwrap(),
             stderr: tempfile::tempfile().unwrap(),
+            shield: false,
         };
         assert_eq!(s.start().err().unwrap().raw_os_error(), Some(libc::ENOENT));
     }

@@ -119,6 +119,13 @@ pub mod event {
     pub const SESSION_RESUMED: &str = "session_resumed";
     /// A carried conversation could not be resumed: the agent started fresh (the detail says why).
     pub const SESSION_FRESH: &str = "session_fresh";
+    /// The agent ran unconfined (the detail says why: the settings, or the machine cannot).
+    pub const UNCONFINED: &str = "unconfined";
+    /// The agent's sandbox refused hosts it tried to reach (the detail names them).
+    pub const EGRESS_REFUSED: &str = "egress_refused";
+    /// Something about the agent's sandbox the job's history should say (its commits could
+    /// not be taken back, say).
+    pub const SANDBOX: &str = "sandbox";
     /// A waiting job took its tracker issue's new text.
     pub const UPDATED: &str = "updated";
     /// The tracker's issue changed after its label approved it: the job keeps (or, before

@@ -8,7 +8,7 @@ use devpilot_store::error::Result;
 use devpilot_store::queue::{Backoff, Retention, Route};
 
 use super::lease::Timing;
-use super::runner::Watchdog;
+use super::watchdog::Watchdog;
 use crate::agent::AgentSpec;
 use crate::settings::Settings;
 use crate::span::Span;
@@ -83,6 +83,8 @@ pub struct RunConfig {
     pub max_attempts: i32,
     /// Where the trackers' API keys come from.
     pub keys: crate::sources::KeyStore,
+    /// How agents are confined here ([`crate::sandbox`]).
+    pub confining: std::sync::Arc<super::confine::Confining>,
 }
 
 impl RunConfig {
@@ -149,6 +151,7 @@ impl RunConfig {
             sources: s.sources.iter().filter(|(_, x)| x.enabled).map(|(n, x)| (n.clone(), x.clone())).collect(),
             max_attempts: s.max_attempts.max(1),
             keys: crate::sources::KeyStore::Keychain { service: crate::secrets::SERVICE.into() },
+            confining: std::sync::Arc::new(super::confine::Confining::new(&s.sandbox)),
         }
     }
 
@@ -172,7 +175,11 @@ impl RunConfig {
 
     /// What this machine may pick.
     pub fn route(&self) -> Route {
-        Route { repos: self.repos.keys().cloned().collect(), labels: self.labels.clone() }
+        Route {
+            repos: self.repos.keys().cloned().collect(),
+            labels: self.labels.clone(),
+            tracker_repos: self.confining.tracker_repos(&self.repos),
+        }
     }
 
     /// The lease keeper's timing. The kill grace after a lost lease is at most one

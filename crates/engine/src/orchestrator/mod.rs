@@ -12,7 +12,8 @@
 //!
 //! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself),
 //! [`stats`] (its counters), [`config`] (what it runs with), [`clock`] (the
-//! suspend-aware clock of the deadlines) and [`verdict`] (what a hand-off did, in words).
+//! suspend-aware clock of the deadlines), [`confine`] (whether a job's agent runs confined)
+//! and [`verdict`] (what a hand-off did, in words).
 //!
 //! The `Machine` task ([`machine`]) owns the user's wishes (on/off, pause, hand-off, stop),
 //! the running slots and the published [`Status`]; [`spawn`](mod@spawn) wires the parts
@@ -29,6 +30,7 @@
 mod bounds;
 mod clock;
 mod config;
+pub mod confine;
 mod conversation;
 mod handle;
 mod lease;
@@ -37,6 +39,7 @@ mod maintenance;
 mod poller;
 mod presence;
 mod runner;
+mod scratch;
 mod slots;
 mod sources;
 mod spawn;
@@ -44,6 +47,7 @@ mod start;
 mod stats;
 mod status;
 pub mod verdict;
+mod watchdog;
 mod wishes;
 
 pub use self::clock::{BootClock, Clock};
@@ -51,10 +55,10 @@ pub use self::config::{payload_dir, scratch_root, worktree_root, ClaimMode, RunC
 pub use self::handle::{Handle, StopMode};
 pub use self::lease::{call_bound, Timing};
 pub use self::maintenance::{file_retention, prune_files};
-pub use self::runner::Watchdog;
 pub use self::spawn::{spawn, spawn_into};
 pub use self::start::{connect, machine_pool, start_machine, Wiring};
 pub use self::stats::Stats;
 pub use self::status::{
     AgentKind, Backend, Carried, Event, JobRef, LossReason, MachineState, PresenceFields, RunningJob, Status,
 };
+pub use self::watchdog::Watchdog;

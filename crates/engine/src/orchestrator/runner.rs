@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use super::bounds;
 use super::conversation;
 use super::lease::{Order, Standing};
+use super::scratch::Scratch;
 use super::status::{Carried, Event, JobRef, LossReason};
+use super::watchdog::Watchdog;
 use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
 use crate::preset::trust::ProjectConfig;
 use crate::preset::Conversation;
@@ -24,43 +26,6 @@ use devpilot_store::job::{event, JobState};
 use devpilot_store::queue::{Backoff, Claim, FailOutcome, Fence, MachineStore, RetryAfter};
 use devpilot_store::retry::{self, Budget};
 use devpilot_store::spec::JobSpec;
-
-/// Stops an agent that prints nothing for `idle`, or runs longer than `max_runtime`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Watchdog {
-    pub idle: Option<Duration>,
-    pub max_runtime: Option<Duration>,
-}
-
-impl Watchdog {
-    /// Resolves, with the reason, when the agent has been silent or running too long; never
-    /// when neither limit is set. Output is what the agent appended to its log.
-    async fn tripped(self, log: Option<LogSpan>) -> String {
-        let (Some(log), true) = (log, self.idle.is_some() || self.max_runtime.is_some()) else {
-            return std::future::pending().await;
-        };
-        let started = tokio::time::Instant::now();
-        let (mut seen, mut quiet_since) = (log.written(), started);
-        let tick = self.idle.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1)) / 4;
-        loop {
-            tokio::time::sleep(tick.max(Duration::from_millis(20))).await;
-            let now = tokio::time::Instant::now();
-            let written = log.written();
-            if written != seen {
-                (seen, quiet_since) = (written, now);
-            }
-            if let Some(idle) = self.idle.filter(|i| now - quiet_since >= *i) {
-                return format!("no output for {}; the watchdog stopped the agent", humantime::format_duration(idle));
-            }
-            if let Some(max) = self.max_runtime.filter(|m| now - started >= *m) {
-                return format!(
-                    "ran longer than its maximum runtime of {}; the watchdog stopped the agent",
-                    humantime::format_duration(max)
-                );
-            }
-        }
-    }
-}
 
 /// The most of an agent's log kept in the database for other machines to watch.
 pub const LOG_TAIL_BYTES: u64 = 16 * 1024;
@@ -157,6 +122,8 @@ pub struct JobCtx {
     pub max_park: Duration,
     /// Where a job with no repo gets a scratch directory of its own to run in.
     pub scratch_root: std::path::PathBuf,
+    /// How this machine confines its agents.
+    pub confining: Arc<super::confine::Confining>,
 }
 
 enum Outcome {
@@ -176,6 +143,9 @@ enum NotReady {
     Job(String),
     /// The machine stopped the job while it was being prepared (and why).
     Stopped(CancelReason),
+    /// This machine may not run the job (a tracker's job it cannot confine): hand it back
+    /// for a machine that can, and go on claiming.
+    Refused(String),
 }
 
 /// Where a job's agent runs, once prepared.
@@ -185,6 +155,8 @@ struct Place {
     worktree: Option<Worktree>,
     /// A job with no repo: a fresh directory of its own, removed when the job's task ends.
     scratch: Option<Scratch>,
+    /// How its agent is confined (None: unconfined, said in the job's history).
+    sandbox: Option<crate::sandbox::Plan>,
 }
 
 /// Runs `claim` to its end and reports it.
@@ -196,11 +168,12 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         _ = cancel.token.cancelled() => Err(NotReady::Stopped(cancel.reason())),
         p = prepare(&ctx, &claim) => p,
     };
-    let Place { log, spec, worktree, scratch } = match prepared {
+    let Place { log, spec, worktree, scratch, sandbox } = match prepared {
         Ok(p) => p,
         Err(why) => return not_ready(&ctx, job, why).await,
     };
-    let (launch, talk) = launch_of(&ctx, &claim, spec, worktree.as_ref(), scratch.as_ref()).await;
+    let (mut launch, talk) = launch_of(&ctx, &claim, spec, worktree.as_ref(), scratch.as_ref()).await;
+    launch.sandbox = sandbox;
     let mut agent = match ctx.agent.start(&claim, &ctx.env, &launch, log).await {
         Ok(a) => a,
         Err(e) => {
@@ -217,7 +190,9 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     let span = agent.log().cloned();
     let tail = span.clone().map(|s| spawn_log_tail(&ctx, fence, s));
     let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), talk.as_ref(), fence.job).await;
+    let refused = agent.refused_hosts();
     drop(agent);
+    after_jail(&ctx, fence, &launch, worktree.as_ref(), refused).await;
     if let Some(t) = tail {
         t.abort();
         // The last words, on a task of its own: no outcome waits on a slow database. An
@@ -336,7 +311,52 @@ async fn launch_of(
     let moved_from = talk.as_ref().and_then(|t| t.moved_from.clone());
     let config = worktree.map_or(ProjectConfig::Trusted, |w| ProjectConfig::from(&w.start));
     let worktree = worktree.map(|w| (w.path.clone(), w.branch.clone()));
-    (Launch { spec, cwd, worktree, talk: conversation, moved_from, config }, talk)
+    (Launch { spec, cwd, worktree, talk: conversation, moved_from, config, sandbox: None }, talk)
+}
+
+/// How the job's agent runs ([`Confining::decide`](super::confine::Confining::decide)): the
+/// sandbox's plan, or None when it runs unconfined (said in the job's history). A tracker's
+/// job that this machine cannot confine is handed back, not run.
+async fn confine(
+    ctx: &JobCtx,
+    claim: &Claim,
+    wt: Option<&Worktree>,
+) -> std::result::Result<Option<crate::sandbox::Plan>, NotReady> {
+    use super::confine::Decision;
+    if !ctx.agent.is_process() {
+        return Ok(None);
+    }
+    let fence = claim.fence;
+    let private = ctx.env.payload_dir.join(format!("jail-{}-{}", fence.job, fence.token));
+    let from_tracker = claim.source_id.is_some();
+    match ctx.confining.decide(ctx.workspaces.as_deref(), wt, from_tracker, private).await {
+        Decision::Confined(plan) => Ok(Some(*plan)),
+        Decision::Unconfined(why) => {
+            ctx.store.note_agent(&fence, event::UNCONFINED, &format!("the agent ran unconfined: {why}")).await;
+            Ok(None)
+        }
+        Decision::Refused(why) => Err(NotReady::Refused(why)),
+        Decision::Failed(why) => Err(NotReady::Job(why)),
+    }
+}
+
+/// After a confined agent: its branch taken back into the clone (its commits fetched, and
+/// so checked, from the job's own store), the hosts its sandbox refused said in the job's
+/// history, and its private directory removed.
+async fn after_jail(ctx: &JobCtx, fence: Fence, launch: &Launch, wt: Option<&Worktree>, refused: Vec<(String, u32)>) {
+    let Some(plan) = &launch.sandbox else { return };
+    if let (Some(ws), Some(wt), Some(view)) = (&ctx.workspaces, wt, &plan.git) {
+        if let Err(e) = ws.absorb(wt, view).await {
+            tracing::warn!(job = fence.job, error = %e, "could not take the agent's branch back from its store");
+            let detail = format!("the agent's commits could not be taken back: {e}");
+            ctx.store.note_agent(&fence, event::SANDBOX, &detail).await;
+        }
+    }
+    if let Some(detail) = crate::sandbox::refusals(&refused) {
+        tracing::info!(job = fence.job, "{detail}");
+        ctx.store.note_agent(&fence, event::EGRESS_REFUSED, &detail).await;
+    }
+    plan.done();
 }
 
 /// Waits for whichever comes first: the agent's exit, a stop (the agent is terminated), the
@@ -408,18 +428,28 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
             true => Some(Scratch::new(&ctx.scratch_root, claim).map_err(NotReady::Machine)?),
             false => None,
         };
-        return Ok(Place { log, spec, worktree: None, scratch });
+        let sandbox = confine(ctx, claim, None).await?;
+        return Ok(Place { log, spec, worktree: None, scratch, sandbox });
     };
     let Some(ws) = &ctx.workspaces else {
         return Err(NotReady::Job(format!("this machine has no repo '{repo}' configured")));
     };
-    let Some(l) = log.as_mut() else { return Ok(Place { log: None, spec, worktree: None, scratch: None }) };
+    let Some(l) = log.as_mut() else {
+        return Ok(Place { log: None, spec, worktree: None, scratch: None, sandbox: None });
+    };
     let branch = spec.branch(claim.fence.job);
     let wt = ws
         .prepare(claim.fence.job, &repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
         .await
         .map_err(|e| NotReady::Job(e.to_string()))?;
-    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.fence.job)).await {
+    let sandbox = match confine(ctx, claim, Some(&wt)).await {
+        Ok(s) => s,
+        Err(why) => {
+            ws.finish(&wt, false).await;
+            return Err(why);
+        }
+    };
+    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.fence.job), sandbox.as_ref()).await {
         ws.finish(&wt, false).await;
         return Err(NotReady::Job(e.to_string()));
     }
@@ -428,33 +458,7 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
         ws.finish(&wt, false).await;
         return Err(NotReady::Job(why));
     }
-    Ok(Place { log, spec, worktree: Some(wt), scratch: None })
-}
-
-/// The scratch directory of a job with no repo: `<scratch root>/<id>-<token>` ([`super::scratch_root`]),
-/// private, made new for each attempt and removed (without following links) when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(root: &std::path::Path, claim: &Claim) -> Result<Self> {
-        crate::safe_fs::private_dir(root)?;
-        let dir = root.join(format!("{}-{}", claim.fence.job, claim.fence.token));
-        if std::fs::symlink_metadata(&dir).is_ok() {
-            let _ = std::fs::remove_dir_all(&dir);
-            let _ = std::fs::remove_file(&dir);
-        }
-        crate::safe_fs::private_dir(&dir)?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // remove_dir_all does not follow symlinks out of the directory.
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            tracing::debug!(dir = %self.0.display(), error = %e, "could not remove a job's scratch dir");
-        }
-    }
+    Ok(Place { log, spec, worktree: Some(wt), scratch: None, sandbox })
 }
 
 /// A job whose place could not be prepared, or whose agent could not start.
@@ -477,6 +481,12 @@ async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
             if let Some(ev) = report_exit(ctx, job, AgentExit::Failed(msg), AgentResult::default()).await {
                 let _ = ctx.events.send(ev);
             }
+            None
+        }
+        NotReady::Refused(why) => {
+            tracing::warn!(job = id, "{why}");
+            let reason = format!("not run here: {why}");
+            let _ = retry::transient("handing back", Budget::WRITE, || ctx.store.release(&fence, &reason, None)).await;
             None
         }
         NotReady::Stopped(why) => {

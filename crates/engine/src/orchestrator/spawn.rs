@@ -150,5 +150,6 @@ pub(super) fn job_ctx(
         backoff: cfg.backoff,
         max_park: cfg.max_park,
         scratch_root: cfg.scratch_root.clone(),
+        confining: cfg.confining.clone(),
     }
 }

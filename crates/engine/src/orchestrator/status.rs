@@ -283,6 +283,10 @@ pub struct Status {
     pub sources: Vec<crate::sources::SourceHealth>,
     /// The environment variables overriding the settings file.
     pub overrides: Vec<String>,
+    /// Where agents run unconfined here ([`super::confine::warnings`]): none when every
+    /// agent runs confined.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sandbox: Vec<super::confine::Warning>,
 }
 
 /// A presence row without its names, so it can travel into a spawned task.

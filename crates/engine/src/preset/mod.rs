@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub mod confined;
 pub mod login;
 pub mod outcome;
 pub mod session;
@@ -21,6 +22,7 @@ use devpilot_store::error::{Error, Result};
 
 // # Layout
 // - `mod.rs`: the presets, their argv (new or resumed conversation) and their environment.
+// - `confined.rs`: what each CLI needs inside the sandbox: its state and its model's hosts.
 // - `outcome.rs`: how a run ended, read from the CLI's structured output or error lines.
 // - `session.rs`: where each CLI keeps its conversation; capturing and restoring it.
 // - `trust.rs`: what each CLI may load of the project's own configuration, and where.

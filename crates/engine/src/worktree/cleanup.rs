@@ -156,6 +156,7 @@ impl Workspaces {
                     let _ = clone.run(&["branch", "-D", &wt.branch], GIT_BOUND).await;
                 }
                 let _ = std::fs::remove_file(self.record_path(wt.job));
+                self.remove_store(wt);
                 None
             }
             Err(e) => {

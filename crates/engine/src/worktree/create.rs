@@ -106,7 +106,13 @@ impl Workspaces {
     /// Runs the repo's setup argv in the worktree, its output into `log`, if it may run there
     /// ([`Worktree::setup_allowed`]; else it says why not). The error carries the last lines
     /// of that output. The setup sees only the allowlisted environment (and `pass_env`).
-    pub async fn setup(&self, wt: &Worktree, log: &mut std::fs::File, log_path: &Path) -> Result<(), WorktreeError> {
+    pub async fn setup(
+        &self,
+        wt: &Worktree,
+        log: &mut std::fs::File,
+        log_path: &Path,
+        sandbox: Option<&crate::sandbox::Plan>,
+    ) -> Result<(), WorktreeError> {
         let Some((prog, args)) = wt.repo.setup.split_first() else { return Ok(()) };
         if !wt.setup_allowed() {
             let StartedFrom::AgentWork(from) = &wt.start else { return Ok(()) };
@@ -124,11 +130,23 @@ impl Workspaces {
         let out = log.try_clone()?;
         let err = log.try_clone()?;
         let argv = || wt.repo.setup.join(" ");
-        let mut child = tokio::process::Command::new(prog)
+        // Confined like the agent: a setup runs what the repo says (`npm ci` runs its
+        // packages' scripts), and the repo may hold an agent's work.
+        let mut vars: std::collections::BTreeMap<_, _> =
+            crate::environ::allowed(&[crate::environ::BASE], &self.pass_env).into_iter().collect();
+        let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let (_jail, prog, args) = match sandbox {
+            Some(plan) => {
+                let (j, p, a) = plan.command(Path::new(prog), args, &mut vars, &wt.path)?;
+                (Some(j), p, a)
+            }
+            None => (None, prog.into(), args),
+        };
+        let mut child = tokio::process::Command::new(&prog)
             .args(args)
             .current_dir(&wt.path)
             .env_clear()
-            .envs(crate::environ::allowed(&[crate::environ::BASE], &self.pass_env))
+            .envs(vars)
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))

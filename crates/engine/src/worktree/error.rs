@@ -38,6 +38,9 @@ pub enum WorktreeError {
     /// what a tracker's issue is told.
     #[error("setup `{argv}` failed ({status}); its last lines:\n{tail}")]
     SetupFailed { argv: String, status: ExitStatus, tail: String },
+    /// A confined agent's view of git could not be made.
+    #[error("cannot confine the agent's git: {0}")]
+    Confine(String),
     #[error(transparent)]
     Git(#[from] GitError),
     /// The repo lock's file, say.

@@ -28,6 +28,7 @@
 //! them and a push that failed during a hand-off is retried later.
 
 mod cleanup;
+pub mod confine;
 mod create;
 mod error;
 mod handoff;
@@ -36,6 +37,7 @@ mod repo;
 mod workspaces;
 
 pub use self::cleanup::Finished;
+pub use self::confine::GitView;
 pub use self::error::WorktreeError;
 pub use self::record::{records_in, HandOff, Record, StartedFrom, Unsaved, Worktree};
 pub use self::repo::{expand_home, overlay_repo_flag, PrMode, Repo, RepoSettings};

@@ -33,6 +33,17 @@ pub struct RepoSettings {
     /// GitHub remote: a draft (the default), ready for review, or none.
     #[serde(skip_serializing_if = "PrMode::is_default")]
     pub pull_request: PrMode,
+    /// `"off"` runs this repo's agents unconfined, on purpose (and lets a machine that
+    /// cannot confine take this repo's tracker jobs).
+    #[serde(skip_serializing_if = "crate::sandbox::settings::SandboxMode::is_on")]
+    pub sandbox: crate::sandbox::settings::SandboxMode,
+    /// Hosts this repo's agents may reach besides their model's (a package registry, say):
+    /// `host`, `host:port` or `*.domain`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
+    /// Paths this repo's agents may read besides the system and toolchains (`~` is the home).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
 }
 
 /// Which pull request a finished job opens (`pull_request = "draft" | "ready" | "off"`).
@@ -62,6 +73,9 @@ pub struct Repo {
     pub push: bool,
     pub setup_on_resume: bool,
     pub pull_request: PrMode,
+    pub sandbox: crate::sandbox::settings::SandboxMode,
+    pub allow_hosts: Vec<crate::sandbox::hosts::HostPort>,
+    pub read_only: Vec<PathBuf>,
 }
 
 impl Repo {
@@ -85,6 +99,19 @@ impl Repo {
             push: s.push,
             setup_on_resume: s.setup_on_resume,
             pull_request: s.pull_request,
+            sandbox: s.sandbox,
+            allow_hosts: s
+                .allow_hosts
+                .iter()
+                .map(|h| crate::sandbox::hosts::HostPort::parse(h))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Invalid(format!("repo '{name}': allow_hosts: {e}")))?,
+            read_only: s
+                .read_only
+                .iter()
+                .map(|p| crate::sandbox::settings::check_path(p).map(|_| expand_home(p.trim())))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Invalid(format!("repo '{name}': read_only: {e}")))?,
         })
     }
 }

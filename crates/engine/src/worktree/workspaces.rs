@@ -116,6 +116,9 @@ impl Workspaces {
             push: false,
             setup_on_resume: false,
             pull_request: Default::default(),
+            sandbox: Default::default(),
+            allow_hosts: vec![],
+            read_only: vec![],
         });
         // A record of an older version has no gitdir: the one git would make for this path.
         // A worktree whose gitdir is not there fails its git calls; it is kept, never lost.

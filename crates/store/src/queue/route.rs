@@ -12,6 +12,10 @@ use super::dialect::Dialect;
 pub struct Route {
     pub repos: Vec<String>,
     pub labels: Vec<String>,
+    /// Which repos' tracker jobs (a stranger's issue) this machine takes: all of its repos
+    /// (None), or only these (a machine that cannot confine its agents takes a tracker's
+    /// job only for a repo whose settings say `sandbox = "off"`).
+    pub tracker_repos: Option<Vec<String>>,
 }
 
 impl Route {
@@ -42,7 +46,12 @@ impl Route {
                 list(&self.labels)
             )
         };
-        format!("{repo} AND {requires}")
+        let trackers = match &self.tracker_repos {
+            None => String::new(),
+            Some(r) if r.is_empty() => " AND dispatch_queue.source_id IS NULL".to_string(),
+            Some(r) => format!(" AND (dispatch_queue.source_id IS NULL OR dispatch_queue.repo IN ({}))", list(r)),
+        };
+        format!("{repo} AND {requires}{trackers}")
     }
 
     /// Why a machine with this route cannot take a job of `repo` needing `requires`.

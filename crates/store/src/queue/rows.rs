@@ -33,6 +33,8 @@ pub struct Claim {
     /// The repo the pick routed it by (the `repo` column); the runner checks that the
     /// payload says the same before it runs anything.
     pub repo: Option<String>,
+    /// The tracker source the job came from (a stranger's issue), or None for the user's own.
+    pub source_id: Option<i64>,
 }
 
 /// What a fenced failure did to the job.
