@@ -537,6 +537,22 @@ def main():
     wd_set("#s-agent", typed)
     wd_exec("document.getElementById('s-agent').dispatchEvent(new Event('input'));")
     wait("and no longer once it is back", lambda: (wd_text("#agent-health") or "").startswith("found: /"), timeout=10)
+    # 6a. Agents unconfined on purpose ([sandbox] mode = "off", a hand edit of the file) is a
+    # warning in Problems and in the tray, and goes when the edit is undone.
+    cfg = os.path.join(ENV["XDG_CONFIG_HOME"], PROFILE_NAME, "config.toml")
+    with open(cfg) as f:
+        kept = f.read()
+    check("agents run confined here: no sandbox warning", "unconfined" not in (wd_text("#problems-list") or "") and "unconfined" not in (sni_prop("Title") or ""))
+    with open(cfg, "a") as f:
+        f.write('\n[sandbox]\nmode = "off"\n')
+    wait("sandbox off is a problem in the window, saying why",
+         lambda: 'Agents run unconfined here, because this machine\'s settings say [sandbox] mode = "off"' in (wd_text("#problems-list") or ""), timeout=15)
+    wait("and in the tray's hover text", lambda: "Agents run unconfined (sandbox off)" in (sni_prop("Title") or ""), timeout=10)
+    wd_exec("document.getElementById('problems').scrollIntoView({block: 'start'});")
+    shot("04a-settings-sandbox-off")
+    with open(cfg, "w") as f:
+        f.write(kept)
+    wait("the warning goes with the edit", lambda: "unconfined" not in (wd_text("#problems-list") or "") and "unconfined" not in (sni_prop("Title") or ""), timeout=15)
     wd_set("#s-orchestrator_id", "")
     wd_click("#save-settings")
     wait("empty orchestrator id is refused with a clear message",

@@ -104,13 +104,19 @@ def held_blocks():
     return [i for i in fake("Held") if i["mode"] == "block"]
 
 
+# Where the test's flag for the agent is: the only directory of the test's its sandbox shows.
+FLAGS = os.path.join(WORK, "flags")
+
+
 def write_settings():
-    """This app's settings file: keep awake on (the default is off)."""
+    """This app's settings file: keep awake on (the default is off), and the directory of the
+    flag that lets the agent end shown to it (read-only) in its sandbox."""
     profile = "devpilot-dev" if ENV.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
     d = os.path.join(WORK, "config", profile)
     os.makedirs(d, exist_ok=True)
+    os.makedirs(FLAGS, exist_ok=True)
     with open(os.path.join(d, "config.toml"), "w") as f:
-        f.write("keep_awake = true\n")
+        f.write(f'keep_awake = true\n[sandbox]\nread_only = ["{FLAGS}"]\n')
 
 
 def job(jid):
@@ -170,7 +176,7 @@ def main():
     wait("the app logs that keep awake is on (from its settings file)", lambda: "keep awake while agents run: on" in app_log(), timeout=10)
     check("keep awake: no block inhibitor while nothing runs", not held_blocks(), fake("Held"))
 
-    done_file = os.path.join(WORK, "job-may-end")
+    done_file = os.path.join(FLAGS, "job-may-end")
     payload = {"title": "running at sleep", "sleep": 300, "until": done_file}
     jid = int(cli("enqueue", "--orchestrator", ORCH, "--payload", json.dumps(payload)).strip())
     wait("the app runs the job", lambda: job(jid)["state"] == "running", timeout=30)

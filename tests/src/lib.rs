@@ -285,6 +285,15 @@ impl RecordingAgent {
         RecordingAgent { script, record }
     }
 
+    /// A machine's confinement where its agents may also write `dir` (where a test's agents
+    /// record what they did): for a [`RunConfig`](devpilot_engine::orchestrator::RunConfig)
+    /// built in the test process.
+    pub fn confining(&self) -> std::sync::Arc<devpilot_engine::orchestrator::confine::Confining> {
+        let dir = self.record.parent().expect("the record's directory").display().to_string();
+        let s = devpilot_engine::sandbox::SandboxSettings { read_write: vec![dir], ..Default::default() };
+        std::sync::Arc::new(devpilot_engine::orchestrator::confine::Confining::new(&s))
+    }
+
     /// Parsed records.
     pub fn records(&self) -> Vec<Record> {
         let text = std::fs::read_to_string(&self.record).unwrap_or_default();
@@ -446,6 +455,11 @@ pub fn spawn_runner(
     c.args(["run", "--orchestrator", orch, "--machine", machine]).args(flags);
     if !env.is_empty() {
         c.arg("--pass-env").arg(env.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(","));
+    }
+    // The agents of the tests record what they did next to their script, outside their
+    // sandbox: that directory is theirs to write.
+    if let Some(dir) = agent.parent().filter(|_| !flags.contains(&"--sandbox")) {
+        c.arg("--allow-write").arg(dir);
     }
     c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
     for (k, v) in env {

@@ -52,6 +52,10 @@ pub fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, e
     let log = std::fs::File::create(&log_path).unwrap();
     let mut c = devpilot(home, &db.raw_url);
     c.args(["run", "--orchestrator", orch, "--machine", name]).args(crate::fast_flags());
+    // The tests' agents record what they did next to their script: theirs to write.
+    if let Some(dir) = agent.parent() {
+        c.arg("--allow-write").arg(dir);
+    }
     c.arg("--").arg(agent).stdout(Stdio::null()).stderr(Stdio::from(log));
     for v in TRACKER_VARS {
         c.env_remove(v);

@@ -281,8 +281,11 @@ async fn presets_pass_the_prompt_as_one_argument(backend: Backend) {
     let id = enqueue(&home, &db, &orch, &["--title", title, "--prompt=--model evil\nline 2", "--url", "https://x/7"]);
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let mut c = devpilot_tests::devpilot(&home, &db.raw_url);
+    // The stand-in CLI writes its argv beside itself, outside its sandbox.
     c.args(["run", "--orchestrator", &orch, "--machine", "m", "--agent", "claude", "--until-empty"])
         .args(fast_flags())
+        .arg("--allow-write")
+        .arg(db.dir.path())
         .env("PATH", &path);
     let out = c.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -443,7 +446,8 @@ async fn sql_producers_are_routed_too(backend: Backend) {
     let (job, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!((job.repo.as_deref(), job.requires.to_vec()), (Some("webapp"), vec!["gpu".to_string()]));
     assert!(db.queue.claim_next(&orch, "plain", 1).await.unwrap().is_empty(), "a machine without the repo skips it");
-    let route = devpilot_store::queue::Route { repos: vec!["webapp".into()], labels: vec!["gpu".into()] };
+    let route =
+        devpilot_store::queue::Route { repos: vec!["webapp".into()], labels: vec!["gpu".into()], tracker_repos: None };
     let extras = devpilot_store::queue::PollExtras { route: Some(&route), ..Default::default() };
     let got = db.queue.claim_next_with(&orch, "qualified", 1, &extras).await.unwrap().claims;
     assert_eq!(got.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![id]);

@@ -83,6 +83,10 @@ impl Setup {
         let mut c = devpilot(&self.desktop, &self.db.raw_url);
         c.args(["run", "--orchestrator", &self.orch, "--machine", "desktop", "--agent", preset, "--until-empty"])
             .args(fast_flags())
+            // The hooks and MCP servers of the positive controls mark the test's directory,
+            // outside the CLI's sandbox.
+            .arg("--allow-write")
+            .arg(self.db.dir.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(self.desktop.join(format!("run-{preset}.log"))).unwrap());
         let path = format!("{}:{}", clis().display(), std::env::var("PATH").unwrap());
@@ -177,8 +181,11 @@ const AIDER_SETTINGS: &str =
 /// has no switch to ignore them) and says why. The same `.aider.conf.yml` on the base is used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aider_never_sends_the_key_where_an_agent_pointed_it() {
-    let s = Setup::new("aider-cfg", AIDER_SETTINGS).await;
     let elsewhere = ModelServer::start().unwrap();
+    // The base's config names the other server: the sandbox lets aider reach it only because
+    // this machine's settings allow that host (a repo's config never widens the sandbox).
+    let allow = format!("[sandbox]\nallow_hosts = [\"{}\"]\n", elsewhere.url().trim_start_matches("http://"));
+    let s = Setup::new("aider-cfg", &format!("{AIDER_SETTINGS}{allow}")).await;
     let conf = format!("openai-api-base: {}/v1", elsewhere.url());
     let env = format!("OPENAI_API_BASE={}/v1", elsewhere.url());
     let id = s.job("Agent config");

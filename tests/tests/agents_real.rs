@@ -161,6 +161,7 @@ async fn claude_makes_a_real_edit() {
     ]);
     let _a = laptop.run(&db, &orch, "claude", &[]);
     let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(60)).await;
+    ran_confined(&db, id).await;
     assert_eq!(row.summary.as_deref(), Some("I wrote hello.txt."));
     let branch = format!("devpilot/{id}-eng-9-write-the-notes");
     assert_eq!(remote.show(&branch, "hello.txt").as_deref(), Some("hi from the model\n"));
@@ -217,6 +218,7 @@ async fn codex_makes_a_real_edit() {
     model.script([Turn::Tool { name: "exec".into(), input: json!(js) }, Turn::Text("hello.txt is written.".into())]);
     let _a = laptop.run(&db, &orch, "codex", &[]);
     let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(90)).await;
+    ran_confined(&db, id).await;
     assert_eq!(row.summary.as_deref(), Some("hello.txt is written."));
     let branch = format!("devpilot/{id}-eng-9-write-the-notes");
     assert_eq!(remote.show(&branch, "hello.txt").as_deref(), Some("hi from codex\n"));
@@ -451,7 +453,9 @@ async fn codex_with_its_api_unreachable_ends_within_the_bound() {
     let closed = format!("http://127.0.0.1:{}", free_port());
     codex_config(&laptop.cli_home, &closed);
     let started = std::time::Instant::now();
-    let _a = laptop.run(&db, &orch, "codex", &[]);
+    // Unconfined: in DevPilot's sandbox an unreachable allowed host is a reset connection,
+    // which codex reports at once; unconfined, a refused one makes it retry forever.
+    let _a = laptop.run(&db, &orch, "codex", &["--sandbox", "off"]);
     // Failed, or parked when this machine has no network at all (as in CI here).
     assert!(
         wait_for(Duration::from_secs(60), || async {
@@ -593,4 +597,12 @@ async fn a_session_parked_elsewhere_starts_fresh() {
     let roles: Vec<&str> = first.as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
     assert!(!roles.contains(&"assistant"), "nothing of the laptop's conversation: {roles:?}");
     assert_eq!(row.agent.session_from, None);
+}
+
+/// The job's agent ran in DevPilot's sandbox (the default): no `unconfined` entry in its
+/// history, which a machine that cannot confine, or settings that say `sandbox = "off"`,
+/// would have written.
+async fn ran_confined(db: &TestDb, id: i64) {
+    let h = db.queue.history(id).await.unwrap();
+    assert!(!h.iter().any(|e| e.kind == "unconfined"), "the agent ran confined: {h:?}");
 }

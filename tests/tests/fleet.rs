@@ -40,6 +40,15 @@ enum Fault {
     PgRestart,
 }
 
+impl Fault {
+    fn machine(&self) -> Option<&str> {
+        match self {
+            Fault::Kill { machine, .. } | Fault::Stop { machine, .. } => Some(machine),
+            Fault::PgRestart => None,
+        }
+    }
+}
+
 /// One execution of a job by an agent: from the agent's own records.
 #[derive(Debug, Clone)]
 struct Execution {
@@ -650,12 +659,16 @@ impl<'a> Verdict<'a> {
             if e.ended.as_deref() == Some("end") && e.end_ms.unwrap_or(0) > lease {
                 late += 1;
                 let recorded = self.fenced(e);
+                let faults: Vec<&Fault> =
+                    self.faults.iter().filter(|f| f.machine() == Some(e.machine.as_str())).collect();
                 assert!(
                     recorded
                         || self.killed_within(&e.machine, e.end_ms.unwrap_or(0), e.end_ms.unwrap_or(0) + EXCUSE_MS),
-                    "job {}: claim {} finished after its lease ended and nothing was recorded",
+                    "job {}: claim {} finished after its lease ended (at {lease}) and nothing was recorded: {e:?}; \
+                     its history: {:#?}; the faults of its machine: {faults:?}",
                     e.job,
-                    e.token
+                    e.token,
+                    self.events_by_job.get(&e.job)
                 );
             }
         }

@@ -165,6 +165,8 @@ async fn an_unparsable_payload_never_runs_and_no_job_runs_in_the_runners_directo
     let mut c = devpilot(&home, &db.raw_url);
     c.args(["run", "--orchestrator", &orch, "--machine", "m", "--until-empty"])
         .args(fast_flags())
+        // The agent records what it did beside its script, outside its sandbox.
+        .args(["--allow-write", &db.dir.path().display().to_string()])
         .arg("--")
         .arg(&agent.script)
         .current_dir(&runner_cwd);
@@ -248,7 +250,11 @@ echo planted everything"#,
     let id = enqueue(&home, &db, &orch, &["--title", "Plant", "--repo", "web", "--max-attempts", "1"]);
     let next =
         enqueue(&home, &db, &orch, &["--title", "Next", "--repo", "web", "--max-attempts", "1", "--priority", "-1"]);
-    let (code, log) = drain(&home, &db, &orch, &agent.script, &["--concurrency", "1"], Duration::from_secs(90));
+    // Unconfined on purpose: this proves DevPilot's own git where an agent can write the
+    // clone (a machine that cannot confine, or `sandbox = "off"`). Confined, the agent cannot
+    // plant at all (tests/sandbox.rs).
+    let flags = ["--concurrency", "1", "--sandbox", "off"];
+    let (code, log) = drain(&home, &db, &orch, &agent.script, &flags, Duration::from_secs(90));
     assert_eq!(code, Some(0), "{log}");
     let planted = std::fs::read_to_string(&mark).unwrap_or_default();
     assert!(planted.is_empty(), "code the agent planted ran inside DevPilot's git:\n{planted}");
@@ -307,7 +313,8 @@ echo work > work.txt"#,
         ),
     );
     let id = enqueue(&home, &db, &orch, &["--title", "Rewrite", "--repo", "web", "--max-attempts", "1"]);
-    let (code, log) = drain(&home, &db, &orch, &agent.script, &[], Duration::from_secs(60));
+    // Unconfined on purpose, as above: confined, the clone's config is read-only to the agent.
+    let (code, log) = drain(&home, &db, &orch, &agent.script, &["--sandbox", "off"], Duration::from_secs(60));
     assert_eq!(code, Some(0), "{log}");
     let refs = Command::new("git").arg("--git-dir").arg(&evil).args(["for-each-ref"]).output().unwrap();
     assert!(refs.stdout.is_empty(), "the push went to the agent's repository");
@@ -429,8 +436,10 @@ async fn a_poison_prompt_never_blocks_the_machine(backend: Backend) {
     };
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let mut c = devpilot(&home, &db.raw_url);
+    // The stand-in CLI records its calls beside itself, outside its sandbox.
     c.args(["run", "--orchestrator", &orch, "--machine", "m", "--agent", "claude", "--until-empty"])
         .args(fast_flags())
+        .args(["--allow-write", &db.dir.path().display().to_string()])
         .env("PATH", &path);
     let (code, log) = finish(c, db.dir.path(), Duration::from_secs(60));
     assert_eq!(code, Some(0), "the machine drained the queue: {log}");
@@ -614,6 +623,7 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
         let mut c = devpilot(&home, &db.raw_url);
         c.args(["run", "--orchestrator", &orch, "--machine", "m", "--until-empty", "--pass-env", "MY_VISIBLE"])
             .args(fast_flags())
+            .args(["--allow-write", &db.dir.path().display().to_string()])
             .args(args);
         for (k, v) in secrets {
             c.env(k, v);
@@ -634,12 +644,16 @@ async fn agents_get_only_the_allowlisted_environment(backend: Backend) {
         "DEVPILOT_PAYLOAD_FILE",
         "DEVPILOT_RESULT_FILE",
     ];
-    // What the agent's own bash adds to what it was given.
+    // What the agent's own bash adds to what it was given, and what its sandbox sets (its
+    // proxy, its own temp dir and git config, who it commits as: no secret among them).
     let shell = ["PWD", "SHLVL", "_", "OLDPWD"];
+    let sandbox = ["DEVPILOT_SANDBOX", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME"];
+    let sandbox = [&sandbox[..], &["GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"]].concat();
     let allowed = |name: &str, more: &[&str]| {
         devpilot_engine::environ::BASE.iter().chain(more).any(|p| devpilot_engine::environ::matches(p, name))
             || job_vars.contains(&name)
             || shell.contains(&name)
+            || sandbox.contains(&name)
             || name == "MY_VISIBLE"
     };
     let seen = read_env_dump(&dump.join(id.to_string()));
@@ -677,103 +691,6 @@ async fn until_empty_leaves_jobs_no_machine_here_can_take(backend: Backend) {
     assert_eq!(job(&db, plain).await.state, JobState::Completed);
     assert_eq!(job(&db, gpu).await.state, JobState::Queued);
 }
-
-/// The runner keeps its database password from its agent: an agent (the same user, not
-/// root) finds it neither in `/proc/$PPID/environ` nor in `cmdline` nor in `mem`. The agent
-/// proves each probe works by finding its own marker in its own `/proc/self` first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_runner_keeps_its_password_from_its_agent() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let orch = db.orch("proc");
-    let password = devpilot_tests::shared_pg().password.clone();
-    // A directory the unprivileged user can use (tests run as root in CI).
-    let shared = tempfile::Builder::new().prefix("devpilot-proc-").tempdir_in("/tmp").unwrap();
-    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let bin = shared.path().join("devpilot");
-    std::fs::copy(devpilot_tests::devpilot_bin(), &bin).unwrap();
-    let report = shared.path().join("report.json");
-    let probe = shared.path().join("probe.py");
-    std::fs::write(&probe, PROBE).unwrap();
-    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let needle: String = password.chars().rev().collect();
-    db.queue.enqueue(&orch, &json!({"title": "probe", "needle_reversed": needle, "report": report})).await.unwrap();
-    let mut c = if devpilot_tests::is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(&bin);
-        c
-    } else {
-        Command::new(&bin)
-    };
-    c.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", shared.path())
-        .env("XDG_CONFIG_HOME", shared.path().join("config"))
-        .env("XDG_DATA_HOME", shared.path().join("data"))
-        .env("DEVPILOT_DATABASE_URL", db.raw_url.as_str())
-        .args(["run", "--orchestrator", &orch, "--machine", "m", "--until-empty"])
-        .args(fast_flags())
-        .arg("--")
-        .arg(&probe)
-        .current_dir(shared.path());
-    let (code, log) = finish(c, shared.path(), Duration::from_secs(60));
-    assert_eq!(code, Some(0), "{log}");
-    let got: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    assert_eq!(got["self_environ_works"], true, "the environ probe works: {got}");
-    assert_eq!(got["self_mem_works"], true, "the memory probe works: {got}");
-    for source in ["environ", "cmdline", "mem"] {
-        assert_eq!(got[source]["found"], false, "the password is in the runner's {source}: {got}");
-    }
-    assert_ne!(got["mem"]["read"], true, "the runner's memory is not readable: {got}");
-}
-
-/// The probe agent of [`the_runner_keeps_its_password_from_its_agent`].
-const PROBE: &str = r#"#!/usr/bin/python3
-import json, os, re, sys
-payload = json.load(sys.stdin)
-needle = payload["needle_reversed"][::-1].encode()
-ppid = os.getppid()
-def scan_file(path):
-    try:
-        with open(path, "rb") as f:
-            return {"read": True, "found": needle in f.read()}
-    except OSError as e:
-        return {"read": False, "found": False, "error": str(e)}
-def scan_mem(pid, target):
-    try:
-        maps = open(f"/proc/{pid}/maps").read().splitlines()
-        mem = open(f"/proc/{pid}/mem", "rb", 0)
-    except OSError as e:
-        return {"read": False, "found": False, "error": str(e)}
-    read = found = False
-    for line in maps:
-        m = re.match(r"([0-9a-f]+)-([0-9a-f]+) r", line)
-        if not m:
-            continue
-        start, end = int(m.group(1), 16), int(m.group(2), 16)
-        if end - start > 256 * 1024 * 1024:
-            continue
-        try:
-            mem.seek(start)
-            chunk = mem.read(end - start)
-        except (OSError, ValueError, OverflowError):
-            continue
-        read = True
-        if target in chunk:
-            found = True
-            break
-    return {"read": read, "found": found}
-marker = b"probe-marker-" + str(os.getpid()).encode() * 3
-report = {
-    "environ": scan_file(f"/proc/{ppid}/environ"),
-    "cmdline": scan_file(f"/proc/{ppid}/cmdline"),
-    "mem": scan_mem(ppid, needle),
-    "self_environ_works": b"DEVPILOT_JOB_ID=" in open("/proc/self/environ", "rb").read(),
-    "self_mem_works": scan_mem(os.getpid(), marker)["found"],
-}
-with open(payload["report"], "w") as f:
-    json.dump(report, f)
-print("probed")
-"#;
 
 /// SQLSTATE 08P01 in answer to a statement the server received (here PostgreSQL's own, to a
 /// NUL in a simple query) is not transient: sending it again is refused again, so it is not

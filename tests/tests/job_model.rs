@@ -485,6 +485,7 @@ async fn a_cancel_missed_while_not_listening_is_learnt_at_the_resync(backend: Ba
     let agent = RecordingAgent::new(db.dir.path(), "sleep 60 & wait");
     let argv = vec![agent.script.display().to_string()];
     let mut cfg = RunConfig::new(&orch, "m", AgentSpec::Command(argv), db.dir.path().to_path_buf());
+    cfg.confining = agent.confining();
     cfg.heartbeat = Duration::from_secs(20);
     cfg.claim_timeout = Duration::from_secs(120);
     cfg.poll_interval = Duration::from_millis(50);

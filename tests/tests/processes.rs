@@ -244,7 +244,12 @@ async fn a_killed_runner_takes_its_agent_with_it(backend: Backend) {
     let agent = RecordingAgent::new(db.dir.path(), "exec sleep 60");
     let mut a = spawn_runner(db.dir.path(), &db.raw_url, &orch, "laptop", &fast_flags(), &agent.script, &[]);
     assert!(wait_for(Duration::from_secs(20), || async { agent.records().iter().any(|r| r.kind == "start") }).await);
-    let pid = agent.records()[0].pid as libc::pid_t;
+    // The agent as this machine sees it (in its sandbox, `$$` is its pid inside): the
+    // runner's descendant that is the `sleep` it became.
+    let is_sleep = |p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"));
+    let sleeping = || devpilot_tests::descendants(a.pid()).into_iter().find(is_sleep);
+    assert!(wait_for(Duration::from_secs(20), || async { sleeping().is_some() }).await, "the agent sleeps");
+    let pid = sleeping().expect("the agent's process") as libc::pid_t;
     // A pidfd of the agent (not our child) becomes readable when it exits: the signal waited on.
     // SAFETY: pidfd_open returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;

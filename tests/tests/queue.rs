@@ -318,6 +318,7 @@ async fn orchestrator_runs_and_hands_off(backend: Backend) {
     let body = r#"s=$(printf '%s' "$payload" | sed -n 's/.*"sleep":\([0-9]*\).*/\1/p'); sleep "${s:-0}""#;
     let agent = devpilot_tests::RecordingAgent::new(db.dir.path(), body);
     let mut c = cfg(&db, &orch, AgentSpec::Command(vec![agent.script.display().to_string()]));
+    c.confining = agent.confining();
     c.cancel_grace = Duration::from_secs(2);
     let (h, _join) = orchestrator::spawn(db.queue.clone(), c, None);
     let mut events = h.subscribe();

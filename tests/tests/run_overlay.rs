@@ -34,7 +34,8 @@ fn run_to_end(
     let log = home.join(format!("run-{}.log", rand::random::<u32>()));
     let mut c = devpilot(home, &db.raw_url);
     c.args(["run", "--orchestrator", orch, "--until-empty", "--poll-interval", "50ms", "--max-poll-interval", "200ms"]);
-    c.args(flags).arg("--").arg(agent).envs(env.iter().copied());
+    // The agents record what they did beside their scripts, outside their sandbox.
+    c.args(flags).arg("--allow-write").arg(agent.parent().unwrap()).arg("--").arg(agent).envs(env.iter().copied());
     let mut child = c.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
     let start = Instant::now();
     let code = loop {
