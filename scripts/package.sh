@@ -19,7 +19,8 @@
 #    under another tool's flags.
 #  - Everything in one explicit list: the second binary (the CLI is another crate), the files
 #    generated here (completions, man page, icons) and the systemd user units go in as plain
-#    assets, and `Depends` is dpkg-shlibdeps' list plus the dlopen'ed appindicator library.
+#    assets, and `Depends` is dpkg-shlibdeps' list, the dlopen'ed appindicator library and
+#    bubblewrap (the agents' sandbox).
 #  What the bundler would have done for us, the desktop entry and the icon sizes, is a
 #  committed file (src-tauri/packaging/) and one `convert` per size below.
 set -euo pipefail

@@ -3,7 +3,8 @@
 # reuses the release build in $CARGO_TARGET_DIR, e.g. the one `E2E_PROFILE=release
 # tests/desktop/e2e.sh` made), extracts it into a temporary root with `dpkg-deb -x`, and checks:
 #   - every file it should hold is there (and nothing else), the icons have the sizes their
-#     folders say, and Depends names the runtime libraries, the dlopen'ed appindicator included;
+#     folders say, and Depends names the runtime libraries, the dlopen'ed appindicator included,
+#     and bubblewrap (the agents' sandbox);
 #   - the extracted `devpilot --version` runs and matches the package's version;
 #   - the desktop entry passes desktop-file-validate and names a binary and an icon it ships;
 #   - the man page and the completions are real (bash's completes `devpilot en` to enqueue);
@@ -154,7 +155,7 @@ DEPENDS=$(dpkg-deb -f "$DEB" Depends)
   fail "the file name" "devpilot_${VERSION}_amd64.deb" "$(basename "$DEB")"
 pass "package $PACKAGE $VERSION $ARCH, named $(basename "$DEB")"
 # The appindicator is dlopen'ed (named by hand); the others prove dpkg-shlibdeps ran ($auto).
-for dep in libayatana-appindicator3-1 libwebkit2gtk-4.1-0 libgtk-3-0 libc6; do
+for dep in libayatana-appindicator3-1 libwebkit2gtk-4.1-0 libgtk-3-0 libc6 bubblewrap; do
   grep -qE "(^|, )$dep( |,|$)" <<<"$DEPENDS" || fail "Depends names $dep" "$dep in Depends" "$DEPENDS"
 done
 pass "Depends: $DEPENDS"
