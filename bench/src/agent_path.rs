@@ -27,12 +27,12 @@ fn children_cpu_ms() -> f64 {
 /// The agent of (e): a shell that exits 0.
 pub const SHELL_AGENT: &[&str] = &["/bin/sh", "-c", "exit 0"];
 
-/// One drain of `jobs` by `procs` × `devpilot run --concurrency conc -- agent…`.
+/// One drain of `jobs` by `procs` × `devpilot run --concurrency conc FLAGS -- agent…`.
 /// `runtime_dir`: the processes' `XDG_RUNTIME_DIR` (a login session's tmpfs), or none.
 pub async fn once(
     env: &Env,
     (procs, conc): (usize, usize),
-    agent: &[&str],
+    (agent, flags): (&[&str], &[&str]),
     jobs: i64,
     runtime_dir: Option<&std::path::Path>,
 ) -> Value {
@@ -48,7 +48,9 @@ pub async fn once(
         children.push(
             tokio::process::Command::new(devpilot_bin())
                 .args(["run", "--until-empty", "--orchestrator", ORCH, "--machine", &format!("cli-{p}")])
-                .args(["--concurrency", &conc.to_string(), "--"])
+                .args(["--concurrency", &conc.to_string()])
+                .args(flags)
+                .arg("--")
                 .args(agent)
                 .env("DEVPILOT_DATABASE_URL", &url)
                 .env("XDG_CONFIG_HOME", h.join("config"))
@@ -91,7 +93,7 @@ pub async fn measure(env: &Env, plan: &Plan) -> Value {
     for (key, rt) in [("session", Some(session.as_path())), ("no_runtime_dir", None)] {
         let mut runs = vec![];
         for _ in 0..plan.repeats {
-            runs.push(once(env, (4, 8), SHELL_AGENT, plan.agent_jobs, rt).await);
+            runs.push(once(env, (4, 8), (SHELL_AGENT, &[]), plan.agent_jobs, rt).await);
         }
         let rate = median(runs.iter().filter_map(|r| r["jobs_per_s"].as_f64()).collect());
         log(format!("  devpilot run ×4, concurrency 8, /bin/sh agent ({key}): {rate:.0} jobs/s"));

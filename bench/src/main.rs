@@ -17,6 +17,8 @@
 //! - [`versus`]: (v) issue 25's comparisons, in alternated rounds: the agent path against the
 //!   machine's spawn limit and Graphile Worker, the no-op drains and pickup against Graphile.
 //! - [`report_versus`]: the report's section (v), its targets and every run.
+//! - [`sandbox`]: (s) the agent sandbox's cost, confined against `--sandbox off`; the
+//!   `sandbox` subcommand measures it alone into an existing report.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
 //!   `/bin/true`) agent, driven by the parent over stdin/stdout, for the multi-process drains.
 
@@ -34,6 +36,7 @@ mod report;
 mod report_fmt;
 mod report_peers;
 mod report_versus;
+mod sandbox;
 mod versus;
 mod worker;
 
@@ -53,6 +56,15 @@ enum Cmd {
     /// Run every measurement and write the report.
     Run {
         /// Where REPORT.md, report.json and throughput.png go.
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// A much shorter run, to check the machinery (figures not meaningful).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Measure (s), the agent sandbox's cost, alone, into the existing report.json, and
+    /// re-render REPORT.md.
+    Sandbox {
         #[arg(long, default_value = "bench")]
         out: PathBuf,
         /// A much shorter run, to check the machinery (figures not meaningful).
@@ -79,6 +91,23 @@ fn main() {
             std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&json).unwrap()).unwrap();
             report::render(&json, &out);
             eprintln!("wrote {}/REPORT.md, report.json, throughput.png", out.display());
+            for dir in cleanup {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        Cmd::Sandbox { out, quick } => {
+            let path = out.join("report.json");
+            let mut json: serde_json::Value = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_else(|| serde_json::json!({}));
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            let (s, cleanup) = rt.block_on(measure::sandbox_only(quick));
+            json["sandbox"] = s;
+            std::fs::create_dir_all(&out).expect("out dir");
+            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+            report::render(&json, &out);
+            eprintln!("wrote (s) into {}/report.json and REPORT.md", out.display());
             for dir in cleanup {
                 let _ = std::fs::remove_dir_all(dir);
             }

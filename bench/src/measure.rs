@@ -97,6 +97,8 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     out["peers"] = crate::peers::all(&env, &plan).await;
     log("(v) issue 25: alternated rounds against Graphile Worker and the machine's spawn limit");
     out["versus"] = crate::versus::measure(&env, &plan).await;
+    log("(s) the agent sandbox's cost: confined against --sandbox off, alternated rounds");
+    out["sandbox"] = crate::sandbox::measure(&env, &plan).await;
     let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
     log("(i) one PostgreSQL, thousands of machines: an idle pooled fleet");
     out["fleet_idle"] = crate::fleet::idle(&env, fleet_plan).await;
@@ -118,6 +120,18 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
 
 /// Starts the cluster, with pg_stat_statements and the migrated template `bench_tmpl`;
 /// returns the run's environment and the server's version.
+/// (s) alone, on a cluster of its own: the `sandbox` subcommand. Returns the section and the
+/// directories to remove.
+pub async fn sandbox_only(quick: bool) -> (Value, Vec<PathBuf>) {
+    let plan = if quick { QUICK } else { FULL };
+    let (env, _) = start().await;
+    log("(s) the agent sandbox's cost: confined against --sandbox off, alternated rounds");
+    let mut s = crate::sandbox::measure(&env, &plan).await;
+    s["date"] = json!(now_utc());
+    env.pg.stop();
+    (s, vec![env.pg.dir.clone(), env.tmp.clone()])
+}
+
 async fn start() -> (Env, String) {
     let pg = cluster::start();
     log(format!("PostgreSQL on port {} in {}", pg.port, pg.dir.display()));
@@ -145,7 +159,7 @@ async fn start() -> (Env, String) {
 /// The run's description: when, on what machine, which server and settings, which plan.
 fn header(plan: &Plan, quick: bool, version: String) -> Value {
     json!({
-        "date": String::from_utf8_lossy(&std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().unwrap().stdout).trim(),
+        "date": now_utc(),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "cpu": cpu_model(),
         "loadavg_at_start": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
@@ -195,4 +209,10 @@ fn cpu_model() -> String {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_default()
+}
+
+/// The time now, as the report writes it.
+fn now_utc() -> String {
+    let out = std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

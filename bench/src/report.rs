@@ -26,6 +26,7 @@ fn markdown(j: &Value, out: &Path) -> String {
     let mut m = String::new();
     intro(&mut m, j);
     crate::report_versus::section(&mut m, j);
+    sandbox_section(&mut m, j);
     targets(&mut m, j);
     claims_section(&mut m, j);
     pick_section(&mut m, j);
@@ -40,6 +41,50 @@ fn markdown(j: &Value, out: &Path) -> String {
         let _ = writeln!(m, "{notes}");
     }
     m
+}
+
+/// (s) The agent sandbox's cost: the rate confined against `--sandbox off`.
+fn sandbox_section(m: &mut String, j: &Value) {
+    let s = &j["sandbox"];
+    if !s.is_object() {
+        return;
+    }
+    let _ = writeln!(
+        m,
+        "## The agent sandbox's cost (s), alternated rounds
+"
+    );
+    let shape = &s["shape"];
+    let _ = writeln!(
+        m,
+        "`devpilot run --concurrency {} -- /bin/true` draining {} jobs on PostgreSQL, {} rounds of each mode, alternated \
+         (measured {}). Confined is the default: each agent in its own bubblewrap sandbox (namespaces, mounts, the egress \
+         proxy, DevPilot's init inside); `--sandbox off` runs it as before.\n",
+        shape["concurrency"],
+        shape["jobs"],
+        shape["rounds"],
+        s["date"].as_str().or(j["date"].as_str()).unwrap_or("?"),
+    );
+    let _ =
+        writeln!(m, "| mode | jobs/s (median) | CPU ms per job, runner and agents (median) | every round, jobs/s |");
+    let _ = writeln!(m, "|---|---:|---:|---|");
+    for (name, key) in [("confined (default)", "confined"), ("`--sandbox off`", "unconfined")] {
+        let runs: Vec<String> = s[key]["runs"]
+            .as_array()
+            .map(|a| a.iter().map(|r| format!("{:.0}", r["jobs_per_s"].as_f64().unwrap_or(0.0))).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            m,
+            "| {name} | {:.0} | {:.2} | {} |",
+            s[key]["jobs_per_s"].as_f64().unwrap_or(0.0),
+            s[key]["cpu_ms_per_job"].as_f64().unwrap_or(0.0),
+            runs.join(", ")
+        );
+    }
+    let ratio = s["ratio"].as_f64().unwrap_or(0.0);
+    let target = s["target"].as_f64().unwrap_or(0.8);
+    let verdict = if ratio >= target { "met" } else { "missed" };
+    let _ = writeln!(m, "\nConfined ÷ unconfined: **{ratio:.2} ×** (target ≥ {target} ×: {verdict}).\n");
 }
 
 /// The run: when, where, the server's settings and the plan.

@@ -104,9 +104,9 @@ pub async fn measure(env: &Env, plan: &Plan) -> Value {
         }
         push("spawn_limit", spawn_limit(plan.agent_jobs));
         push("xargs", xargs(plan.agent_jobs));
-        push("ours_cli_1x32", agent_path::once(env, (1, WORKERS), true_agent, plan.agent_jobs, rt).await);
+        push("ours_cli_1x32", agent_path::once(env, (1, WORKERS), (true_agent, &[]), plan.agent_jobs, rt).await);
         push("graphile_exec_default", graphile(env, plan.agent_jobs, false, true).await);
-        push("ours_cli_4x8", agent_path::once(env, (4, WORKERS / 4), true_agent, plan.agent_jobs, rt).await);
+        push("ours_cli_4x8", agent_path::once(env, (4, WORKERS / 4), (true_agent, &[]), plan.agent_jobs, rt).await);
         push("graphile_exec_local", graphile(env, plan.agent_jobs, true, true).await);
         let jobs = plan.drain_jobs_pg;
         push("ours_batched", drain::drain(env, Backend::Pg, WORKERS, 1, true, "noop", jobs, true).await);
