@@ -76,6 +76,11 @@ impl Engine {
         if ours || self.with_overrides(fresh.clone()) == now {
             return;
         }
+        // An edit by hand is in force now: the app's last own write is no longer what the
+        // file says, so an edit back to it is news too.
+        if let Ok(mut w) = self.written.lock() {
+            *w = None;
+        }
         match self.apply(&now, fresh, false).await {
             Ok(()) => note(true, format!("Settings reloaded from {name}.")),
             Err(e) => note(false, format!("{name} was edited, but it cannot be applied: {e}")),
@@ -141,6 +146,30 @@ mod tests {
         p.save(&same).unwrap();
         e.reload_config().await;
         assert!(!notes.has_changed().unwrap(), "{:?}", notes.borrow());
+        e.stop(devpilot_engine::orchestrator::StopMode::HandOff).await;
+    }
+
+    /// An edit by hand back to what the window last saved is applied: the window saves 5
+    /// attempts, a hand edit makes them 7, and putting the window's file back makes them 5
+    /// again (it was taken for the window's own write, and ignored).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_edit_back_to_the_windows_last_save_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let p =
+            Paths { config_dir: dir.path().join("c"), data_dir: dir.path().join("d"), log_dir: dir.path().join("l") };
+        p.save(&Settings { orchestrator_id: "watched".into(), ..Settings::default() }).unwrap();
+        let e = Engine::new(p.clone(), "devpilot-test", Overrides::default());
+        e.start().await;
+        let mut saved = e.settings();
+        saved.max_attempts = 5;
+        e.apply_settings(saved, &crate::DbForm::of(None), None).await.unwrap();
+        let window = std::fs::read_to_string(p.config_file()).unwrap();
+        std::fs::write(p.config_file(), window.replace("max_attempts = 5", "max_attempts = 7")).unwrap();
+        e.reload_config().await;
+        assert_eq!(e.settings().max_attempts, 7, "the hand edit is in force");
+        std::fs::write(p.config_file(), &window).unwrap();
+        e.reload_config().await;
+        assert_eq!(e.settings().max_attempts, 5, "and so is the edit back");
         e.stop(devpilot_engine::orchestrator::StopMode::HandOff).await;
     }
 }
