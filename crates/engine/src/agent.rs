@@ -599,6 +599,9 @@ impl AgentEnv {
 /// The most of a result file that is read: a larger one is ignored (and logged).
 pub const RESULT_FILE_CAP: u64 = 64 * 1024;
 
+/// How often a confined agent's SIGTERM is sent again while it has not ended.
+const SIGTERM_AGAIN: Duration = Duration::from_millis(250);
+
 pub enum RunningAgent {
     /// `jail`: the agent's sandbox (its egress proxy serves while the agent lives).
     Process {
@@ -641,15 +644,27 @@ impl RunningAgent {
     /// Stops the agent: SIGTERM to its process group, then SIGKILL after `grace`.
     pub async fn terminate(&mut self, grace: Duration) {
         match self {
-            RunningAgent::Process { child, .. } => {
+            RunningAgent::Process { child, jail, .. } => {
                 let Some(pid) = child.id() else { return };
                 let pgid = pid as libc::pid_t;
                 // SAFETY: plain kill(2) on the agent's own process group.
                 unsafe { libc::kill(-pgid, libc::SIGTERM) };
-                if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                    let _ = child.wait().await;
+                // A sandbox still being made ignores a SIGTERM (its init has no handler yet):
+                // it is sent again until one lands. The init passes only the first on.
+                let again = if jail.is_some() { SIGTERM_AGAIN } else { grace };
+                let deadline = tokio::time::Instant::now() + grace;
+                loop {
+                    let wait = again.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                    if tokio::time::timeout(wait, child.wait()).await.is_ok() {
+                        return;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    unsafe { libc::kill(-pgid, libc::SIGTERM) };
                 }
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                let _ = child.wait().await;
             }
             RunningAgent::InProcess(Some(task)) => task.abort(),
             RunningAgent::InProcess(None) => {}

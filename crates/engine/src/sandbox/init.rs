@@ -126,6 +126,9 @@ async fn supervise(init: Init) -> std::io::Result<std::process::ExitStatus> {
     }
     let mut child = cmd.spawn()?;
     let group = child.id().map(|p| p as libc::pid_t);
+    // The runner sends SIGTERM again until the sandbox ends (one sent while the sandbox was
+    // being made is lost): the agent gets each signal once.
+    let mut passed: Vec<libc::c_int> = vec![];
     loop {
         let sig = tokio::select! {
             status = child.wait() => return status,
@@ -137,6 +140,10 @@ async fn supervise(init: Init) -> std::io::Result<std::process::ExitStatus> {
                 libc::SIGKILL
             }
         };
+        if passed.contains(&sig) && sig != libc::SIGKILL {
+            continue;
+        }
+        passed.push(sig);
         if let Some(g) = group {
             // SAFETY: kill(2) of the agent's own process group, which this process leads
             // into being (setsid made the agent's pid its group id).
