@@ -229,13 +229,15 @@ pub async fn run(a: RunArgs) -> Result<()> {
     let queue = orchestrator::connect(&url, &pool, || Ok(()), |_| {}).await?;
     let bound = stop_bound(cfg.cancel_grace, cfg.push_bound);
     let wiring = Wiring::own(&cfg);
+    // Listening before the machine starts: an event it sends once (a source with no key) is
+    // never sent before anyone hears it.
+    let mut events = wiring.events.subscribe();
     let (handle, mut join) = orchestrator::start_machine(queue, &url, cfg, wiring);
     // `devpilot pause`, `resume` and `handoff` reach this machine here; the socket goes
     // when this function returns.
     let control = control::CancellationToken::new();
     let _control_guard = control.clone().drop_guard();
     control::spawn(control::socket_path(&paths.data_dir, &a.orchestrator), handle.clone(), control);
-    let mut events = handle.subscribe();
     tokio::spawn(async move {
         while let Ok(ev) = events.recv().await {
             log_event(&ev);
