@@ -752,18 +752,7 @@ fn preset_missing(preset: Preset) -> Error {
 
 /// Finds `prog` on PATH (or as a path) and checks it is an executable file.
 pub fn resolve_program(prog: &str) -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable =
-        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
-    if prog.contains('/') {
-        let p = PathBuf::from(prog);
-        return if executable(&p) { Ok(p) } else { Err(Error::AgentMissing(prog.to_string())) };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(prog))
-        .find(|p| executable(p))
-        .ok_or_else(|| Error::AgentMissing(prog.to_string()))
+    crate::environ::which(prog).ok_or_else(|| Error::AgentMissing(prog.to_string()))
 }
 
 #[cfg(test)]

@@ -107,6 +107,20 @@ pub fn allowed(lists: &[&[&str]], extra: &[String]) -> Vec<(OsString, OsString)>
     vars
 }
 
+/// `prog` as this process would run it: a path, or the first executable file of that name
+/// on `PATH`.
+pub fn which(prog: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable =
+        |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if prog.contains('/') {
+        let p = std::path::PathBuf::from(prog);
+        return executable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join(prog)).find(|p| executable(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

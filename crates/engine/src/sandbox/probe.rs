@@ -2,7 +2,7 @@
 //! installed and able to make the namespaces the sandbox uses (a kernel or distribution
 //! can disable unprivileged user namespaces; a container may not allow them at all).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// Whether agents on this machine run confined, and if not, why not (in words a person can
@@ -29,15 +29,7 @@ impl Confinement {
 
 /// Where bubblewrap is looked for: `PATH`, then Debian's place.
 fn find_bwrap() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).collect::<Vec<_>>())
-        .unwrap_or_default();
-    on_path.into_iter().chain([PathBuf::from("/usr/bin/bwrap")]).find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    crate::environ::which("bwrap").or_else(|| crate::environ::which("/usr/bin/bwrap"))
 }
 
 /// Tries a sandbox of the same kind every agent gets (every namespace, no capability) around
