@@ -450,7 +450,9 @@ pub fn spawn_runner(
     env: &[(&str, &str)],
 ) -> Runner {
     let log_path = home.join(format!("runner-{machine}.log"));
-    let log = std::fs::File::create(&log_path).expect("runner log");
+    // Appended, not truncated: a runner restarted under the same name (after a kill) keeps
+    // what its predecessor said, which is what a failure's diagnosis needs.
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("runner log");
     let mut c = devpilot(home, db_url);
     c.args(["run", "--orchestrator", orch, "--machine", machine]).args(flags);
     if !env.is_empty() {

@@ -25,6 +25,10 @@ use rand::{Rng, SeedableRng};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
 
+#[path = "fleet/record.rs"]
+mod record;
+use record::{count_starts, read_executions, write_agent, Execution};
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -47,62 +51,6 @@ impl Fault {
             Fault::PgRestart => None,
         }
     }
-}
-
-/// One execution of a job by an agent: from the agent's own records.
-#[derive(Debug, Clone)]
-struct Execution {
-    job: i64,
-    token: i64,
-    machine: String,
-    start_ms: i64,
-    end_ms: Option<i64>,
-    ended: Option<String>,
-}
-
-/// The agents' own records: one line when an execution starts, one when it ends (`end`)
-/// or is stopped (`term`).
-fn read_executions(record: &std::path::Path) -> HashMap<(i64, i64), Execution> {
-    let text = std::fs::read_to_string(record).unwrap_or_default();
-    let mut execs: HashMap<(i64, i64), Execution> = HashMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let parsed = (f.len() == 5).then(|| (f[1].parse::<i64>(), f[2].parse::<i64>(), f[4].parse::<i64>()));
-        let Some((Ok(job), Ok(token), Ok(at))) = parsed else { continue };
-        let e = execs.entry((job, token)).or_insert_with(|| Execution {
-            job,
-            token,
-            machine: f[3].to_string(),
-            start_ms: at,
-            end_ms: None,
-            ended: None,
-        });
-        match f[0] {
-            "start" => e.start_ms = at,
-            kind => {
-                e.end_ms = Some(at);
-                e.ended = Some(kind.to_string());
-            }
-        }
-    }
-    execs
-}
-
-/// How many `start` lines the agents wrote for each (job, claim), counted from the raw
-/// record: [`read_executions`] folds lines into one entry per claim, so a claim whose agent
-/// started twice would look like one execution there.
-fn count_starts(record: &std::path::Path) -> HashMap<(i64, i64), usize> {
-    let text = std::fs::read_to_string(record).unwrap_or_default();
-    let mut starts: HashMap<(i64, i64), usize> = HashMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() == 5 && f[0] == "start" {
-            if let (Ok(job), Ok(token)) = (f[1].parse::<i64>(), f[2].parse::<i64>()) {
-                *starts.entry((job, token)).or_default() += 1;
-            }
-        }
-    }
-    starts
 }
 
 /// The fleet's scale, from the environment.
@@ -180,30 +128,6 @@ async fn enqueue_jobs(queue: &Queue, orchs: &[String], jobs: usize) -> Vec<i64> 
     all_ids
 }
 
-/// Writes the fleet's agent into `home`: (its record, its script).
-fn write_agent(home: &Path) -> (PathBuf, PathBuf) {
-    // The agent: one append when it starts, one when it ends, "term" if stopped. One job in
-    // ten works for 1.5 s, so faults land mid-execution.
-    let record = home.join("executions.log");
-    let agent = home.join("agent.sh");
-    std::fs::write(
-        &agent,
-        format!(
-            "#!/bin/bash\n\
-             rec={rec}\n\
-             t() {{ local e=${{EPOCHREALTIME/./}}; echo ${{e:0:13}}; }}\n\
-             echo \"start $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec\n\
-             trap 'echo \"term $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec; exit 143' TERM\n\
-             if (( DEVPILOT_JOB_ID % 10 == 0 )); then sleep 1.5; fi\n\
-             echo \"end $DEVPILOT_JOB_ID $DEVPILOT_CLAIM_TOKEN $DEVPILOT_MACHINE $(t)\" >> $rec\n",
-            rec = record.display()
-        ),
-    )
-    .unwrap();
-    std::process::Command::new("chmod").arg("+x").arg(&agent).status().unwrap();
-    (record, agent)
-}
-
 /// How long after an agent's end (or a thaw) a live runner has written what the checks look
 /// for: a kill later than this excuses nothing (the claim timeout is 3 s).
 const EXCUSE_MS: i64 = 10_000;
@@ -225,6 +149,12 @@ fn runner_flags(per_runner: usize) -> Vec<String> {
         "1s",
         "--cancel-grace",
         "1s",
+        // The fleet proves the queue under faults, not the sandbox (tests/sandbox.rs does).
+        // A sandbox per job, for 200 claimers on two cores, makes the kernel's mount lock the
+        // test's bottleneck: confined, CI's machine took 624 s (here 181 s, unconfined 91 s),
+        // and one lost lease was still unrecorded when its runner was killed 23 s later.
+        "--sandbox",
+        "off",
     ];
     let mut owned: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
     owned.extend(["--concurrency".to_string(), per_runner.to_string()]);
@@ -521,6 +451,8 @@ struct Verdict<'a> {
     final_state: HashMap<i64, (JobState, i64)>,
     events_by_job: HashMap<i64, Vec<devpilot_store::queue::JobEvent>>,
     faults: &'a [Fault],
+    /// Where the runners' logs are (`runner-<machine>.log`), for a failure's message.
+    home: PathBuf,
 }
 
 impl<'a> Verdict<'a> {
@@ -547,7 +479,7 @@ impl<'a> Verdict<'a> {
                 }
             }
         }
-        Verdict { execs, final_state, events_by_job, faults }
+        Verdict { execs, final_state, events_by_job, faults, home: fleet.launcher.home.path().to_path_buf() }
     }
 
     /// When did each lease end? At the sweep or hand-off that named its token.
@@ -568,6 +500,17 @@ impl<'a> Verdict<'a> {
         self.faults
             .iter()
             .any(|f| matches!(f, Fault::Kill { machine: m, at_ms } if m == machine && (from..=to).contains(at_ms)))
+    }
+
+    /// The lines of `machine`'s runner log (all its lives) that name job `id`.
+    fn runner_said(&self, machine: &str, id: i64) -> String {
+        let text = std::fs::read_to_string(self.home.join(format!("runner-{machine}.log"))).unwrap_or_default();
+        let (a, b) = (format!("job={id}"), format!("job {id}"));
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split([' ', ':', ',']).any(|w| w == a) || l.contains(&format!("{b} ")) || l.ends_with(&b))
+            .collect();
+        lines.join("\n")
     }
 
     /// Whether the history of `e`'s job records its claim's completion as fenced.
@@ -665,10 +608,11 @@ impl<'a> Verdict<'a> {
                     recorded
                         || self.killed_within(&e.machine, e.end_ms.unwrap_or(0), e.end_ms.unwrap_or(0) + EXCUSE_MS),
                     "job {}: claim {} finished after its lease ended (at {lease}) and nothing was recorded: {e:?}; \
-                     its history: {:#?}; the faults of its machine: {faults:?}",
+                     its history: {:#?}; the faults of its machine: {faults:?}; what its runner said of it:\n{}",
                     e.job,
                     e.token,
-                    self.events_by_job.get(&e.job)
+                    self.events_by_job.get(&e.job),
+                    self.runner_said(&e.machine, e.job)
                 );
             }
         }
