@@ -23,6 +23,13 @@ pub enum State {
     File(PathBuf),
     /// A file it only reads (its config): shown read-only when it exists.
     Config(PathBuf),
+    /// A file in its state that the user's own CLI obeys when it starts outside DevPilot
+    /// (its settings and hooks, its provider config, its memory): read-only, and when missing
+    /// made first with `inert` content, so that a job can neither change nor plant it.
+    Guarded { path: PathBuf, inert: &'static str },
+    /// A file the CLI rewrites as it runs but that also says what it runs (claude's
+    /// `~/.claude.json` lists MCP servers): the agent gets a copy of its own, when it exists.
+    Copied(PathBuf),
 }
 
 impl Preset {
@@ -30,12 +37,32 @@ impl Preset {
     pub fn state(self, home: &Path, env: &BTreeMap<OsString, OsString>) -> Vec<State> {
         let var = |k: &str| env.get(&OsString::from(k)).map(PathBuf::from).filter(|p| p.is_absolute());
         match self {
-            Preset::Claude => vec![
-                State::Dir(var("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.join(".claude"))),
-                State::File(home.join(".claude.json")),
-            ],
-            Preset::Codex => vec![State::Dir(var("CODEX_HOME").unwrap_or_else(|| home.join(".codex")))],
-            Preset::Gemini => vec![State::Dir(home.join(".gemini"))],
+            Preset::Claude => {
+                let dir = var("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.join(".claude"));
+                vec![
+                    State::Dir(dir.clone()),
+                    State::Guarded { path: dir.join("settings.json"), inert: "{}\n" },
+                    State::Guarded { path: dir.join("settings.local.json"), inert: "{}\n" },
+                    State::Guarded { path: dir.join("CLAUDE.md"), inert: "" },
+                    State::Copied(home.join(".claude.json")),
+                ]
+            }
+            Preset::Codex => {
+                let dir = self.codex_home(home, env);
+                vec![
+                    State::Dir(dir.clone()),
+                    State::Guarded { path: dir.join("config.toml"), inert: "" },
+                    State::Guarded { path: dir.join("AGENTS.md"), inert: "" },
+                ]
+            }
+            Preset::Gemini => {
+                let dir = home.join(".gemini");
+                vec![
+                    State::Dir(dir.clone()),
+                    State::Guarded { path: dir.join("settings.json"), inert: "{}\n" },
+                    State::Guarded { path: dir.join("GEMINI.md"), inert: "" },
+                ]
+            }
             Preset::Aider => vec![
                 State::Dir(home.join(".aider")),
                 State::Config(home.join(".aider.conf.yml")),
@@ -85,14 +112,24 @@ impl Preset {
     }
 
     fn codex_home(self, home: &Path, env: &BTreeMap<OsString, OsString>) -> PathBuf {
-        env.get(&OsString::from("CODEX_HOME")).map(PathBuf::from).unwrap_or_else(|| home.join(".codex"))
+        env.get(&OsString::from("CODEX_HOME"))
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| home.join(".codex"))
     }
 }
 
 /// The base URLs of the model providers codex's `config.toml` defines
-/// (`[model_providers.<id>] base_url = …`).
+/// (`[model_providers.<id>] base_url = …`). The file is the user's: a job sees it read-only
+/// ([`State::Guarded`]), so no job can widen the next one's allowlist through it. Read without
+/// following a link, and at most 64 KiB.
 fn codex_providers(codex_home: &Path) -> Vec<HostPort> {
-    let Ok(text) = std::fs::read_to_string(codex_home.join("config.toml")) else { return vec![] };
+    let Ok(crate::safe_fs::Found::Read(bytes)) =
+        crate::safe_fs::read_regular(&codex_home.join("config.toml"), 64 * 1024)
+    else {
+        return vec![];
+    };
+    let text = String::from_utf8_lossy(&bytes);
     let Ok(doc) = text.parse::<toml::Table>() else { return vec![] };
     let Some(providers) = doc.get("model_providers").and_then(|p| p.as_table()) else { return vec![] };
     providers.values().filter_map(|p| p.get("base_url").and_then(|u| u.as_str())).filter_map(HostPort::of_url).collect()

@@ -59,7 +59,7 @@ impl Plan {
                     view::program(&mut m, h, a);
                 }
                 if let Some(p) = agent.preset {
-                    preset_state(&mut m, p.state(h, agent.env))?;
+                    preset_state(&mut m, p.state(h, agent.env), &self.private)?;
                     hosts.extend(p.hosts(h, agent.env));
                 }
             }
@@ -147,12 +147,14 @@ impl Plan {
 }
 
 /// The preset's state: its directories made (0700) when missing and shown writable, its
-/// files shown writable and its config read-only when they exist.
-fn preset_state(m: &mut Mounts, state: Vec<State>) -> std::io::Result<()> {
+/// files shown writable and its config read-only when they exist, the files the user's own
+/// CLI obeys read-only (made first, inert, when missing), and a copy of its own (in the
+/// job's `private` directory) of a file that both changes and says what the CLI runs.
+fn preset_state(m: &mut Mounts, state: Vec<State>, private: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
     for s in state {
         match s {
             State::Dir(d) => {
-                use std::os::unix::fs::DirBuilderExt;
                 std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&d)?;
                 m.set(d, Mount::ReadWrite);
             }
@@ -161,6 +163,22 @@ fn preset_state(m: &mut Mounts, state: Vec<State>) -> std::io::Result<()> {
             }
             State::Config(f) => {
                 m.read_only(&f);
+            }
+            State::Guarded { path, inert } => {
+                if path.symlink_metadata().is_err() {
+                    std::io::Write::write_all(&mut crate::safe_fs::create_private(&path)?, inert.as_bytes())?;
+                }
+                m.set(path, Mount::ReadOnly);
+            }
+            State::Copied(f) => {
+                let Ok(crate::safe_fs::Found::Read(bytes)) = crate::safe_fs::read_regular(&f, 64 << 20) else {
+                    continue;
+                };
+                crate::safe_fs::private_dir(private)?;
+                let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let copy = private.join(format!("copy{name}"));
+                std::io::Write::write_all(&mut crate::safe_fs::create_private(&copy)?, &bytes)?;
+                m.set(f, Mount::FromWritable(copy));
             }
         }
     }
