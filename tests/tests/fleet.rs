@@ -39,16 +39,26 @@ fn now_ms() -> i64 {
 
 #[derive(Debug, Clone)]
 enum Fault {
-    Kill { machine: String, at_ms: i64 },
-    Stop { machine: String, from_ms: i64, to_ms: i64 },
-    PgRestart,
+    Kill {
+        machine: String,
+        at_ms: i64,
+    },
+    Stop {
+        machine: String,
+        from_ms: i64,
+        to_ms: i64,
+    },
+    /// An immediate restart of PostgreSQL, answering again at `back_ms`.
+    PgRestart {
+        back_ms: i64,
+    },
 }
 
 impl Fault {
     fn machine(&self) -> Option<&str> {
         match self {
             Fault::Kill { machine, .. } | Fault::Stop { machine, .. } => Some(machine),
-            Fault::PgRestart => None,
+            Fault::PgRestart { .. } => None,
         }
     }
 }
@@ -225,7 +235,7 @@ impl Fleet {
                 _ => {
                     self.pg.restart_immediate();
                     chaos.pg_restarts += 1;
-                    chaos.faults.push(Fault::PgRestart);
+                    chaos.faults.push(Fault::PgRestart { back_ms: now_ms() });
                     println!("fault: PostgreSQL restarted (immediate)");
                 }
             }
@@ -502,6 +512,21 @@ impl<'a> Verdict<'a> {
             .any(|f| matches!(f, Fault::Kill { machine: m, at_ms } if m == machine && (from..=to).contains(at_ms)))
     }
 
+    /// Whether `machine` was killed before a note due at `from` (ms) could land: within
+    /// [`EXCUSE_MS`] of `from`, or of the database's return from a restart inside that window
+    /// (a note cannot be written while the database is gone, and waits in memory meanwhile).
+    fn killed_before_its_note(&self, machine: &str, from: i64) -> bool {
+        let mut to = from + EXCUSE_MS;
+        for f in self.faults.iter() {
+            if let Fault::PgRestart { back_ms } = f {
+                if (from..=to).contains(back_ms) {
+                    to = back_ms + EXCUSE_MS;
+                }
+            }
+        }
+        self.killed_within(machine, from, to)
+    }
+
     /// The lines of `machine`'s runner log (all its lives) that name job `id`.
     fn runner_said(&self, machine: &str, id: i64) -> String {
         let text = std::fs::read_to_string(self.home.join(format!("runner-{machine}.log"))).unwrap_or_default();
@@ -605,8 +630,7 @@ impl<'a> Verdict<'a> {
                 let faults: Vec<&Fault> =
                     self.faults.iter().filter(|f| f.machine() == Some(e.machine.as_str())).collect();
                 assert!(
-                    recorded
-                        || self.killed_within(&e.machine, e.end_ms.unwrap_or(0), e.end_ms.unwrap_or(0) + EXCUSE_MS),
+                    recorded || self.killed_before_its_note(&e.machine, e.end_ms.unwrap_or(0)),
                     "job {}: claim {} finished after its lease ended (at {lease}) and nothing was recorded: {e:?}; \
                      its history: {:#?}; the faults of its machine: {faults:?}; what its runner said of it:\n{}",
                     e.job,
@@ -640,9 +664,7 @@ impl<'a> Verdict<'a> {
                 }
                 let fenced = self.fenced(e);
                 assert!(
-                    e.ended.as_deref() == Some("term")
-                        || fenced
-                        || self.killed_within(machine, *to_ms, *to_ms + EXCUSE_MS),
+                    e.ended.as_deref() == Some("term") || fenced || self.killed_before_its_note(machine, *to_ms),
                     "job {}: the frozen runner {machine} did not stop its stale agent (claim {}); \
                      frozen {from_ms}..{to_ms}, execution {e:?}, history {:#?}, faults {faults:?}",
                     e.job,

@@ -27,9 +27,12 @@ impl Budget {
         total: Duration::from_secs(120),
     };
     /// A history note (a loss, an expired lease): written once the database answers again.
+    /// Tried at least every 4 s (jitter at most doubles a delay), so a note lands within one
+    /// try of the database's return: held in memory for longer, it is lost if the runner is
+    /// killed meanwhile. A handful of notes per machine keeps that cheap during an outage.
     pub const NOTE: Budget = Budget {
         first: Duration::from_millis(200),
-        max_delay: Duration::from_secs(10),
+        max_delay: Duration::from_secs(2),
         total: Duration::from_secs(900),
     };
     /// Connecting at start: keep trying while the database is only unreachable.
@@ -97,5 +100,25 @@ mod tests {
         .await;
         assert!(matches!(got, Err(Error::Auth { .. })));
         assert_eq!(m.load(Ordering::SeqCst), 1, "a wrong password is not retried");
+    }
+
+    /// A note lands within 4 s of the database's return, however long it was gone: the
+    /// backoff does not grow past the point where a kill -9 in the wait would lose it.
+    #[tokio::test(start_paused = true)]
+    async fn a_note_lands_soon_after_an_outage_ends() {
+        for outage_s in (5..=62).step_by(3) {
+            let start = tokio::time::Instant::now();
+            let back = start + Duration::from_secs(outage_s);
+            let got = transient("t", Budget::NOTE, || async {
+                if tokio::time::Instant::now() < back {
+                    Err(Error::Timeout(Duration::from_millis(300)))
+                } else {
+                    Ok(tokio::time::Instant::now())
+                }
+            })
+            .await;
+            let late = got.expect("the note lands").duration_since(back);
+            assert!(late <= Duration::from_secs(4), "after a {outage_s} s outage the note waited {late:?} more");
+        }
     }
 }

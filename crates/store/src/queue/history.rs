@@ -79,7 +79,8 @@ impl Queue {
     /// is retried for a while before giving up.
     pub async fn note(&self, id: i64, kind: &str, machine: &str, token: Option<i64>, detail: &str) {
         let write = || self.note_once(id, kind, machine, token, detail);
-        if let Err(e) = retry::transient("recording history", Budget::NOTE, write).await {
+        let what = format!("recording the {kind} note of job {id}");
+        if let Err(e) = retry::transient(&what, Budget::NOTE, write).await {
             tracing::warn!(error = %e, job = id, kind, "could not record history");
         }
     }
