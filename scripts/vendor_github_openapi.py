@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Extract the GitHub REST operations DevPilot uses from GitHub's OpenAPI description.
 
-The full description is 13 MB; the tests need twelve operations. This writes
+The full description is 13 MB; the tests need nineteen operations. This writes
 contracts/github/api.github.com.2022-11-28.subset.json: for each operation its
 method, path, operationId, parameters (name, in, required, schema), request
 body (required, schema) and responses (status -> a reduced schema: type,
@@ -49,6 +49,15 @@ OPERATIONS = [
     ("get", "/repos/{owner}/{repo}/collaborators/{username}/permission", "repos/get-collaborator-permission-level"),
     # The issue read again after its events: whether it changed since its text was read.
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}", "issues/get"),
+    # The review loop: a pull request's state and head, the reviews and inline comments on it
+    # (and a reply in an inline comment's thread), and the checks and statuses on its head.
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}", "pulls/get"),
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews", "pulls/list-reviews"),
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/comments", "pulls/list-review-comments"),
+    ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/comments/{comment_id}/replies",
+     "pulls/create-reply-for-review-comment"),
+    ("get", "/repos/{owner}/{repo}/commits/{ref}/check-runs", "checks/list-for-ref"),
+    ("get", "/repos/{owner}/{repo}/commits/{ref}/status", "repos/get-combined-status-for-ref"),
 ]
 
 # Schema keywords kept in parameter and request-body schemas; everything else

@@ -13,6 +13,9 @@ use devpilot_tests::github::{Access, Fault, FaultKind, IssueSeed};
 use devpilot_tests::GitHubStandIn;
 use serde_json::{json, Value};
 
+#[path = "github_standin/reviews.rs"]
+mod reviews;
+
 /// The main token.
 const TOKEN: &str = "ghp_standin_0123456789abcdef";
 /// The repository most tests use.

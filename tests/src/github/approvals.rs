@@ -20,6 +20,7 @@ impl Repo {
                     || i.comments.iter().any(|c| is(&c.user))
                     || i.events.iter().any(|e| is(&e.actor))
                     || i.assignee.as_deref().is_some_and(is)
+                    || i.pull.as_ref().is_some_and(|p| p.reviews.iter().any(|r| is(&r.user)))
             })
     }
 }

@@ -17,8 +17,10 @@
 //!   headers, token, faults, rate limit, access, ETag, recording) → `routes` (the operations)
 //!   → `render` (GitHub's JSON shapes).
 //! - `approvals` (roles, changes made as a given user, issue events and the permission
-//!   answer), `contract` (the validator), `state` (the data, its changes and its clock), `shared` (what
-//!   the threads share), `model` (the public types), `admin` (the binary's `/_admin/`).
+//!   answer), `reviews` (the review loop: head commits and pushes, merges, reviews, inline
+//!   comments and replies, check runs, statuses, `author_association`), `contract` (the
+//!   validator), `state` (the data, its changes and its clock), `shared` (what the threads
+//!   share), `model` (the public types), `admin` (the binary's `/_admin/`).
 
 mod admin;
 mod approvals;
@@ -26,6 +28,7 @@ pub mod contract;
 mod handler;
 mod model;
 mod render;
+mod reviews;
 mod routes;
 mod shared;
 mod state;
@@ -37,7 +40,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use handler::API_VERSION;
-pub use model::{Access, Comment, Fault, FaultKind, Issue, IssueSeed, Pull, Recorded};
+pub use model::{Access, Comment, Fault, FaultKind, Issue, IssueSeed, Pull, Recorded, ReviewComment};
 use serde_json::json;
 
 use crate::http_server::{Server, WireAnswer};
@@ -156,7 +159,7 @@ impl GitHubStandIn {
         repo.issue(item)
     }
 
-    /// Closes an issue (bumps `updated_at`).
+    /// Closes an issue, or a pull request without merging it (bumps `updated_at`).
     pub fn close_issue(&self, repo: &str, number: u64) -> Issue {
         self.edit(repo, number, |i| i.open = false)
     }
@@ -233,6 +236,80 @@ impl GitHubStandIn {
         let state = self.shared.state();
         let repo = state.repo(repo).unwrap_or_else(|e| panic!("{e}"));
         repo.items.iter().filter_map(|i| repo.pull(i)).collect()
+    }
+
+    /// Merges pull request `number` as the main token's user: `closed`, `merged` true,
+    /// `merged_at` set, `merged` and `closed` events (bumps `updated_at`). Panics if it is not
+    /// open. ([`close_issue`](Self::close_issue) closes a pull request without merging it.)
+    pub fn merge_pull(&self, repo: &str, number: u64) {
+        self.shared.state().merge_pull(repo, number).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Pushes a new commit to pull request `number`'s head: its made-up `head.sha` changes
+    /// (bumps `updated_at`). For a repository added with a git directory, push to the branch
+    /// there instead: `head.sha` is read from it.
+    pub fn push_head(&self, repo: &str, number: u64) {
+        self.shared.state().push_head(repo, number).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Submits a review of pull request `number` as `login`: `state` is `CHANGES_REQUESTED`,
+    /// `COMMENTED` or `APPROVED` (its author may only comment, as on GitHub), with inline
+    /// `comments` as `(path, line, body)` on the head commit (bumps `updated_at`). The review's
+    /// id and its comments' ids, in order.
+    pub fn review(
+        &self,
+        repo: &str,
+        number: u64,
+        login: &str,
+        state: &str,
+        body: &str,
+        comments: &[(&str, u64, &str)],
+    ) -> (u64, Vec<u64>) {
+        self.shared.state().review(repo, number, login, (state, body), comments).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One inline comment by `login` on `path` at `line` of pull request `number`'s head: as
+    /// on GitHub, a `COMMENTED` review of its own with an empty body (bumps `updated_at`). The
+    /// comment's id.
+    pub fn review_comment(&self, repo: &str, number: u64, login: &str, path: &str, line: u64, body: &str) -> u64 {
+        let (_, ids) = self.review(repo, number, login, "COMMENTED", "", &[(path, line, body)]);
+        ids[0]
+    }
+
+    /// Pull request `number`'s inline comments and their replies, oldest first.
+    pub fn review_comments(&self, repo: &str, number: u64) -> Vec<ReviewComment> {
+        let state = self.shared.state();
+        let repo = state.repo(repo).unwrap_or_else(|e| panic!("{e}"));
+        let (item, _) =
+            repo.pull_of(number).unwrap_or_else(|| panic!("{} has no pull request #{number}", repo.full_name));
+        repo.review_comments(item)
+    }
+
+    /// A completed check run `name` on pull request `number`'s head commit, with `conclusion`
+    /// (`success`, `failure`, `neutral`, `cancelled`, `skipped`, `timed_out` or
+    /// `action_required`) and its output. Its id. A check run belongs to the commit: it does
+    /// not bump the pull request's `updated_at`, and a new head does not have it.
+    #[allow(clippy::too_many_arguments)] // The check run's own fields, named at the call.
+    pub fn check_run(
+        &self,
+        repo: &str,
+        number: u64,
+        name: &str,
+        conclusion: &str,
+        title: &str,
+        summary: &str,
+        text: &str,
+    ) -> u64 {
+        let output = (title, summary, text);
+        self.shared.state().check_run(repo, number, (name, conclusion), output).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A commit status of `context` on pull request `number`'s head commit: `state` is
+    /// `error`, `failure`, `pending` or `success`. Its id. Like a check run, it belongs to the
+    /// commit.
+    pub fn commit_status(&self, repo: &str, number: u64, context: &str, state: &str, description: &str) -> u64 {
+        let status = (state, description);
+        self.shared.state().commit_status(repo, number, context, status).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Plays `fault` for the next `fault.times` requests of `fault.op`, in injection order.

@@ -83,6 +83,27 @@ pub struct Pull {
     pub state: String,
     /// `https://github.com/acme/webapp/pull/N`.
     pub html_url: String,
+    /// Closed by a merge (a pull request closed without one is `closed` and not merged).
+    pub merged: bool,
+    /// The head branch's commit now, as `head.sha` renders it.
+    pub head_sha: String,
+}
+
+/// An inline (review) comment on a pull request's diff, or a reply in its thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReviewComment {
+    pub id: u64,
+    /// The author's login.
+    pub user: String,
+    pub body: String,
+    /// The file it is on.
+    pub path: String,
+    /// The line of the file it is on.
+    pub line: u64,
+    /// The thread's first comment, for a reply (`in_reply_to_id`).
+    pub in_reply_to: Option<u64>,
+    /// The review it belongs to (`pull_request_review_id`).
+    pub review_id: Option<u64>,
 }
 
 /// What a token other than the main one may do.

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::model::{Access, IssueSeed};
 use super::render;
-use super::state::{parse_rfc3339, Item, PullRow, Repo, State};
+use super::state::{parse_rfc3339, CheckRunRow, Item, PullRow, Repo, ReviewCommentRow, State, StatusRow};
 
 /// The longest comment body GitHub takes, in characters.
 const MAX_COMMENT: usize = 65_536;
@@ -89,6 +89,12 @@ pub(crate) fn route(state: &mut State, ctx: &Ctx) -> Reply {
         "pulls/create" => create_pull(state, &name, ctx),
         "issues/list-events" => state.repo(&name).map(|r| list_events(r, ctx)),
         "repos/get-collaborator-permission-level" => state.repo(&name).map(|r| permission(r, ctx)),
+        "pulls/get" => state.repo(&name).map(|r| get_pull(r, ctx)),
+        "pulls/list-reviews" => state.repo(&name).map(|r| list_reviews(r, ctx)),
+        "pulls/list-review-comments" => state.repo(&name).map(|r| list_review_comments(r, ctx)),
+        "pulls/create-reply-for-review-comment" => reply(state, &name, ctx),
+        "checks/list-for-ref" => state.repo(&name).map(|r| list_check_runs(r, ctx)),
+        "repos/get-combined-status-for-ref" => state.repo(&name).map(|r| combined_status(r, ctx)),
         other => Ok(Reply::error(501, &format!("the GitHub stand-in does not implement {other}"))),
     };
     result.unwrap_or_else(|e| Reply::error(404, &e))
@@ -215,20 +221,28 @@ fn create_comment(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, Str
         return Ok(Reply::error(404, "Not Found"));
     }
     let body = ctx.text("body").unwrap_or_default();
-    if body.chars().count() > MAX_COMMENT {
-        let error = json!([{
-            "resource": "IssueComment",
-            "code": "custom",
-            "field": "body",
-            "message": format!("body is too long (maximum is {MAX_COMMENT} characters)"),
-        }]);
-        return Ok(Reply::new(422, render::validation_failed(error)));
+    if let Some(refused) = too_long("IssueComment", body) {
+        return Ok(refused);
     }
     let comment = state.add_comment(name, number, &ctx.login, body)?;
     let repo = state.repo(name)?;
     let item = repo.item(number).ok_or("vanished")?;
     let row = item.comments.iter().find(|c| c.id == comment.id).ok_or("vanished")?;
     Ok(Reply::new(201, render::comment(repo, item, row)))
+}
+
+/// GitHub's 422 for a comment body over [`MAX_COMMENT`] characters (`resource` names its kind).
+fn too_long(resource: &str, body: &str) -> Option<Reply> {
+    if body.chars().count() <= MAX_COMMENT {
+        return None;
+    }
+    let error = json!([{
+        "resource": resource,
+        "code": "custom",
+        "field": "body",
+        "message": format!("body is too long (maximum is {MAX_COMMENT} characters)"),
+    }]);
+    Some(Reply::new(422, render::validation_failed(error)))
 }
 
 /// `issues/add-labels`: adds (creating unknown labels); 200 with the issue's labels.
@@ -346,9 +360,9 @@ fn create_pull(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String
         user: None,
     };
     let draft = ctx.body.and_then(|b| b.get("draft")).and_then(Value::as_bool).unwrap_or(false);
-    let number = state.open_item(name, &seed, Some(PullRow { head: branch, base: base.into(), draft }))?;
+    let number = state.open_item(name, &seed, Some(PullRow::new(branch, base.into(), draft)))?;
     let repo = state.repo(name)?;
-    Ok(Reply::new(201, render::pull(repo, repo.item(number).ok_or("vanished")?)))
+    Ok(Reply::new(201, render::pull_full(repo, repo.item(number).ok_or("vanished")?)))
 }
 
 /// `issues/list-events`: the issue's events, oldest first, paginated.
@@ -371,4 +385,108 @@ fn permission(repo: &Repo, ctx: &Ctx) -> Reply {
         other => other,
     };
     Reply::new(200, json!({ "permission": permission, "role_name": role, "user": render::user(login) }))
+}
+
+/// The pull request the path names (`None`: an issue, or nothing, which GitHub answers 404).
+fn pull_in<'r>(repo: &'r Repo, ctx: &Ctx) -> Option<(&'r Item, &'r PullRow)> {
+    repo.pull_of(ctx.number())
+}
+
+/// `pulls/get`: the pull request as it is now (merged or not, its head's sha now).
+fn get_pull(repo: &Repo, ctx: &Ctx) -> Reply {
+    pull_in(repo, ctx)
+        .map_or_else(|| Reply::error(404, "Not Found"), |(i, _)| Reply::new(200, render::pull_full(repo, i)))
+}
+
+/// `pulls/list-reviews`: in the order they were submitted, paginated.
+fn list_reviews(repo: &Repo, ctx: &Ctx) -> Reply {
+    let Some((item, pull)) = pull_in(repo, ctx) else { return Reply::error(404, "Not Found") };
+    paginate(ctx, pull.reviews.iter().map(|r| render::review(repo, item, r)).collect())
+}
+
+/// `pulls/list-review-comments`: by id (oldest first) unless `sort` is given (`direction`
+/// counts only then, as documented); `since` on their update time. They are never edited,
+/// so created and updated are one time.
+fn list_review_comments(repo: &Repo, ctx: &Ctx) -> Reply {
+    let Some((item, pull)) = pull_in(repo, ctx) else { return Reply::error(404, "Not Found") };
+    let since = match ctx.param("since").map(parse_rfc3339).transpose() {
+        Ok(since) => since,
+        Err(e) => return Reply::error(422, &e),
+    };
+    let mut comments: Vec<&ReviewCommentRow> =
+        pull.review_comments.iter().filter(|c| since.is_none_or(|s| c.created >= s)).collect();
+    if ctx.param("sort").is_some() && ctx.param("direction") == Some("desc") {
+        comments.sort_by_key(|c| std::cmp::Reverse((c.created, c.id)));
+    }
+    paginate(ctx, comments.into_iter().map(|c| render::review_comment(repo, item, c)).collect())
+}
+
+/// `pulls/create-reply-for-review-comment`: 201 with the reply, by the token's user, in the
+/// thread of `comment_id`; 404 unless that is the first comment of a thread on this pull
+/// request (GitHub: "Replies to replies are not supported", and documents no other error).
+fn reply(state: &mut State, name: &str, ctx: &Ctx) -> Result<Reply, String> {
+    let (number, body) = (ctx.number(), ctx.text("body").unwrap_or_default());
+    let to = ctx.segments.get(6).and_then(|id| id.parse().ok()).unwrap_or(0);
+    if let Some(refused) = too_long("PullRequestReviewComment", body) {
+        return Ok(refused);
+    }
+    let Some(id) = state.reply(name, number, &ctx.login, to, body)? else { return Ok(Reply::error(404, "Not Found")) };
+    let repo = state.repo(name)?;
+    let (item, pull) = repo.pull_of(number).ok_or("vanished")?;
+    let row = pull.review_comments.iter().find(|c| c.id == id).ok_or("vanished")?;
+    Ok(Reply::new(201, render::review_comment(repo, item, row)))
+}
+
+/// The commit the `{ref}` in the path names, if the repository has it.
+fn commit_of(repo: &Repo, ctx: &Ctx) -> Option<String> {
+    ctx.segments.get(4).and_then(|r| repo.resolve_ref(r))
+}
+
+/// `checks/list-for-ref`: the commit's check runs, newest first (with `filter=latest`, the
+/// default, only each name's latest), `{total_count, check_runs}` with one page of them.
+fn list_check_runs(repo: &Repo, ctx: &Ctx) -> Reply {
+    if let Some(reply) = unimplemented(ctx, &["app_id"]) {
+        return reply;
+    }
+    let Some(sha) = commit_of(repo, ctx) else { return Reply::error(404, "Not Found") };
+    let latest = ctx.param("filter").unwrap_or("latest") == "latest";
+    // Every run the stand-in holds is completed.
+    let status_ok = ctx.param("status").is_none_or(|s| s == "completed");
+    let mut runs: Vec<&CheckRunRow> = repo
+        .check_runs
+        .iter()
+        .filter(|r| status_ok && r.sha == sha && ctx.param("check_name").is_none_or(|n| n == r.name))
+        .filter(|r| !latest || !repo.check_runs.iter().any(|o| o.sha == r.sha && o.name == r.name && o.id > r.id))
+        .collect();
+    runs.reverse();
+    let total = runs.len();
+    let mut reply = paginate(ctx, runs.into_iter().map(|r| render::check_run(repo, r)).collect());
+    reply.body = json!({ "total_count": total, "check_runs": reply.body });
+    reply
+}
+
+/// `repos/get-combined-status-for-ref`: each context's latest status (newest first, one page
+/// of them) and their combined state: `failure` if any is `error` or `failure`, else `pending`
+/// if there are none or any is `pending`, else `success`.
+fn combined_status(repo: &Repo, ctx: &Ctx) -> Reply {
+    let Some(sha) = commit_of(repo, ctx) else { return Reply::error(404, "Not Found") };
+    let mut latest: Vec<&StatusRow> = repo
+        .statuses
+        .iter()
+        .filter(|s| s.sha == sha)
+        .filter(|s| !repo.statuses.iter().any(|o| o.sha == s.sha && o.context == s.context && o.id > s.id))
+        .collect();
+    latest.reverse();
+    let state = if latest.iter().any(|s| s.state == "error" || s.state == "failure") {
+        "failure"
+    } else if latest.is_empty() || latest.iter().any(|s| s.state == "pending") {
+        "pending"
+    } else {
+        "success"
+    };
+    let total = latest.len();
+    let mut reply = paginate(ctx, latest.into_iter().map(|s| render::status(repo, s)).collect());
+    let page = std::mem::take(&mut reply.body);
+    reply.body = render::combined_status(repo, &sha, state, (page, total));
+    reply
 }

@@ -3,7 +3,8 @@
 //! tests or the API make to it. A change to an issue (state, body, labels, a comment) bumps its
 //! `updated_at`, as GitHub does, and a change of its labels or state is an issue event
 //! (`labeled`, `unlabeled`, `closed`, `reopened`) naming who made it. An edit of the text is
-//! no event: GitHub records none.
+//! no event: GitHub records none. A pull request also holds its reviews and inline comments;
+//! check runs and statuses belong to the repository's commits (the review loop: `reviews`).
 //!
 //! # Time
 //! GitHub writes timestamps in whole seconds and compares `since` at seconds precision, so the
@@ -53,6 +54,74 @@ pub(crate) struct PullRow {
     pub head: String,
     pub base: String,
     pub draft: bool,
+    /// When it was merged (it was closed then too).
+    pub merged: Option<i64>,
+    /// Commits pushed to the head since it was opened: what its made-up sha is made of, for a
+    /// repository without a git directory.
+    pub pushes: u64,
+    /// Its reviews, oldest first.
+    pub reviews: Vec<ReviewRow>,
+    /// Its inline comments and their replies, oldest first.
+    pub review_comments: Vec<ReviewCommentRow>,
+}
+
+impl PullRow {
+    /// A pull request just opened from `head` into `base`.
+    pub(crate) fn new(head: String, base: String, draft: bool) -> Self {
+        Self { head, base, draft, merged: None, pushes: 0, reviews: Vec::new(), review_comments: Vec::new() }
+    }
+}
+
+/// A submitted review of a pull request.
+pub(crate) struct ReviewRow {
+    pub id: u64,
+    pub user: String,
+    pub body: String,
+    /// `APPROVED`, `CHANGES_REQUESTED` or `COMMENTED`.
+    pub state: String,
+    /// The head's sha when it was submitted.
+    pub commit_id: String,
+    pub submitted: i64,
+}
+
+/// An inline comment on a pull request's diff, or a reply in its thread.
+pub(crate) struct ReviewCommentRow {
+    pub id: u64,
+    /// The review it was submitted with (a reply is a review of its own, as on GitHub).
+    pub review_id: u64,
+    pub user: String,
+    pub body: String,
+    pub path: String,
+    pub line: u64,
+    /// The thread's first comment, for a reply.
+    pub in_reply_to: Option<u64>,
+    /// The head's sha when the thread was started.
+    pub commit_id: String,
+    pub created: i64,
+}
+
+/// A completed check run on a commit.
+pub(crate) struct CheckRunRow {
+    pub id: u64,
+    pub sha: String,
+    pub name: String,
+    /// `success`, `failure`, `neutral`, …
+    pub conclusion: String,
+    pub title: String,
+    pub summary: String,
+    pub text: String,
+    pub completed: i64,
+}
+
+/// A commit status (one context's state on a commit).
+pub(crate) struct StatusRow {
+    pub id: u64,
+    pub sha: String,
+    pub context: String,
+    /// `error`, `failure`, `pending` or `success`.
+    pub state: String,
+    pub description: String,
+    pub created: i64,
 }
 
 /// An issue or a pull request.
@@ -90,6 +159,10 @@ pub(crate) struct Repo {
     /// Each collaborator's role (`admin`, `maintain`, `write`, `triage`, `read`), by
     /// lowercase login; the main token's user is `admin`.
     pub collaborators: BTreeMap<String, String>,
+    /// Check runs on its commits, oldest first.
+    pub check_runs: Vec<CheckRunRow>,
+    /// Statuses on its commits, oldest first.
+    pub statuses: Vec<StatusRow>,
 }
 
 impl Repo {
@@ -163,6 +236,8 @@ impl Repo {
             draft: pull.draft,
             state: state_name(item.open).into(),
             html_url: format!("{}/pull/{}", self.html_url(), item.number),
+            merged: pull.merged.is_some(),
+            head_sha: self.head_sha(pull),
         })
     }
 
@@ -248,6 +323,8 @@ impl State {
             labels: Vec::new(),
             items: Vec::new(),
             collaborators: BTreeMap::from([(VIEWER.to_string(), "admin".to_string())]),
+            check_runs: Vec::new(),
+            statuses: Vec::new(),
         });
         if git.is_some() {
             repo.git = git;
@@ -340,8 +417,9 @@ impl State {
         let full_name = repo.full_name.clone();
         let item = repo.item_mut(number).ok_or_else(|| format!("{full_name} has no issue #{number}"))?;
         let (labels, open) = (item.labels.clone(), item.open);
-        change(item);
+        // Before the change, so what it adds (a comment, a review) is timed by the same bump.
         item.updated = at;
+        change(item);
         for e in events_of_change(&labels, open, item, actor, at) {
             *next_id += 1;
             item.events.push(EventRow { id: 1000 + *next_id, ..e });

@@ -45,6 +45,15 @@ impl Call {
         self
     }
 
+    /// `page`, from the second on (the first is GitHub's default).
+    fn page(self, page: u32) -> Self {
+        if page > 1 {
+            self.with("page", page)
+        } else {
+            self
+        }
+    }
+
     /// The path as sent: each segment percent-encoded.
     pub fn path(&self) -> String {
         let encoded: Vec<String> = self.segments.iter().map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
@@ -106,11 +115,7 @@ pub fn list_comments(repo: &str, number: u64, page: u32, since: Option<&str>) ->
     if let Some(since) = since {
         c = c.with("since", since);
     }
-    if page > 1 {
-        c.with("page", page)
-    } else {
-        c
-    }
+    c.page(page)
 }
 
 /// `POST /repos/{owner}/{repo}/issues/{n}/comments`.
@@ -138,13 +143,9 @@ pub fn get_issue(repo: &str, number: u64) -> Call {
 /// `GET /repos/{owner}/{repo}/issues/{n}/events`, a page of them (oldest first): who applied
 /// which label, and when.
 pub fn list_issue_events(repo: &str, number: u64, page: u32) -> Call {
-    let c = Call::on("issues/list-events", Method::GET, repo, &["issues", &number.to_string(), "events"])
-        .with("per_page", PER_PAGE);
-    if page > 1 {
-        c.with("page", page)
-    } else {
-        c
-    }
+    Call::on("issues/list-events", Method::GET, repo, &["issues", &number.to_string(), "events"])
+        .with("per_page", PER_PAGE)
+        .page(page)
 }
 
 /// `GET /repos/{owner}/{repo}/collaborators/{username}/permission`: what `login` may do there.
@@ -178,11 +179,64 @@ pub fn create_pull(repo: &str, p: &NewPull) -> Call {
     Call { body: Some(body), ..c }
 }
 
+/// `GET /repos/{owner}/{repo}/pulls/{n}`: the pull request as it is now (open, closed or
+/// merged, and its head's sha).
+pub fn get_pull(repo: &str, number: u64) -> Call {
+    Call::on("pulls/get", Method::GET, repo, &["pulls", &number.to_string()])
+}
+
+/// `GET /repos/{owner}/{repo}/pulls/{n}/reviews`, a page of them (oldest first).
+pub fn list_reviews(repo: &str, number: u64, page: u32) -> Call {
+    Call::on("pulls/list-reviews", Method::GET, repo, &["pulls", &number.to_string(), "reviews"])
+        .with("per_page", PER_PAGE)
+        .page(page)
+}
+
+/// `GET /repos/{owner}/{repo}/pulls/{n}/comments`: the inline (review) comments, a page of
+/// them (by id, oldest first).
+pub fn list_review_comments(repo: &str, number: u64, page: u32) -> Call {
+    Call::on("pulls/list-review-comments", Method::GET, repo, &["pulls", &number.to_string(), "comments"])
+        .with("per_page", PER_PAGE)
+        .page(page)
+}
+
+/// `POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies`: an answer in the thread of
+/// inline comment `comment_id`, which must be the thread's first comment (GitHub does not
+/// take a reply to a reply).
+pub fn reply_to_review_comment(repo: &str, number: u64, comment_id: u64, body: &str) -> Call {
+    let (number, id) = (number.to_string(), comment_id.to_string());
+    let c = Call::on(
+        "pulls/create-reply-for-review-comment",
+        Method::POST,
+        repo,
+        &["pulls", &number, "comments", &id, "replies"],
+    );
+    Call { body: Some(json!({ "body": body })), ..c }
+}
+
+/// `GET /repos/{owner}/{repo}/commits/{sha}/check-runs`, a page of them: the latest run of
+/// each check on that commit.
+pub fn list_check_runs(repo: &str, sha: &str, page: u32) -> Call {
+    Call::on("checks/list-for-ref", Method::GET, repo, &["commits", sha, "check-runs"])
+        .with("filter", "latest")
+        .with("per_page", PER_PAGE)
+        .page(page)
+}
+
+/// `GET /repos/{owner}/{repo}/commits/{sha}/status`: the commit's statuses (the latest of each
+/// context, a page of them) and their combined state.
+pub fn combined_status(repo: &str, sha: &str, page: u32) -> Call {
+    Call::on("repos/get-combined-status-for-ref", Method::GET, repo, &["commits", sha, "status"])
+        .with("per_page", PER_PAGE)
+        .page(page)
+}
+
 /// One of every request the code builds, with awkward inputs (a label with a space and an
-/// emoji, a second page, a since), for the contract test.
+/// emoji, a second page, a since, a comment id past 32 bits), for the contract test.
 pub fn examples() -> Vec<Call> {
     let repo = "acme/web-app.js";
     let label = "agent 🤖 ready";
+    let sha = "6dcb09b5b57875f334f61aebed695e2e4193db5e";
     let first = IssueQuery { open_with_label: Some(label.into()), assignee: Some("ada".into()), ..Default::default() };
     let later = IssueQuery { since: Some("2026-12-02T10:00:00Z".into()), page: 3, ..Default::default() };
     let pull = NewPull {
@@ -209,6 +263,12 @@ pub fn examples() -> Vec<Call> {
         remove_label(repo, 7, label),
         find_pulls(repo, "acme:devpilot/12-gh-7-fix-the-login"),
         create_pull(repo, &pull),
+        get_pull(repo, 8),
+        list_reviews(repo, 8, 2),
+        list_review_comments(repo, 8, 2),
+        reply_to_review_comment(repo, 8, 4_294_967_297, "Fixed.\n\n<!-- devpilot:job/12/review/1 -->"),
+        list_check_runs(repo, sha, 1),
+        combined_status(repo, sha, 2),
     ]
 }
 

@@ -190,11 +190,15 @@ fn lacks(repo: &str, call: &Call, message: &str, h: &HeaderMap) -> String {
 /// The fine-grained permission an operation needs, as GitHub names it.
 fn needed(call: &Call) -> &'static str {
     let write = call.method != reqwest::Method::GET;
-    match (call.op.starts_with("pulls/"), write) {
-        (true, true) => "Pull requests: write",
-        (true, false) => "Pull requests: read",
-        (false, true) => "Issues: write",
-        (false, false) => "Issues: read",
+    match (call.op.split_once('/').map_or("", |(area, _)| area), write) {
+        ("pulls", true) => "Pull requests: write",
+        ("pulls", false) => "Pull requests: read",
+        ("checks", true) => "Checks: write",
+        ("checks", false) => "Checks: read",
+        // Filed under `repos/`, but statuses have a fine-grained permission of their own.
+        _ if call.op == "repos/get-combined-status-for-ref" => "Commit statuses: read",
+        (_, true) => "Issues: write",
+        (_, false) => "Issues: read",
     }
 }
 
@@ -226,4 +230,21 @@ fn validation(message: &str, body: &Value) -> String {
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::github::calls;
+
+    /// Checks and statuses name their own fine-grained permissions, not the issues' ones.
+    #[test]
+    fn needed_names_checks_and_statuses() {
+        let sha = "6dcb09b5b57875f334f61aebed695e2e4193db5e";
+        assert_eq!(needed(&calls::list_check_runs("acme/webapp", sha, 1)), "Checks: read");
+        assert_eq!(needed(&calls::combined_status("acme/webapp", sha, 1)), "Commit statuses: read");
+        assert_eq!(needed(&calls::reply_to_review_comment("acme/webapp", 7, 9, "ok")), "Pull requests: write");
+        assert_eq!(needed(&calls::list_reviews("acme/webapp", 7, 1)), "Pull requests: read");
+        assert_eq!(needed(&calls::get_issue("acme/webapp", 7)), "Issues: read");
+    }
 }
