@@ -36,6 +36,8 @@
 //!   trigger, so a plain SQL INSERT meets the caps too.
 //! - `m20261210_000001_commits`: the commits a completed job's branch had beyond its start
 //!   (`commits`; 0: the agent changed nothing, so no branch and no pull request).
+//! - `m20261211_000001_review_loop`: the review loop: watched pull requests, their feedback
+//!   (taken once per review, comment and check), and each job's follow-ups
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
@@ -60,6 +62,7 @@ mod m20261208_000001_sessions;
 mod m20261209_000001_outbox_history;
 mod m20261209_000002_session_caps;
 mod m20261210_000001_commits;
+mod m20261211_000001_review_loop;
 mod run;
 
 /// Applies the dispatch schema.
@@ -84,6 +87,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000001_outbox_history::Migration),
             Box::new(m20261209_000002_session_caps::Migration),
             Box::new(m20261210_000001_commits::Migration),
+            Box::new(m20261211_000001_review_loop::Migration),
         ]
     }
 }

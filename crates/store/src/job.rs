@@ -131,12 +131,22 @@ pub mod event {
     /// The tracker's issue changed after its label approved it: the job keeps (or, before
     /// it was added, was refused with) the approved text. Reported once per approval.
     pub const EDITED_AFTER_APPROVAL: &str = "edited_after_approval";
+    /// Review feedback on the job's pull request reopened the completed job (the detail
+    /// names the follow-up).
+    pub const FOLLOW_UP: &str = "follow_up";
+    /// The review loop reached a cap: the pull request is handed back to its reviewer (one
+    /// comment on the pull request says so).
+    pub const HANDED_BACK: &str = "handed_back";
     /// The events a job from a tracker source reports back to it (through the outbox).
-    pub const REPORTABLE: [&str; 9] =
-        [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT, EDITED_AFTER_APPROVAL];
+    pub const REPORTABLE: [&str; 10] =
+        [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT, EDITED_AFTER_APPROVAL, HANDED_BACK];
     /// Not a history kind: the outbox row a completion of a tracker's job writes after its
     /// `completed` row, whose delivery opens (or finds) the job's pull request.
     pub const PULL_REQUEST: &str = "pull_request";
+    /// Not a history kind: the outbox row a follow-up's completion writes in place of
+    /// [`PULL_REQUEST`], whose delivery answers the feedback that fed it: a reply in each
+    /// inline comment's thread and one summary comment on the pull request.
+    pub const FOLLOW_UP_ANSWERS: &str = "follow_up_answers";
 }
 
 #[cfg(test)]

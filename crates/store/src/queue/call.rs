@@ -39,7 +39,7 @@ pub(super) fn outbox_cte() -> String {
               FROM history h JOIN dispatch_queue q ON q.id = h.job_id {rows}
              WHERE q.source_id IS NOT NULL AND h.kind IN ({reportable})
              ORDER BY h.job_id, x.n)",
-        event = event_of("h.kind"),
+        event = event_of("h.kind", "q.follow_ups"),
         rows = rows_of("h.kind"),
         reportable = reportable()
     )
@@ -49,9 +49,15 @@ pub(super) fn outbox_cte() -> String {
 /// after a completion, its pull request's (1). `kind` below is the event's SQL expression.
 const ROWS_OF_EVENT: &str = "JOIN (SELECT 0 AS n UNION ALL SELECT 1 AS n) x ON x.n = 0 OR {kind} = 'completed'";
 
-/// The event of outbox row `x.n` of an event of kind `kind` (see [`ROWS_OF_EVENT`]).
-fn event_of(kind: &str) -> String {
-    format!("CASE WHEN x.n = 0 THEN {kind} ELSE '{pr}' END", pr = crate::job::event::PULL_REQUEST)
+/// The event of outbox row `x.n` of an event of kind `kind` (see [`ROWS_OF_EVENT`]) of a job
+/// whose follow-ups are `follow_ups`: a follow-up's completion answers its feedback on the
+/// pull request it already has, where a first completion opens one.
+fn event_of(kind: &str, follow_ups: &str) -> String {
+    format!(
+        "CASE WHEN x.n = 0 THEN {kind} WHEN {follow_ups} > 0 THEN '{answers}' ELSE '{pr}' END",
+        answers = crate::job::event::FOLLOW_UP_ANSWERS,
+        pr = crate::job::event::PULL_REQUEST
+    )
 }
 
 /// [`ROWS_OF_EVENT`] for events of kind `kind`.
@@ -236,7 +242,7 @@ impl Queue {
                    FROM dispatch_queue {rows} WHERE id IN ({list}) AND source_id IS NOT NULL
                     AND ({kind}) IN ({reportable})
                   ORDER BY id, x.n",
-                event = event_of(&format!("({kind})")),
+                event = event_of(&format!("({kind})"), "dispatch_queue.follow_ups"),
                 rows = rows_of(&format!("({kind})")),
                 reportable = reportable()
             ),

@@ -87,7 +87,7 @@ static CLAIM_PICKED: Sql = Sql::new(|d| {
 
 /// What a claim returns ([`Claim`]).
 const CLAIM_COLUMNS: &str =
-    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from, repo, source_id";
+    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from, repo, source_id, follow_ups";
 
 /// The history of a claim: kind and detail over the claimed row.
 const CLAIMED: History<'static> = History { kind: "'claimed'", machine: None, detail: Detail::Attempt };

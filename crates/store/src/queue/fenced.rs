@@ -305,7 +305,8 @@ impl Queue {
         /// The summary $3 and link $4 of claim ($1, $2).
         static RESULT: Sql = Sql::new(|d| {
             format!(
-                "UPDATE dispatch_queue SET summary = $3, result_url = $4
+                "UPDATE dispatch_queue
+                    SET summary = $3, result_url = COALESCE($4, (SELECT w.url FROM pr_watch w WHERE w.job_id = $1))
                   WHERE id = $1 AND claim_token = $2 AND {running}",
                 running = d.running
             )

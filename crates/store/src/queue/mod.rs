@@ -61,6 +61,8 @@
 //! - `maintenance.rs`: the sweep of expired leases, and the pruning of finished work.
 //! - `presence.rs`: machines' presence rows and their [`MachineStatus`].
 //! - `reads.rs`: listings and counts, for status and the UI.
+//! - `review.rs`: the review loop: watched pull requests, their feedback kept once per piece,
+//!   and the conditional UPDATE that reopens a completed job as a follow-up.
 //! - `session.rs`: what an agent CLI reported (preset, session, cost, tokens), and the
 //!   conversation a hand-off carries (`job_sessions`), saved fenced and read by the next claimer.
 //! - `sources.rs`: tracker sources: registering them, the intake turn and its fenced end,
@@ -88,6 +90,7 @@ mod outbox;
 mod pool;
 mod presence;
 mod reads;
+mod review;
 mod route;
 mod rows;
 mod session;
@@ -104,6 +107,7 @@ pub use outbox::{Delivery, DeliveryEnd, OutboxRow};
 pub use pool::Queue;
 pub use presence::{unroutable, MachineRow, MachineStatus, PollExtras, Presence, PresenceOrder};
 pub use reads::JobFilter;
+pub use review::{FeedbackRow, FollowUp, LoopRules, NewFeedback, WatchRead, WatchRow, WatchState, FEEDBACK_BODY_CAP};
 pub use route::{Names, Route};
 pub use rows::{
     AgentRun, CancelOutcome, Claim, Counts, Enqueued, FailOutcome, JobEvent, JobRow, LogTail, OpenWork, Polled, Pruned,

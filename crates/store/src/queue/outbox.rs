@@ -97,16 +97,17 @@ static OF_JOB: Sql = Sql::new(|_| {
 
 /// Whether outbox row $1 was written by a state change of its job: the history row it names
 /// (`history_id`, written in the same statement or transaction) is there, of the same job,
-/// kind (a pull request row's is its completion), claim, machine and detail.
+/// kind (a pull request or answers row's is its completion), claim, machine and detail.
 static WITNESS: Sql = Sql::new(|_| {
     format!(
         "SELECT COUNT(*) AS n FROM outbox o JOIN job_events e ON e.id = o.history_id
           WHERE o.id = $1 AND e.job_id = o.job_id
-            AND e.kind = CASE WHEN o.event = '{pr}' THEN '{completed}' ELSE o.event END
+            AND e.kind = CASE WHEN o.event IN ('{pr}', '{answers}') THEN '{completed}' ELSE o.event END
             AND COALESCE(e.claim_token, -1) = COALESCE(o.claim_token, -1)
             AND COALESCE(e.machine, '') = COALESCE(o.machine, '')
             AND COALESCE(e.detail, '') = COALESCE(o.detail, '')",
         pr = crate::job::event::PULL_REQUEST,
+        answers = crate::job::event::FOLLOW_UP_ANSWERS,
         completed = crate::job::event::COMPLETED,
     )
 });

@@ -35,6 +35,9 @@ pub struct Claim {
     pub repo: Option<String>,
     /// The tracker source the job came from (a stranger's issue), or None for the user's own.
     pub source_id: Option<i64>,
+    /// Which follow-up of its pull request's review this attempt answers (0: none, the job's
+    /// own first run).
+    pub follow_ups: i32,
 }
 
 /// What a fenced failure did to the job.
@@ -119,6 +122,8 @@ pub struct JobRow {
     pub pushed_remote: Option<String>,
     /// The commits its branch had beyond its start when it completed (0: no changes).
     pub commits: Option<i32>,
+    /// The follow-ups its pull request's review queued so far.
+    pub follow_ups: i32,
     /// What the agent CLI of its last attempt reported.
     #[sea_orm(nested)]
     pub agent: AgentRun,
@@ -178,6 +183,7 @@ impl JobRow {
             release_requested_by: None,
             pushed_remote: None,
             commits: None,
+            follow_ups: 0,
             agent: AgentRun::default(),
             issue: None,
             issue_url: None,
@@ -325,7 +331,7 @@ pub struct Pruned {
 pub(super) const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
      created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
      summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
-     release_requested_by, pushed_remote, commits, agent, agent_session, cost_usd, tokens_in, tokens_out, session_from";
+     release_requested_by, pushed_remote, commits, follow_ups, agent, agent_session, cost_usd, tokens_in, tokens_out, session_from";
 
 /// Every row of `rows` as a `T`.
 pub(super) fn decode<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Vec<T>> {
