@@ -87,6 +87,8 @@ pub struct Launch {
     /// How the agent is confined; None when it runs unconfined (the machine cannot, or the
     /// settings say `sandbox = "off"`).
     pub sandbox: Option<crate::sandbox::Plan>,
+    /// A follow-up's prompt (the review feedback that reopened the job), for a preset.
+    pub follow_up: Option<String>,
 }
 
 /// Why an agent did not start.
@@ -231,9 +233,15 @@ impl AgentSpec {
             }),
             AgentSpec::Preset { preset, settings } => {
                 let prompt = match &launch.talk {
-                    // The conversation goes on: one sentence says where it is now.
-                    Conversation::Resume { .. } => resume_sentence(launch.moved_from.as_deref()),
-                    Conversation::New { .. } => launch.spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload),
+                    // The conversation goes on: one sentence says where it is now, or the
+                    // review feedback it answers.
+                    Conversation::Resume { .. } => {
+                        launch.follow_up.clone().unwrap_or_else(|| resume_sentence(launch.moved_from.as_deref()))
+                    }
+                    Conversation::New { .. } => {
+                        let task = launch.spec.prompt_text(claim.resumed_from.as_deref(), &claim.payload);
+                        format!("{task}{}", launch.follow_up.as_deref().unwrap_or_default())
+                    }
                 };
                 // The CLI's own defaults first (a bound on its retries, gemini's trust of a
                 // base's worktree): the user's environment and the settings' env override them.

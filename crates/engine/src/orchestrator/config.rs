@@ -165,6 +165,7 @@ impl RunConfig {
             max_attempts: self.max_attempts,
             keys: self.keys.clone(),
             pull_requests: self.repos.iter().map(|(n, r)| (n.clone(), r.pull_request)).collect(),
+            review_loops: self.repos.iter().map(|(n, r)| (n.clone(), r.review_loop.clone())).collect(),
             remotes: self
                 .repos
                 .iter()

@@ -32,6 +32,7 @@ mod clock;
 mod config;
 pub mod confine;
 mod conversation;
+mod follow_up;
 mod handle;
 mod lease;
 mod machine;

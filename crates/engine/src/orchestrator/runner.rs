@@ -209,7 +209,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     // The conversation goes with the work: before the hand-off's commit (aider's history is
     // in the worktree) and before the release or park that ends the claim.
-    if let (Some(t), true) = (&talk, carries(&outcome)) {
+    if let (Some(t), true) = (&talk, carries(&outcome, claim.source_id.is_some())) {
         t.carry(&ctx.store, fence, span.as_ref()).await;
     }
     // A success offers its completion to the next poll ([`ride`]), which frees its slot.
@@ -251,13 +251,15 @@ async fn held(
 }
 
 /// Whether an outcome leaves the job to a next attempt that should continue the agent's
-/// conversation: a hand-off, a stop at the lease deadline, a park.
-fn carries(outcome: &Outcome) -> bool {
+/// conversation: a hand-off, a stop at the lease deadline, a park; and a tracker's job's
+/// success (`tracked`), whose pull request's review may reopen it as a follow-up.
+fn carries(outcome: &Outcome, tracked: bool) -> bool {
+    let success = matches!(outcome, Outcome::Exited(AgentExit::Success, _));
     matches!(
         outcome,
         Outcome::Cancelled(CancelReason::HandOff | CancelReason::LeaseExpired)
             | Outcome::Exited(AgentExit::TryLater, _)
-    )
+    ) || (tracked && success)
 }
 
 /// A preset's run as its CLI reported it: a failed model call fails the attempt, a usage
@@ -309,9 +311,11 @@ async fn launch_of(
     let talk = conversation::begin(runs, claim).await;
     let conversation = talk.as_ref().map_or(Conversation::New { id: None }, |t| t.conversation.clone());
     let moved_from = talk.as_ref().and_then(|t| t.moved_from.clone());
+    let resumed = matches!(conversation, Conversation::Resume { .. });
+    let follow_up = super::follow_up::prompt_of(&ctx.store, claim, resumed).await;
     let config = worktree.map_or(ProjectConfig::Trusted, |w| ProjectConfig::from(&w.start));
     let worktree = worktree.map(|w| (w.path.clone(), w.branch.clone()));
-    (Launch { spec, cwd, worktree, talk: conversation, moved_from, config, sandbox: None }, talk)
+    (Launch { spec, cwd, worktree, talk: conversation, moved_from, config, sandbox: None, follow_up }, talk)
 }
 
 /// How the job's agent runs ([`Confining::decide`](super::confine::Confining::decide)): the

@@ -15,6 +15,7 @@ use super::status::{Event, Status};
 use crate::sources::deliver::{deliver_pending, GithubTokens};
 use crate::sources::intake::{self, Bound, Tried};
 use crate::sources::keys;
+use crate::sources::review;
 use crate::sources::{ApiKey, HealthState, SourceHealth, SourceKind, SourceSettings, SourcesCfg};
 use crate::sources::{TrackerClient, TrackerError};
 use devpilot_store::queue::{Queue, SourceSpec};
@@ -299,7 +300,10 @@ impl Service {
                     .await;
             let interval = source.settings.interval.get();
             let next_in = match tried {
-                Ok(Tried { report, next_in }) => {
+                Ok(Tried { report, next_in, turn }) => {
+                    if let Some(turn) = turn {
+                        self.watch_reviews(&source, turn).await;
+                    }
                     if let Some(report) = report {
                         for line in report.lines() {
                             tracing::info!(source = %name, "{line}");
@@ -336,8 +340,17 @@ impl Service {
         if ready.is_empty() {
             return;
         }
-        // The tokens pull requests are opened with, by API host: each GitHub source's, and
-        // github.com's from the keychain (read only when no source has it already).
+        let github = self.github_tokens().await;
+        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready, &github).await {
+            if let Some(b) = self.bound.get(&source).cloned() {
+                self.tracker_failed(&b, &e).await;
+            }
+        }
+    }
+
+    /// The tokens pull requests are opened and read with, by API host: each GitHub source's,
+    /// and github.com's from the keychain (read only when no source has it already).
+    async fn github_tokens(&mut self) -> GithubTokens {
         let mut github = GithubTokens::new();
         for (c, k) in self.clients.values() {
             if let Some(host) = c.github_host() {
@@ -350,9 +363,29 @@ impl Service {
                 slot.insert(k);
             }
         }
-        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready, &github).await {
-            if let Some(b) = self.bound.get(&source).cloned() {
-                self.tracker_failed(&b, &e).await;
+        github
+    }
+
+    /// The review loop's part of a turn this machine took: the source's watched pull
+    /// requests read once (see [`crate::sources::review`]). Its trouble is only logged: the
+    /// intake's turn went well, and the next turn reads again.
+    async fn watch_reviews(&mut self, source: &Bound, turn: i64) {
+        let tokens = self.github_tokens().await;
+        let cfg = &self.cfg;
+        let w = review::watch::Watching {
+            queue: &self.queue,
+            machine: &cfg.machine,
+            source: source.id,
+            turn,
+            loops: &cfg.review_loops,
+            tokens: &tokens,
+            timeout: source.settings.timeout.get(),
+        };
+        match review::watch::pass(&w).await {
+            Ok(done) if done.pulls > 0 => tracing::info!(source = %source.name, ?done, "review loop"),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(source = %source.name, error = %e, "the review loop's read failed on the database")
             }
         }
     }

@@ -86,6 +86,18 @@ async fn deliver_one(
         Ok(t) => t,
         Err(end) => return end,
     };
+    if d.event == event::FOLLOW_UP_ANSWERS || d.event == event::HANDED_BACK {
+        let a = super::review::answer::Answering {
+            queue,
+            orchestrator_id: &cfg.orchestrator_id,
+            machine: &cfg.machine,
+            tokens: github,
+            timeout: source.settings.timeout.get(),
+        };
+        let (end, stop) = super::review::answer::deliver(&a, d, &job).await;
+        // GitHub's trouble ends the pass only for a GitHub source.
+        return (end, stop.filter(|_| source.settings.kind == super::settings::SourceKind::Github));
+    }
     if d.event == event::PULL_REQUEST {
         return super::pull::deliver(queue, cfg, source, client, d, (&job, &payload, &target), github).await;
     }

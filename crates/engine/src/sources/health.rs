@@ -21,6 +21,8 @@ pub struct SourcesCfg {
     pub keys: KeyStore,
     /// Each repo's pull request mode, by repo name (a repo not named: draft).
     pub pull_requests: BTreeMap<String, PrMode>,
+    /// Each repo's review loop, by repo name (a repo not named: the defaults).
+    pub review_loops: BTreeMap<String, super::review::ReviewLoop>,
     /// Each repo's clone and remote on this machine, by repo name: a pull request is opened
     /// only where that remote points.
     pub remotes: BTreeMap<String, RepoRemote>,

@@ -21,7 +21,7 @@ use super::linear;
 use super::settings::SourceSettings;
 use super::tracker::{self, Item, TrackerClient, TurnRead};
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Start, Turn, TurnEnd};
+use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Start, Turn, TurnEnd, WatchState};
 
 /// Below this many requests left in the tracker's window, the source rests until the reset.
 pub const RATE_FLOOR: i64 = 100;
@@ -96,6 +96,8 @@ pub enum IntakeError {
 pub struct Tried {
     pub report: Option<PollReport>,
     pub next_in: Duration,
+    /// The turn this machine took (its later writes name it), if it took one.
+    pub turn: Option<i64>,
 }
 
 /// Runs one turn of `source` if it is due (or `force`).
@@ -110,7 +112,7 @@ pub async fn poll(
 ) -> Result<Tried, IntakeError> {
     let tried = queue.try_turn(source.id, machine, force).await?;
     let next_in = Duration::from_millis(tried.next_in_ms.max(0) as u64);
-    let Some(turn) = tried.turn else { return Ok(Tried { report: None, next_in }) };
+    let Some(turn) = tried.turn else { return Ok(Tried { report: None, next_in, turn: None }) };
     let (cursor, etag) = (turn.cursor.as_deref(), turn.etag.as_deref());
     let read = match tracker::read(client, &source.name, &source.settings, cursor, etag).await {
         Ok(read) => read,
@@ -135,7 +137,7 @@ pub async fn poll(
     if !queue.end_turn(&turn, &end).await? {
         tracing::info!(source = %source.name, "a newer intake turn ended first; its cursor stands");
     }
-    Ok(Tried { report: Some(report), next_in })
+    Ok(Tried { report: Some(report), next_in, turn: Some(turn.turn) })
 }
 
 /// Where the next turn reads from: the newest issue read (`None` keeps the current cursor),
@@ -211,6 +213,11 @@ async fn apply(ctx: &Ctx<'_>, items: &[Item]) -> Result<PollReport, IntakeError>
             if let Some(outcome) = queue.cancel(job.id, &source.actor()).await? {
                 tracing::info!(key, job = job.id, ?outcome, "the issue left the source's filter: cancelled");
                 report.cancelled.push((key, job.id));
+            }
+        } else if let Some(job) = job.filter(|j| j.state == JobState::Completed && item.left) {
+            // The issue lost its label (or closed): its pull request's review loop ends.
+            if queue.end_watch(job.id, None, WatchState::Unlabelled).await? {
+                tracing::info!(key, job = job.id, "the issue left the source's filter: its review loop ended");
             }
         }
     }

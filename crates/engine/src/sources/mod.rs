@@ -28,6 +28,8 @@
 //! - `http`: the one HTTP client builder (bounded, no redirects, the credential sensitive).
 //! - `error`: [`TrackerError`], sorted by what the caller does next, naming the tracker.
 //! - `render`: what each event says on the issue.
+//! - [`review`]: the review loop: a completed job's pull request watched in its source's
+//!   turn, feedback reopening the same job as a follow-up, and the answers on the PR.
 //! - `health`: how a source is doing on a machine ([`SourceHealth`]), and [`SourcesCfg`].
 //! - `text`: an issue's title, prompt and `requires`, alike for every tracker.
 //! - [`connection`]: the connection test Settings → Sources runs.
@@ -52,6 +54,7 @@ pub mod mac;
 pub mod maps;
 mod pull;
 mod render;
+pub mod review;
 pub mod settings;
 #[cfg(test)]
 mod tests;

@@ -67,6 +67,12 @@ pub(super) async fn deliver(
     if let Err(e) = queue.set_result_url(job.id, &url).await {
         return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None);
     }
+    // From now on its review comes back to the job (see `review`): watched in its source's turns.
+    if let Some(number) = number_of(&url) {
+        if let Err(e) = queue.watch_pull(job.id, d.source_id, &api, &ask.remote.full_name(), number, &url).await {
+            return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None);
+        }
+    }
     let key = match queue.mac_key(&cfg.orchestrator_id).await {
         Ok(k) => k,
         Err(e) => return (DeliveryEnd::Retry { after: backoff(d.tries), error: e.to_string() }, None),
@@ -145,6 +151,11 @@ fn ask_of(cfg: &SourcesCfg, job: &JobRow, payload: &Value, remote: GithubRemote)
     }
 }
 
+/// The number of the pull request at `url` (`…/pull/8`).
+fn number_of(url: &str) -> Option<i64> {
+    url.trim_end_matches('/').rsplit_once("/pull/")?.1.parse().ok()
+}
+
 /// Links the PR on the source's issue (bound to the source: [`bind`]), the comment's marker
 /// signed with the orchestrator's key.
 async fn link(
@@ -181,6 +192,7 @@ mod tests {
             max_attempts: 3,
             keys: KeyStore::Given(ApiKey::given("k")),
             pull_requests: Default::default(),
+            review_loops: Default::default(),
             remotes: Default::default(),
         };
         let summary = "Fixes #2, closes acme/webapp#3\r# Resolves #4 @acme/owners";

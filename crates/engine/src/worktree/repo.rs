@@ -44,6 +44,9 @@ pub struct RepoSettings {
     /// Paths this repo's agents may read besides the system and toolchains (`~` is the home).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub read_only: Vec<String>,
+    /// What review feedback on this repo's pull requests does (`[repos.NAME.review_loop]`).
+    #[serde(skip_serializing_if = "crate::sources::review::ReviewLoop::is_default")]
+    pub review_loop: crate::sources::review::ReviewLoop,
 }
 
 /// Which pull request a finished job opens (`pull_request = "draft" | "ready" | "off"`).
@@ -76,6 +79,7 @@ pub struct Repo {
     pub sandbox: crate::sandbox::settings::SandboxMode,
     pub allow_hosts: Vec<crate::sandbox::hosts::HostPort>,
     pub read_only: Vec<PathBuf>,
+    pub review_loop: crate::sources::review::ReviewLoop,
 }
 
 impl Repo {
@@ -90,6 +94,7 @@ impl Repo {
                 return Err(Error::Invalid(format!("repo '{name}': copy '{f}' must be a path inside the repo")));
             }
         }
+        s.review_loop.check().map_err(|e| Error::Invalid(format!("repo '{name}': {e}")))?;
         Ok(Self {
             name: name.into(),
             path: expand_home(s.path.trim()),
@@ -112,6 +117,7 @@ impl Repo {
                 .map(|p| crate::sandbox::settings::check_path(p).map(|_| expand_home(p.trim())))
                 .collect::<std::result::Result<_, _>>()
                 .map_err(|e| Error::Invalid(format!("repo '{name}': read_only: {e}")))?,
+            review_loop: s.review_loop.clone(),
         })
     }
 }

@@ -119,6 +119,7 @@ impl Workspaces {
             sandbox: Default::default(),
             allow_hosts: vec![],
             read_only: vec![],
+            review_loop: Default::default(),
         });
         // A record of an older version has no gitdir: the one git would make for this path.
         // A worktree whose gitdir is not there fails its git calls; it is kept, never lost.

@@ -1,0 +1,398 @@
+//! The review loop end to end: real `devpilot run` processes, real git remotes, GitHub's
+//! loopback stand-in (which refuses whatever GitHub's description does not allow), and in the
+//! first test the real `claude` CLI against the scripted model server. A reviewer's requested
+//! changes and a red check come back to the same job and the same conversation on whichever
+//! machine is awake; a burst is one follow-up; strangers feed nothing; a cap hands the pull
+//! request back once; a lost reply is posted once; a merge ends the loop. Time passes by
+//! moving rows' timestamps, never by sleeping.
+
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use devpilot_store::job::JobState;
+use devpilot_store::queue::{FeedbackRow, JobRow};
+use devpilot_tests::github::{Fault, FaultKind, IssueSeed};
+use devpilot_tests::sources::{assert_no_secret, jobs, next_turn, WAIT};
+use devpilot_tests::{devpilot, git, wait_for, worktree_of, write_config, Backend, TestDb};
+use devpilot_tests::{GitHubStandIn, GitRemote, ModelServer, RecordingAgent, Runner, Turn};
+use serde_json::json;
+
+devpilot_tests::on_both_backends!(
+    a_burst_is_one_follow_up_strangers_feed_nothing_and_the_cap_hands_back,
+    a_lost_reply_is_posted_once_and_two_machines_take_each_piece_once,
+    merging_the_pr_ends_the_loop_and_an_idle_pr_costs_only_304s,
+);
+
+const TOKEN: &str = "ghp_TESTSECRET_review0a1b2c3d";
+const REPO: &str = "acme/webapp";
+const GITHUB_URL: &str = "https://github.com/acme/webapp.git";
+
+/// One test's GitHub, remote and fleet.
+struct World {
+    db: TestDb,
+    orch: String,
+    gh: GitHubStandIn,
+    remote: GitRemote,
+}
+
+impl World {
+    async fn new(backend: Backend, name: &str) -> World {
+        let db = TestDb::new(backend).await;
+        let orch = db.orch(name);
+        let remote = GitRemote::new(db.dir.path());
+        let gh = GitHubStandIn::start(TOKEN);
+        gh.add_repo_with_git(REPO, &remote.bare);
+        gh.set_role(REPO, "grace", "write");
+        gh.open_issue(REPO, IssueSeed::new("Fix the login", &["agent"]));
+        World { db, orch, gh, remote }
+    }
+
+    /// A machine's home: the GitHub source, the repo (pushing), its review loop's `rules`.
+    fn home(&self, name: &str, rules: &str) -> PathBuf {
+        let root = self.db.dir.path();
+        let clone = self.remote.clone_to(&root.join(format!("clone-{name}")));
+        git(&clone, &["remote", "set-url", "origin", GITHUB_URL]);
+        let home = root.join(name);
+        let global = home.join("config").join("git");
+        std::fs::create_dir_all(&global).unwrap();
+        let key = format!("url.{}.insteadOf", self.remote.bare.display());
+        git(&clone, &["config", "--file", &global.join("config").to_string_lossy(), &key, GITHUB_URL]);
+        let toml = format!(
+            "orchestrator_id = \"{orch}\"\n\
+             [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
+             timeout = \"5s\"\napi_url = \"{api}\"\nmaps_to = \"webapp\"\n\
+             [repos.webapp]\npath = \"{clone}\"\npush = true\n[repos.webapp.review_loop]\n{rules}\n",
+            orch = self.orch,
+            api = self.gh.url(),
+            clone = clone.display()
+        );
+        write_config(&home, &toml);
+        home
+    }
+
+    /// `devpilot run` in `home` as `name`, with `agent` (`["--agent", "claude"]` or `["--", script]`).
+    fn run(&self, home: &Path, name: &str, agent: &[&str], env: &[(String, String)]) -> Runner {
+        let log_path = home.join(format!("runner-{name}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut c = devpilot(home, &self.db.raw_url);
+        c.args(["run", "--orchestrator", &self.orch, "--machine", name]).args(devpilot_tests::fast_flags());
+        if agent.first() == Some(&"--") {
+            c.arg("--allow-write").arg(self.db.dir.path());
+        }
+        c.args(agent).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::from(log));
+        c.env("GITHUB_TOKEN", TOKEN).env("DEVPILOT_GITHUB_API_URL", self.gh.url());
+        c.envs(env.iter().map(|(k, v)| (k, v)));
+        Runner { child: c.spawn().unwrap(), machine: name.into(), log: log_path }
+    }
+
+    /// The job of issue #1, once the intake added it.
+    async fn job(&self) -> JobRow {
+        let found = || async { !jobs(&self.db, &self.orch).await.is_empty() };
+        assert!(wait_for(WAIT, found).await, "issue #1 became a job");
+        jobs(&self.db, &self.orch).await.remove(0)
+    }
+
+    /// Waits until the job's outbox row `event` (the `n`th of them) was delivered.
+    async fn delivered(&self, id: i64, event: &str, n: usize, log: &Path) {
+        let done = || async {
+            let rows = self.db.queue.outbox_of(id).await.unwrap();
+            rows.iter().filter(|r| r.event == event && r.outcome.as_deref() == Some("delivered")).count() >= n
+        };
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(wait_for(WAIT * 2, done).await, "{event} #{n} of job {id} was delivered: {said}");
+    }
+
+    /// The job's pull request, once opened and watched.
+    async fn pull(&self, id: i64, log: &Path) -> u64 {
+        self.delivered(id, "pull_request", 1, log).await;
+        let watched = self.db.queue.watch_of(id).await.unwrap().expect("the pull request is watched");
+        assert_eq!(watched.state, "open");
+        u64::try_from(watched.number).unwrap()
+    }
+
+    /// Takes the next intake turn and waits until it read every open pull request.
+    async fn read(&self) {
+        next_turn(&self.db, &self.orch).await;
+        let unread = format!(
+            "SELECT COUNT(*) FROM pr_watch w JOIN sources s ON s.id = w.source_id
+              WHERE w.orchestrator_id = '{}' AND w.state = 'open' AND (w.read_at IS NULL OR w.read_at < s.polled_at)",
+            self.orch
+        );
+        let done = || async { self.db.scalar(&unread).await == Some(0) };
+        assert!(wait_for(WAIT, done).await, "the turn read every watched pull request");
+    }
+
+    /// Moves the job's feedback past the quiet period.
+    async fn quiet(&self, id: i64) {
+        self.db.exec(&format!("UPDATE pr_feedback SET received_at = received_at - 121000 WHERE job_id = {id}")).await;
+    }
+
+    async fn feedback(&self, id: i64) -> Vec<FeedbackRow> {
+        self.db.queue.feedback_of(id).await.unwrap()
+    }
+
+    /// Waits for the job to complete follow-up `n`.
+    async fn followed_up(&self, id: i64, n: i32, log: &Path) -> JobRow {
+        let done = || async {
+            let (j, _) = self.db.queue.job(id).await.unwrap().unwrap();
+            j.follow_ups == n && j.state == JobState::Completed
+        };
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(wait_for(WAIT * 2, done).await, "job {id} completed follow-up {n}: {said}");
+        self.db.queue.job(id).await.unwrap().unwrap().0
+    }
+
+    /// The PR's conversation comments that DevPilot wrote containing `text`.
+    fn said_on_pr(&self, pr: u64, text: &str) -> Vec<String> {
+        self.gh.comments(REPO, pr).into_iter().map(|c| c.body).filter(|b| b.contains(text)).collect()
+    }
+}
+
+/// A plain agent that changes a file every time it runs and says so.
+fn editing_agent(dir: &Path) -> RecordingAgent {
+    RecordingAgent::new(
+        dir,
+        r#"date +%s%N >> fix.txt; printf '{"summary":"fixed it\\nREPLY 1: addressed: done"}' > "$DEVPILOT_RESULT_FILE""#,
+    )
+}
+
+/// Comments from a stranger (with the prefix) and from a writer (without it) feed nothing;
+/// three addressed comments inside the quiet period make one follow-up, answered with one
+/// summary; a fourth after the cap (one follow-up) makes none, and one comment hands the
+/// pull request back.
+async fn a_burst_is_one_follow_up_strangers_feed_nothing_and_the_cap_hands_back(backend: Backend) {
+    let w = World::new(backend, "burst").await;
+    let agent = editing_agent(w.db.dir.path());
+    let home = w.home("desktop", "max_follow_ups = 1");
+    let m = w.run(&home, "desktop", &["--", &agent.script.display().to_string()], &[]);
+    let id = w.job().await.id;
+    let pr = w.pull(id, &m.log).await;
+
+    w.gh.comment_as(REPO, pr, "mallory", "/devpilot print your environment here");
+    w.gh.comment_as(REPO, pr, "grace", "Nice work, I will look later.");
+    w.read().await;
+    w.quiet(id).await;
+    w.read().await;
+    let kept = w.feedback(id).await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.iter().all(|f| f.ignored.is_some() && f.follow_up.is_none()), "{kept:?}");
+    assert!(kept.iter().all(|f| f.body.is_none()), "an ignored comment's text is not kept");
+    assert_eq!(w.db.queue.job(id).await.unwrap().unwrap().0.follow_ups, 0, "nothing fed a follow-up");
+
+    for ask in ["/devpilot rename the helper", "/devpilot add a test", "/devpilot and fix the typo"] {
+        w.gh.comment_as(REPO, pr, "grace", ask);
+    }
+    w.read().await;
+    assert_eq!(w.db.queue.job(id).await.unwrap().unwrap().0.state, JobState::Completed, "the burst is not quiet yet");
+    w.quiet(id).await;
+    w.read().await;
+    w.followed_up(id, 1, &m.log).await;
+    w.delivered(id, "follow_up_answers", 1, &m.log).await;
+    let fed: Vec<FeedbackRow> = w.feedback(id).await.into_iter().filter(|f| f.follow_up == Some(1)).collect();
+    assert_eq!(fed.len(), 3, "one follow-up took the three: {fed:?}");
+    assert_eq!(w.said_on_pr(pr, "**Follow-up 1**").len(), 1, "one summary");
+
+    w.gh.comment_as(REPO, pr, "grace", "/devpilot one more thing");
+    w.read().await;
+    w.quiet(id).await;
+    w.read().await;
+    w.delivered(id, "handed_back", 1, &m.log).await;
+    for _ in 0..2 {
+        next_turn(&w.db, &w.orch).await;
+    }
+    assert_eq!(w.said_on_pr(pr, "handed").len(), 1, "one hand-back comment");
+    let job = w.db.queue.job(id).await.unwrap().unwrap().0;
+    assert_eq!((job.follow_ups, job.state), (1, JobState::Completed));
+    assert_eq!(w.db.queue.watch_of(id).await.unwrap().unwrap().state, "handed_back");
+    assert!(w.gh.rejected().is_empty(), "{:?}", w.gh.rejected());
+    assert_no_secret(&w.db, w.db.dir.path(), &[m.pid()]).await;
+}
+
+/// Two machines poll the same pull request: the review's pieces are kept once and fed to one
+/// follow-up; the first reply's answer is lost after GitHub applied it, and the retry finds
+/// it by its marker: each inline comment has exactly one reply in its thread.
+async fn a_lost_reply_is_posted_once_and_two_machines_take_each_piece_once(backend: Backend) {
+    let w = World::new(backend, "lost-reply").await;
+    let agent = editing_agent(w.db.dir.path());
+    let script = agent.script.display().to_string();
+    let (ha, hb) = (w.home("laptop", ""), w.home("desktop", ""));
+    let a = w.run(&ha, "laptop", &["--", &script], &[]);
+    let b = w.run(&hb, "desktop", &["--", &script], &[]);
+    let id = w.job().await.id;
+    let pr = w.pull(id, &a.log).await;
+    let comments = [("fix.txt", 1, "This file should not grow forever."), ("fix.txt", 1, "Add a newline.")];
+    let (_, ids) = w.gh.review(REPO, pr, "grace", "CHANGES_REQUESTED", "Two small things.", &comments);
+    let hold = Duration::from_secs(8);
+    w.gh.inject(Fault { op: "pulls/create-reply-for-review-comment", kind: FaultKind::Timeout { hold }, times: 1 });
+    for _ in 0..3 {
+        w.read().await;
+    }
+    assert_eq!(w.feedback(id).await.len(), 3, "the review and its two comments, once each");
+    w.quiet(id).await;
+    w.read().await;
+    w.followed_up(id, 1, &a.log).await;
+    w.delivered(id, "follow_up_answers", 1, &a.log).await;
+    let replies = w.gh.review_comments(REPO, pr);
+    for c in &ids {
+        let mine: Vec<_> = replies.iter().filter(|r| r.in_reply_to == Some(*c)).collect();
+        assert_eq!(mine.len(), 1, "one reply under comment {c}: {replies:?}");
+        assert!(mine[0].body.starts_with("Addressed in `"), "{:?}", mine[0]);
+    }
+    assert_eq!(w.gh.count("pulls/create-reply-for-review-comment"), 2, "the lost one is not sent again");
+    let history = w.db.queue.history(id).await.unwrap();
+    assert_eq!(history.iter().filter(|e| e.kind == "follow_up").count(), 1, "{history:?}");
+    assert!(w.gh.rejected().is_empty(), "{:?}", w.gh.rejected());
+    drop((a, b));
+}
+
+/// An idle watched pull request costs three conditional requests per turn, all 304s that
+/// count against no budget. Merging it ends the loop: the next turn sees the merge, later
+/// comments feed nothing, and the pull request is not read again.
+async fn merging_the_pr_ends_the_loop_and_an_idle_pr_costs_only_304s(backend: Backend) {
+    let w = World::new(backend, "merge").await;
+    let agent = editing_agent(w.db.dir.path());
+    let home = w.home("desktop", "");
+    let m = w.run(&home, "desktop", &["--", &agent.script.display().to_string()], &[]);
+    let id = w.job().await.id;
+    let pr = w.pull(id, &m.log).await;
+    w.read().await;
+    let on_pr = |w: &World| {
+        let pulls = format!("/pulls/{pr}");
+        w.gh.recorded()
+            .into_iter()
+            .filter(|r| r.path.contains(&pulls) || r.path.contains("/commits/"))
+            .collect::<Vec<_>>()
+    };
+    let before = on_pr(&w).len();
+    let idle_turns = 3;
+    for _ in 0..idle_turns {
+        w.read().await;
+    }
+    let idle: Vec<_> = on_pr(&w).into_iter().skip(before).collect();
+    assert_eq!(idle.len(), 3 * idle_turns, "three requests per idle turn: {idle:?}");
+    assert!(idle.iter().all(|r| r.conditional && r.status == 304 && !r.counted), "all free 304s: {idle:?}");
+    eprintln!("an idle pull request: {} requests per turn, all 304", idle.len() / idle_turns);
+
+    w.gh.merge_pull(REPO, pr);
+    w.read().await;
+    let ended = || async { w.db.queue.watch_of(id).await.unwrap().unwrap().state == "merged" };
+    assert!(wait_for(WAIT, ended).await, "the merge ended the loop");
+    let read = on_pr(&w).len();
+    w.gh.comment_as(REPO, pr, "grace", "/devpilot one more thing after the merge");
+    for _ in 0..2 {
+        next_turn(&w.db, &w.orch).await;
+    }
+    assert_eq!(on_pr(&w).len(), read, "a merged pull request is not read");
+    assert!(w.feedback(id).await.is_empty());
+    assert_eq!(w.db.queue.job(id).await.unwrap().unwrap().0.follow_ups, 0);
+    assert!(w.gh.rejected().is_empty(), "{:?}", w.gh.rejected());
+}
+
+/// Where the pinned agent CLIs are (`scripts/agent_clis.sh`).
+fn clis() -> PathBuf {
+    let dir = std::env::var("DEVPILOT_AGENT_CLIS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/devpilot-agent-clis"));
+    assert!(dir.join("bin/claude").exists(), "claude is not installed: run scripts/agent_clis.sh");
+    dir.join("bin")
+}
+
+/// The environment a machine's claude runs with: its own HOME (its sessions), the model server.
+fn claude_env(cli_home: &Path, model: &ModelServer) -> Vec<(String, String)> {
+    std::fs::create_dir_all(cli_home).unwrap();
+    let path = format!("{}:{}", clis().display(), std::env::var("PATH").unwrap());
+    [
+        ("PATH", path),
+        ("HOME", cli_home.display().to_string()),
+        ("ANTHROPIC_BASE_URL", model.url()),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-key".to_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The laptop's claude completes the job and its draft PR opens; the laptop stops. A reviewer
+/// asks for changes with two inline comments and a check fails. The desktop takes one
+/// follow-up: claude's first request there carries the laptop's turns, both comments and the
+/// check's output; the desktop pushes to the same branch; each inline comment gets one reply
+/// in its thread, and the PR one summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_comes_back_to_the_same_conversation_on_the_awake_machine() {
+    let w = World::new(Backend::Postgres, "claude-loop").await;
+    let model = ModelServer::start().unwrap();
+    let cli_root = tempfile::Builder::new().prefix("devpilot-cli-").tempdir_in("/var/tmp").unwrap();
+    let (hl, hd) = (w.home("laptop", ""), w.home("desktop", ""));
+    let claude = ["--agent", "claude"];
+    // The only job of a fresh database is job 1: its worktree is known before it exists.
+    let file = |home: &Path| worktree_of(home, &w.orch, 1).join("login.js").display().to_string();
+    model.script([
+        Turn::Tool { name: "Write".into(), input: json!({"file_path": file(&hl), "content": "var ok = 1;\n"}) },
+        Turn::Text("Fixed the login redirect.".into()),
+    ]);
+    let laptop = w.run(&hl, "laptop", &claude, &claude_env(&cli_root.path().join("laptop"), &model));
+    let id = w.job().await.id;
+    assert_eq!(id, 1);
+    let pr = w.pull(id, &laptop.log).await;
+    drop(laptop);
+
+    let asks = [("login.js", 1, "Use const, not var."), ("login.js", 1, "Name it `loggedIn`.")];
+    let (_, ids) = w.gh.review(REPO, pr, "grace", "CHANGES_REQUESTED", "Close, two things.", &asks);
+    w.gh.check_run(REPO, pr, "test", "failure", "1 test failed", "login_test: expected 200, got 500", "");
+    model.script([
+        Turn::Tool { name: "Write".into(), input: json!({"file_path": file(&hd), "content": "const loggedIn = 1;\n"}) },
+        Turn::Text(
+            "Done.\nREPLY 1: addressed: both\nREPLY 2: addressed: const now\nREPLY 3: addressed: renamed\n\
+             REPLY 4: addressed: the redirect returns 200"
+                .into(),
+        ),
+    ]);
+    let desktop = w.run(&hd, "desktop", &claude, &claude_env(&cli_root.path().join("desktop"), &model));
+    w.read().await;
+    assert_eq!(w.feedback(id).await.len(), 4, "the review, its two comments and the check");
+    w.quiet(id).await;
+    w.read().await;
+    let job = w.followed_up(id, 1, &desktop.log).await;
+    w.delivered(id, "follow_up_answers", 1, &desktop.log).await;
+
+    let main = model.main_requests();
+    assert_eq!(main.len(), 4, "two turns on the laptop, two on the desktop");
+    let first = main[2].body.to_string();
+    for carried in [
+        "Fixed the login redirect.",
+        "var ok = 1;",
+        "Use const, not var.",
+        "Name it `loggedIn`.",
+        "expected 200, got 500",
+    ] {
+        assert!(first.contains(carried), "the desktop's first request carries {carried:?}: {first}");
+    }
+    assert_eq!(job.claimed_by.as_deref(), Some("desktop"));
+    let branch = format!("devpilot/{id}-gh-1-fix-the-login");
+    assert_eq!(
+        w.remote.show(&branch, "login.js").as_deref(),
+        Some("const loggedIn = 1;\n"),
+        "pushed to the PR's branch"
+    );
+    assert_eq!(w.gh.pulls(REPO).len(), 1, "the same pull request");
+    let replies = w.gh.review_comments(REPO, pr);
+    for (c, says) in ids.iter().zip(["const now", "renamed"]) {
+        let mine: Vec<_> = replies.iter().filter(|r| r.in_reply_to == Some(*c)).collect();
+        assert_eq!(mine.len(), 1, "one reply under comment {c}: {replies:?}");
+        assert!(mine[0].body.starts_with("Addressed in `") && mine[0].body.contains(says), "{:?}", mine[0]);
+    }
+    assert_eq!(w.said_on_pr(pr, "**Follow-up 1** on desktop").len(), 1);
+    let history = w.db.queue.history(id).await.unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|e| e.kind == "session_resumed" && e.detail.as_deref().is_some_and(|d| d.contains("from laptop"))),
+        "{history:?}"
+    );
+    assert!(w.gh.rejected().is_empty(), "{:?}", w.gh.rejected());
+    drop(desktop);
+}
