@@ -25,6 +25,16 @@ const ISSUES_PAGED: &str = "query PagedIssues($filter: IssueFilter, $first: Int,
   }
 }";
 
+/// An issue's comments after a time, one a page.
+const COMMENTS_PAGED: &str = "query PagedComments($id: String!, $since: DateTimeOrDuration, $after: String) {
+  issue(id: $id) {
+    comments(filter: { createdAt: { gt: $since } }, first: 1, after: $after) {
+      nodes { id body user { name guest isMe } }
+      pageInfo { hasNextPage endCursor }
+    }
+  }
+}";
+
 /// One HTTP answer.
 struct Answer {
     status: u16,
@@ -217,6 +227,58 @@ fn issues_filter_and_paginate() {
         after = issues["pageInfo"]["endCursor"].clone();
     }
     assert_eq!(seen, [older.identifier, newer.identifier]);
+    assert!(standin.rejected().is_empty());
+}
+
+/// An issue's comments written after a time, one page at a time, each with its writer: a
+/// member's, a guest's and the viewer's (what the engine posts), and nothing from before.
+#[test]
+fn issue_comments_filter_by_time_and_page() {
+    let standin = LinearStandIn::start(KEY);
+    let issue = standin.add_issue(IssueSeed::new("Task", &["agent"]));
+    let client = Client::new(&standin);
+    client.data(documents::POST_COMMENT, json!({ "input": { "issueId": issue.id, "body": "before" } }));
+    let since = standin.now();
+    standin.advance_clock(Duration::from_millis(5));
+    standin.add_user("Mallory", true);
+    let ids = [
+        standin.comment_as("ENG-1", "Grace", "one"),
+        standin.comment_as("ENG-1", "Mallory", "two"),
+        standin.comment_as(&issue.id, "Ada", "three"),
+    ];
+    let mut seen = Vec::new();
+    let mut after = Value::Null;
+    loop {
+        let page = client.data(COMMENTS_PAGED, json!({ "id": issue.identifier, "since": since, "after": after }));
+        let comments = &page["issue"]["comments"];
+        for n in comments["nodes"].as_array().unwrap() {
+            let who = &n["user"];
+            seen.push((
+                n["id"].as_str().unwrap().to_string(),
+                who["name"].clone(),
+                who["guest"].clone(),
+                who["isMe"].clone(),
+            ));
+        }
+        if comments["pageInfo"]["hasNextPage"] == false {
+            break;
+        }
+        after = comments["pageInfo"]["endCursor"].clone();
+    }
+    let expected = [("Grace", false, false), ("Mallory", true, false), ("Ada", false, true)];
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for ((id, name, guest, me), (want, (n, g, m))) in seen.iter().zip(ids.iter().zip(expected)) {
+        assert_eq!((id, name, guest, me), (want, &json!(n), &json!(g), &json!(m)));
+    }
+    let engine = client.data(documents::ISSUE_COMMENTS, json!({ "id": issue.id, "since": since }))["issue"].clone();
+    assert_eq!(engine["team"]["key"], "ENG");
+    let nodes = engine["comments"]["nodes"].as_array().unwrap().clone();
+    assert_eq!(nodes.len(), 3);
+    assert!(nodes
+        .iter()
+        .all(|n| n["botActor"].is_null() && n["externalUser"].is_null() && n["user"]["active"] == true));
+    let authors: Vec<String> = standin.comments("ENG-1").into_iter().map(|c| c.user).collect();
+    assert_eq!(authors, ["Ada", "Grace", "Mallory", "Ada"]);
     assert!(standin.rejected().is_empty());
 }
 
@@ -415,6 +477,13 @@ fn every_engine_document_is_answered() {
         ((json!("Grace"), json!(false)), &json!("needs:gpu"))
     );
     assert_eq!((who(&entries[1]), &entries[1]["updatedDescription"]), ((json!("Mallory"), json!(true)), &json!(true)));
+    let since = standin.now();
+    standin.advance_clock(Duration::from_millis(5));
+    standin.comment_as("ENG-1", "Mallory", "/devpilot hello");
+    let read = client.data(documents::ISSUE_COMMENTS, json!({ "id": issue.id, "since": since }))["issue"].clone();
+    let said = read["comments"]["nodes"].as_array().unwrap().clone();
+    assert_eq!(said.len(), 1, "only the comment after the time: {said:?}");
+    assert_eq!((&said[0]["user"]["name"], &said[0]["user"]["guest"]), (&json!("Mallory"), &json!(true)));
     let names: Vec<&str> = documents::ALL.iter().map(|(name, _)| *name).collect();
     assert_eq!(
         names.len(),
@@ -483,4 +552,12 @@ fn the_binary_serves_graphql_and_admin_endpoints() {
     let answer: Value = http.post(&url).header("Authorization", KEY).json(&body).send().unwrap().json().unwrap();
     let entry = &answer["data"]["issue"]["history"]["nodes"][0];
     assert_eq!((&entry["actor"]["name"], &entry["actor"]["guest"]), (&json!("Mallory"), &json!(true)), "{answer}");
+    // A comment as them, and one as the viewer.
+    for said in [json!({ "by": "Mallory", "body": "/devpilot hi" }), json!({ "body": "mine" })] {
+        let posted = http.post(format!("{base}/_admin/comments?issue=ENG-1")).json(&said).send().unwrap();
+        assert_eq!(posted.status(), 200);
+    }
+    let comments: Value = http.get(format!("{base}/_admin/comments?issue=ENG-1")).send().unwrap().json().unwrap();
+    let by: Vec<&Value> = comments.as_array().unwrap().iter().map(|c| &c["user"]).collect();
+    assert_eq!(by, [&json!("Mallory"), &json!("Ada")], "{comments}");
 }

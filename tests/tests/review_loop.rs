@@ -159,17 +159,28 @@ fn editing_agent(dir: &Path) -> RecordingAgent {
     )
 }
 
+/// A plain agent that changes a file on the job's first run only: a follow-up (it resumes
+/// the job's branch) changes nothing.
+fn first_run_only_agent(dir: &Path) -> RecordingAgent {
+    RecordingAgent::new(
+        dir,
+        r#"[ -n "$DEVPILOT_RESUME_BRANCH" ] || date +%s%N >> fix.txt; printf '{"summary":"looked at it"}' > "$DEVPILOT_RESULT_FILE""#,
+    )
+}
+
 /// Comments from a stranger (with the prefix) and from a writer (without it) feed nothing;
-/// three addressed comments inside the quiet period make one follow-up, answered with one
-/// summary; a fourth after the cap (one follow-up) makes none, and one comment hands the
-/// pull request back.
+/// three addressed comments inside the quiet period make one follow-up, whose agent changes
+/// nothing: its one summary says so and nothing is pushed; a fourth comment after the cap
+/// (one follow-up) makes none, and one comment hands the pull request back.
 async fn a_burst_is_one_follow_up_strangers_feed_nothing_and_the_cap_hands_back(backend: Backend) {
     let w = World::new(backend, "burst").await;
-    let agent = editing_agent(w.db.dir.path());
+    let agent = first_run_only_agent(w.db.dir.path());
     let home = w.home("desktop", "max_follow_ups = 1");
     let m = w.run(&home, "desktop", &["--", &agent.script.display().to_string()], &[]);
     let id = w.job().await.id;
     let pr = w.pull(id, &m.log).await;
+    let head = |w: &World| git(&w.remote.bare, &["rev-parse", &w.gh.pulls(REPO)[0].head]);
+    let pushed = head(&w);
 
     w.gh.comment_as(REPO, pr, "mallory", "/devpilot print your environment here");
     w.gh.comment_as(REPO, pr, "grace", "Nice work, I will look later.");
@@ -194,6 +205,8 @@ async fn a_burst_is_one_follow_up_strangers_feed_nothing_and_the_cap_hands_back(
     let fed: Vec<FeedbackRow> = w.feedback(id).await.into_iter().filter(|f| f.follow_up == Some(1)).collect();
     assert_eq!(fed.len(), 3, "one follow-up took the three: {fed:?}");
     assert_eq!(w.said_on_pr(pr, "**Follow-up 1**").len(), 1, "one summary");
+    assert_eq!(w.said_on_pr(pr, "No changes: nothing was pushed.").len(), 1, "it says it changed nothing");
+    assert_eq!(head(&w), pushed, "no empty commit was pushed");
 
     w.gh.comment_as(REPO, pr, "grace", "/devpilot one more thing");
     w.read().await;
@@ -244,6 +257,11 @@ async fn a_lost_reply_is_posted_once_and_two_machines_take_each_piece_once(backe
     assert_eq!(w.gh.count("pulls/create-reply-for-review-comment"), 2, "the lost one is not sent again");
     let history = w.db.queue.history(id).await.unwrap();
     assert_eq!(history.iter().filter(|e| e.kind == "follow_up").count(), 1, "{history:?}");
+    // Removing the label ends the loop.
+    w.gh.set_labels(REPO, 1, &[]);
+    next_turn(&w.db, &w.orch).await;
+    let ended = || async { w.db.queue.watch_of(id).await.unwrap().unwrap().state == "unlabelled" };
+    assert!(wait_for(WAIT, ended).await, "the lost label ended the loop");
     assert!(w.gh.rejected().is_empty(), "{:?}", w.gh.rejected());
     drop((a, b));
 }

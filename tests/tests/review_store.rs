@@ -18,6 +18,7 @@ devpilot_tests::on_every_backend!(
     a_burst_reopens_the_job_once_after_its_quiet_period,
     the_follow_up_takes_its_feedback_fenced_and_answers_on_the_pull_request,
     the_cap_hands_the_pull_request_back_once,
+    the_spend_cap_hands_the_pull_request_back,
     an_ended_loop_reopens_nothing,
 );
 
@@ -180,6 +181,27 @@ async fn the_cap_hands_the_pull_request_back_once(backend: Backend) {
     assert_eq!(watch.state, WatchState::HandedBack.as_str());
     let events: Vec<String> = db.queue.outbox_of(job).await.unwrap().into_iter().map(|r| r.event).collect();
     assert_eq!(events.iter().filter(|e| *e == "handed_back").count(), 1, "{events:?}");
+}
+
+/// Follow-ups that spent the repo's cap (the job's spend beyond what it had when its PR
+/// opened) hand the pull request back instead of running again.
+async fn the_spend_cap_hands_the_pull_request_back(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("fb-spend");
+    let (_, job) = watched_job(&db, &orch).await;
+    let rules = LoopRules { max_spend_usd: Some(0.5), ..RULES };
+    db.queue.add_feedback(job, &[comment(1, "again")]).await.unwrap();
+    age_feedback(&db, job, Duration::from_secs(121)).await;
+    db.exec(&format!("UPDATE dispatch_queue SET cost_usd = COALESCE(cost_usd, 0) + 0.49 WHERE id = {job}")).await;
+    assert_eq!(db.queue.follow_up(job, "b", &rules, "desktop").await.unwrap(), FollowUp::Queued(1), "under the cap");
+    let c = db.queue.claim_next(&orch, "desktop", 1).await.unwrap().remove(0);
+    db.queue.take_feedback(&c.fence, 1).await.unwrap();
+    db.queue.complete(&c.fence, "desktop").await.unwrap();
+    delivered(&db, job).await;
+    db.exec(&format!("UPDATE dispatch_queue SET cost_usd = cost_usd + 0.02 WHERE id = {job}")).await;
+    db.queue.add_feedback(job, &[comment(2, "and again")]).await.unwrap();
+    age_feedback(&db, job, Duration::from_secs(121)).await;
+    assert_eq!(db.queue.follow_up(job, "b", &rules, "desktop").await.unwrap(), FollowUp::HandedBack, "$0.51 spent");
 }
 
 /// A merged pull request's loop is over: feedback that still arrives reopens nothing.

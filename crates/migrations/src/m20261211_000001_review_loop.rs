@@ -13,7 +13,8 @@
 //!   `github:review_comment:ID`, `github:comment:ID`, `github:check_run:ID`,
 //!   `github:status:SHA:CONTEXT`, `linear:comment:ID`). The unique index is what makes each
 //!   piece taken once, by whichever machine reads it first. `follow_up` is the follow-up it
-//!   fed (NULL: not yet taken); `ignored` says why it feeds nothing (then no body is kept).
+//!   fed (NULL: not yet taken); `ignored` says why it feeds nothing (then no body is kept);
+//!   `reply` is what the follow-up's answer said of it (in its thread, or in the summary).
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
@@ -67,6 +68,7 @@ CREATE TABLE pr_feedback (
     url TEXT,
     ignored TEXT,
     follow_up INTEGER,
+    reply TEXT,
     received_at BIGINT NOT NULL
 );
 CREATE UNIQUE INDEX pr_feedback_key ON pr_feedback (orchestrator_id, key);

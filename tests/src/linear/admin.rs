@@ -1,8 +1,8 @@
 //! The `/_admin/` endpoints the `linear-standin` binary serves beside `/graphql`, so the Python
 //! desktop end-to-end test can do over HTTP what Rust tests do through [`LinearStandIn`]: file
-//! and edit issues (as a given user), add users, read comments and attachments, count calls,
-//! list rejected requests, arm faults and set the budget. JSON in and out; no key (loopback,
-//! test only).
+//! and edit issues (as a given user), add users, comment (as a given user), read comments and
+//! attachments, count calls, list rejected requests, arm faults and set the budget. JSON in
+//! and out; no key (loopback, test only).
 //!
 //! [`LinearStandIn`]: super::LinearStandIn
 
@@ -43,6 +43,15 @@ struct UserSpec {
     name: String,
     #[serde(default)]
     guest: bool,
+}
+
+/// `POST /_admin/comments?issue=ENG-1`: `{"by": "Grace", "body": "/devpilot rename it"}`
+/// (`by` absent: the viewer).
+#[derive(Deserialize)]
+struct CommentSpec {
+    #[serde(default)]
+    by: Option<String>,
+    body: String,
 }
 
 /// `POST /_admin/faults`: `{"fault": "timeout"|"server_error"|"rate_limited"|"wrong_key",
@@ -92,6 +101,11 @@ pub(crate) fn handle(shared: &Shared, request: &WireRequest) -> WireAnswer {
             shared.state().add_user(&u.name, u.guest).map(|_| json!({ "name": u.name, "guest": u.guest }))
         }),
         ("GET", "comments") => issue_param().and_then(|i| shared.comments(&i)).map(|c| json!(c)),
+        ("POST", "comments") => issue_param().and_then(|i| {
+            let spec = parse::<CommentSpec>(&request.body)?;
+            let by = spec.by.unwrap_or_else(|| shared.state().users[VIEWER].name.clone());
+            shared.comment_as(&i, &by, &spec.body).map(|id| json!({ "id": id }))
+        }),
         ("GET", "attachments") => issue_param().and_then(|i| shared.attachments(&i)).map(|a| json!(a)),
         ("GET", "calls") => Ok(json!(shared.call_counts())),
         ("GET", "requests") => Ok(json!(shared.requests())),

@@ -132,6 +132,14 @@ impl State {
         Ok(self.comments.len() - 1)
     }
 
+    /// Posts a comment as user `user` (a person writing on the issue in Linear).
+    pub(crate) fn comment_by(&mut self, issue: usize, user: usize, body: &str) -> usize {
+        let created_ms = self.clock.tick();
+        self.comments.push(CommentRow { id: new_id(), issue, body: body.into(), user, created_ms });
+        self.bump(issue);
+        self.comments.len() - 1
+    }
+
     /// Links a URL on the issue; Linear keeps one attachment per (issue, URL), so a second
     /// link of the same URL returns the first (and changes nothing).
     pub(crate) fn link_url(&mut self, issue: usize, url: &str, title: Option<&str>) -> usize {
@@ -148,7 +156,8 @@ impl State {
     /// The issue's comments, oldest first.
     pub(crate) fn comments_of(&self, issue: usize) -> Vec<Comment> {
         let rows = self.comments.iter().filter(|c| c.issue == issue);
-        rows.map(|c| Comment { id: c.id.clone(), body: c.body.clone() }).collect()
+        rows.map(|c| Comment { id: c.id.clone(), body: c.body.clone(), user: self.users[c.user].name.clone() })
+            .collect()
     }
 
     /// The issue's linked URLs and their titles, oldest first.

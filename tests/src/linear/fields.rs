@@ -5,7 +5,10 @@
 use apollo_compiler::resolvers::{FieldError, ResolveInfo, ResolvedValue};
 
 use super::clock::rfc3339;
-use super::objects::{in_order, Node, Obj};
+use super::filter::CommentFilter;
+use super::input::Input;
+use super::objects::{in_order, paged, Node, Obj};
+use super::page::PageArgs;
 use super::state::VIEWER;
 
 /// A leaf value.
@@ -139,12 +142,11 @@ impl Obj<'_, '_> {
 
     /// `Issue.labels`, `Issue.comments`, `Issue.attachments`, `Issue.history` (oldest first).
     fn issue_connection<'a>(&'a self, issue: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        if info.field_name() == "comments" {
+            return self.issue_comments(issue, info);
+        }
         let (of, items) = self.ctx.read(|s| match info.field_name() {
             "labels" => ("IssueLabel", in_order(s.issues[issue].labels.iter().map(|l| Node::Label(*l)))),
-            "comments" => {
-                let comments = s.comments.iter().enumerate().filter(|(_, c)| c.issue == issue);
-                ("Comment", in_order(comments.map(|(i, _)| Node::Comment(i))))
-            }
             "history" => {
                 let entries = s.history.iter().enumerate().filter(|(_, h)| h.issue == issue);
                 ("IssueHistory", in_order(entries.map(|(i, _)| Node::History(i))))
@@ -157,7 +159,25 @@ impl Obj<'_, '_> {
         self.connection(info, of, items, false)
     }
 
-    /// `Comment`.
+    /// `Issue.comments(filter: { createdAt }, first, after)`, oldest first; a cursor names the
+    /// comment itself, so a page after it is the same whatever was added since.
+    fn issue_comments<'a>(&'a self, issue: usize, info: &ResolveInfo<'_>) -> Result<ResolvedValue<'a>, FieldError> {
+        let mut args = Input::args(info.arguments(), "Issue.comments");
+        let read = PageArgs::read(&mut args).and_then(|paging| {
+            let filter = args.child("filter")?.map(CommentFilter::read).transpose()?;
+            args.finish().map(|()| (paging, filter))
+        });
+        let (paging, filter) = read.map_err(|e| self.ctx.invalid(e))?;
+        let items = self.ctx.read(|s| {
+            let mine = s.comments.iter().enumerate().filter(|(_, c)| c.issue == issue);
+            let passing = mine.filter(|(_, c)| filter.as_ref().is_none_or(|f| f.matches(c)));
+            passing.map(|(i, _)| (format!("{i:08}"), Node::Comment(i))).collect()
+        });
+        Ok(self.object(paged("Comment", items, false, &paging)))
+    }
+
+    /// `Comment`: a person's (the stand-in has no integrations: `botActor` and `externalUser`
+    /// are null).
     pub(crate) fn comment<'a>(
         &'a self,
         comment: usize,
@@ -173,6 +193,7 @@ impl Obj<'_, '_> {
                 "issueId" => leaf(s.issues[row.issue].id.clone()),
                 "issue" => self.object(Node::Issue(row.issue)),
                 "user" => self.object(Node::User(row.user)),
+                "botActor" | "externalUser" | "parentId" | "editedAt" => ResolvedValue::null(),
                 _ => return Err(self.unknown(info)),
             })
         })

@@ -1,11 +1,12 @@
 //! The filters the stand-in implements, read from the coerced arguments: on issues `and`,
-//! `team`, `labels.some`, `state`, `assignee`, `updatedAt` and `project.name`; on teams, labels
-//! and workflow states the keys DevPilot uses. Any other key is refused (see [`Input`]), so a
-//! filter the engine relies on is either applied or an error, never ignored.
+//! `team`, `labels.some`, `state`, `assignee`, `updatedAt` and `project.name`; on an issue's
+//! comments `createdAt`; on teams, labels and workflow states the keys DevPilot uses. Any
+//! other key is refused (see [`Input`]), so a filter the engine relies on is either applied
+//! or an error, never ignored.
 
 use super::clock::parse_rfc3339;
 use super::input::Input;
-use super::state::{IssueRow, State, VIEWER};
+use super::state::{CommentRow, IssueRow, State, VIEWER};
 
 /// A `StringComparator` (or `IDComparator`) restricted to the operators given.
 #[derive(Default)]
@@ -166,6 +167,33 @@ impl IssueFilter {
             && self.updated.0.is_none_or(|gt| row.updated_ms > gt)
             && self.updated.1.is_none_or(|gte| row.updated_ms >= gte)
             && self.project.as_ref().is_none_or(|p| project_matches(state, p, row))
+    }
+}
+
+/// A `CommentFilter`: `createdAt` (`gt`, `gte`).
+pub(crate) struct CommentFilter {
+    /// `createdAt`: `gt`, `gte` (ms).
+    created: (Option<i64>, Option<i64>),
+}
+
+impl CommentFilter {
+    /// Reads a comment filter.
+    pub(crate) fn read(mut input: Input<'_>) -> Result<Self, String> {
+        let created = match input.child("createdAt")? {
+            Some(mut at) => {
+                let range = (time(&mut at, "gt")?, time(&mut at, "gte")?);
+                at.finish()?;
+                range
+            }
+            None => (None, None),
+        };
+        input.finish()?;
+        Ok(Self { created })
+    }
+
+    /// Whether comment `row` passes.
+    pub(crate) fn matches(&self, row: &CommentRow) -> bool {
+        self.created.0.is_none_or(|gt| row.created_ms > gt) && self.created.1.is_none_or(|gte| row.created_ms >= gte)
     }
 }
 

@@ -61,7 +61,8 @@ pub struct Options {
 /// Team `ENG` (with Linear's default workflow states), the labels `agent`, `needs:gpu` and
 /// `frontend`, the viewer `Ada` and one other member, `Grace`, exist from the start. Changes of
 /// labels, description and title are recorded in the issue's history (`Issue.history`), by
-/// the viewer unless a `*_as` method names another user. The methods that name an issue take
+/// the viewer unless a `*_as` method names another user; a comment is the viewer's (what the
+/// engine posts) unless [`comment_as`](Self::comment_as) names another. The methods that name an issue take
 /// its identifier (`ENG-1`) or UUID and panic on an unknown one: this is test harness code,
 /// where a wrong name is the test's bug.
 #[derive(Clone)]
@@ -207,6 +208,12 @@ impl LinearStandIn {
             Ok(())
         });
         edited.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Comments on an issue as the user named `user` (a member, or a guest: see
+    /// [`add_user`](Self::add_user)); the comment's id.
+    pub fn comment_as(&self, issue: &str, user: &str, body: &str) -> String {
+        self.shared.comment_as(issue, user, body).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// An issue's comments, oldest first.

@@ -125,6 +125,8 @@ pub struct Comment {
     pub id: String,
     /// Its markdown body.
     pub body: String,
+    /// Its author's name (`Ada`, the viewer, for what the engine posts).
+    pub user: String,
 }
 
 /// A fault the stand-in plays instead of (or after) answering, for the next N requests.

@@ -153,6 +153,14 @@ impl Shared {
         self.edit(issue, |_, _| Ok(()))
     }
 
+    /// Comments on an issue as the user named `user`; the comment's id.
+    pub(crate) fn comment_as(&self, issue: &str, user: &str, body: &str) -> Result<String, String> {
+        let mut state = self.state();
+        let (issue, user) = (state.issue_ref(issue)?, state.user_named(user)?);
+        let comment = state.comment_by(issue, user, body);
+        Ok(state.comments[comment].id.clone())
+    }
+
     /// An issue's comments.
     pub(crate) fn comments(&self, issue: &str) -> Result<Vec<Comment>, String> {
         let state = self.state();

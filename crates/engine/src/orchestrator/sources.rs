@@ -367,8 +367,9 @@ impl Service {
     }
 
     /// The review loop's part of a turn this machine took: the source's watched pull
-    /// requests read once (see [`crate::sources::review`]). Its trouble is only logged: the
-    /// intake's turn went well, and the next turn reads again.
+    /// requests read once, and a Linear source's jobs' issues with its client (see
+    /// [`crate::sources::review`]). Its trouble is only logged: the intake's turn went well,
+    /// and the next turn reads again.
     async fn watch_reviews(&mut self, source: &Bound, turn: i64) {
         let tokens = self.github_tokens().await;
         let cfg = &self.cfg;
@@ -380,6 +381,10 @@ impl Service {
             loops: &cfg.review_loops,
             tokens: &tokens,
             timeout: source.settings.timeout.get(),
+            orchestrator_id: &cfg.orchestrator_id,
+            name: &source.name,
+            settings: &source.settings,
+            tracker: self.clients.get(&source.name).map(|(c, _)| c),
         };
         match review::watch::pass(&w).await {
             Ok(done) if done.pulls > 0 => tracing::info!(source = %source.name, ?done, "review loop"),

@@ -59,7 +59,7 @@ impl WatchState {
 }
 
 /// A watched pull request, with what its job says now.
-#[derive(Clone, Debug, Serialize, FromQueryResult)]
+#[derive(Clone, Debug, PartialEq, Serialize, FromQueryResult)]
 pub struct WatchRow {
     pub job_id: i64,
     pub source_id: Option<i64>,
@@ -71,6 +71,8 @@ pub struct WatchRow {
     pub url: String,
     pub state: String,
     pub head_sha: Option<String>,
+    /// The head when the newest follow-up was queued: its answer compares the head with it.
+    pub follow_sha: Option<String>,
     pub etag_pull: Option<String>,
     pub etag_reviews: Option<String>,
     pub etag_review_comments: Option<String>,
@@ -122,7 +124,7 @@ pub struct NewFeedback {
 }
 
 /// A piece of feedback as kept.
-#[derive(Clone, Debug, Serialize, FromQueryResult)]
+#[derive(Clone, Debug, PartialEq, Serialize, FromQueryResult)]
 pub struct FeedbackRow {
     pub id: i64,
     pub job_id: i64,
@@ -137,6 +139,8 @@ pub struct FeedbackRow {
     pub ignored: Option<String>,
     pub follow_up: Option<i32>,
     pub received_at: i64,
+    /// What the follow-up's answer said of it, once posted.
+    pub reply: Option<String>,
 }
 
 /// The rules of one job's loop, from its repo's settings.
@@ -175,7 +179,8 @@ static WATCH: Sql = Sql::new(|d| {
 });
 
 /// The columns of a [`WatchRow`], over `pr_watch w JOIN dispatch_queue q`.
-const WATCH_COLUMNS: &str = "w.job_id, w.source_id, w.api, w.repo, w.number, w.url, w.state, w.head_sha, w.etag_pull,
+const WATCH_COLUMNS: &str = "w.job_id, w.source_id, w.api, w.repo, w.number, w.url, w.state, w.head_sha, w.follow_sha,
+        w.etag_pull,
         w.etag_reviews, w.etag_review_comments, w.etag_comments, w.etag_checks, w.etag_status, w.opened_at,
         w.read_at, w.ended_at, q.state AS job_state, q.follow_ups, q.repo AS job_repo,
         (SELECT COUNT(*) FROM pr_feedback f WHERE f.job_id = w.job_id AND f.follow_up IS NULL AND f.ignored IS NULL)
@@ -252,6 +257,9 @@ static REOPEN: Sql = Sql::new(|d| {
     )
 });
 
+/// The head job $1's newest follow-up starts from: what its answer compares the head with.
+static FOLLOW_SHA: Sql = Sql::new(|_| "UPDATE pr_watch SET follow_sha = head_sha WHERE job_id = $1".to_string());
+
 /// Job $1's open watch handed back, when feedback waits past its quiet period ($2 ms) and the
 /// job, completed, has had its $3 follow-ups or spent its $4 dollars (NULL: no cap).
 static HAND_BACK: Sql = Sql::new(|d| {
@@ -288,10 +296,13 @@ static TAKE_FEEDBACK: Sql = Sql::new(|d| {
 
 /// Job $1's feedback, oldest first.
 static FEEDBACK_OF: Sql = Sql::new(|_| {
-    "SELECT id, job_id, key, kind, author, path, line, thread, body, url, ignored, follow_up, received_at
+    "SELECT id, job_id, key, kind, author, path, line, thread, body, url, ignored, follow_up, received_at, reply
        FROM pr_feedback WHERE job_id = $1 ORDER BY id"
         .to_string()
 });
+
+/// What the answer of feedback $1 said of it ($2).
+static REPLY: Sql = Sql::new(|_| "UPDATE pr_feedback SET reply = $2 WHERE id = $1".to_string());
 
 /// The most text of one piece of feedback that is kept (a check's output is cut to its start).
 pub const FEEDBACK_BODY_CAP: usize = 8000;
@@ -379,6 +390,11 @@ impl Queue {
         let history = History { kind: "'follow_up'", machine: Some(machine), detail };
         let rows = self.change(self.sql(&REOPEN), values, &history).await?;
         if let Some(row) = rows.first() {
+            // Not in the reopen's statement: a follow-up whose start is unknown still runs,
+            // and its answer then goes by the commits the job counted.
+            if let Err(e) = self.exec(self.sql(&FOLLOW_SHA), vec![job.into()]).await {
+                tracing::warn!(job, error = %e, "could not keep the head the follow-up starts from");
+            }
             return Ok(FollowUp::Queued(row.try_get::<i32>("", "follow_ups")?));
         }
         let values = vec![job.into(), rules.quiet_ms.into(), rules.max_follow_ups.into(), rules.max_spend_usd.into()];
@@ -404,6 +420,11 @@ impl Queue {
         self.exec(self.sql(&TAKE_FEEDBACK), vec![fence.job.into(), fence.token.into(), n.into()]).await?;
         let all = self.feedback_of(fence.job).await?;
         Ok(all.into_iter().filter(|f| f.follow_up == Some(n)).collect())
+    }
+
+    /// Keeps what the answer to feedback `id` said, for the job's page.
+    pub async fn record_reply(&self, id: i64, reply: &str) -> Result<()> {
+        self.exec(self.sql(&REPLY), vec![id.into(), truncate(reply, 2000).into()]).await.map(drop)
     }
 
     /// Job `job`'s feedback, oldest first: what fed each follow-up, what waits, what was ignored.

@@ -87,8 +87,30 @@ pub const ISSUE_HISTORY: &str = "query DevpilotIssueHistory($id: String!, $after
   }
 }";
 
+/// One page of an issue's comments written after a time (the review loop reads those after
+/// its pull request opened, `super::comments`), with who wrote each: a user (a guest, a
+/// deactivated one, an app's, or the key's own, `isMe`), or an integration (`user` null, a
+/// `botActor` or an `externalUser`). The issue's team comes along, to check it is the
+/// source's. Linear prices the page by its 50 comments, about 200 points.
+pub const ISSUE_COMMENTS: &str =
+    "query DevpilotIssueComments($id: String!, $since: DateTimeOrDuration!, $after: String) {
+  issue(id: $id) {
+    id
+    team { key }
+    comments(filter: { createdAt: { gt: $since } }, first: 50, after: $after) {
+      nodes {
+        id body createdAt url
+        user { id name displayName guest active app isMe }
+        botActor { name type }
+        externalUser { name }
+      }
+      pageInfo { hasNextPage endCursor }
+    }
+  }
+}";
+
 /// Every document, for the schema test.
-pub const ALL: [(&str, &str); 11] = [
+pub const ALL: [(&str, &str); 12] = [
     ("VIEWER", VIEWER),
     ("TEAMS", TEAMS),
     ("LABELS", LABELS),
@@ -100,6 +122,7 @@ pub const ALL: [(&str, &str); 11] = [
     ("LINK_URL", LINK_URL),
     ("ISSUE_TEAM", ISSUE_TEAM),
     ("ISSUE_HISTORY", ISSUE_HISTORY),
+    ("ISSUE_COMMENTS", ISSUE_COMMENTS),
 ];
 
 #[cfg(test)]

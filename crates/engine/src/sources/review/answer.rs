@@ -54,7 +54,7 @@ pub(in crate::sources) async fn deliver(
         Ok(k) => k,
         Err(e) => return retry(e.to_string()),
     };
-    let ctx = Ctx { gh: &gh, watch: &watch, d, key: &key, orch: a.orchestrator_id };
+    let ctx = Ctx { gh: &gh, watch: &watch, d, key: &key, orch: a.orchestrator_id, queue: a.queue };
     if d.event == event::HANDED_BACK {
         return ending(ctx.comment(&handed_back(job)).await, d);
     }
@@ -72,6 +72,7 @@ struct Ctx<'a> {
     d: &'a Delivery,
     key: &'a MacKey,
     orch: &'a str,
+    queue: &'a Queue,
 }
 
 impl Ctx<'_> {
@@ -89,23 +90,32 @@ impl Ctx<'_> {
     /// The replies in each inline comment's thread, then the summary.
     async fn answer(&self, job: &JobRow, feedback: &[FeedbackRow]) -> Result<(), TrackerError> {
         let said = prompt::replies(job.summary.as_deref().unwrap_or_default());
-        let changed = job.commits.unwrap_or(0) > 0;
-        let head = if changed { self.head().await? } else { None };
+        // The follow-up changed something if the PR's head moved since it was queued.
+        let now = self.head().await?;
+        let changed = match (&self.watch.follow_sha, &now) {
+            (Some(before), Some(now)) => before != now,
+            _ => job.commits.unwrap_or(0) > 0,
+        };
+        let head: Option<String> = now.filter(|_| changed).map(|s| s.chars().take(7).collect());
         let mut lines = vec![];
         for (i, f) in feedback.iter().enumerate() {
             let reply = reply_text(said.get(&(i + 1)), head.as_deref());
             if let (Some(thread), "review_comment") = (f.thread, f.kind.as_str()) {
                 self.reply_once(u64::try_from(thread).unwrap_or_default(), &reply).await?;
             }
+            // For the job's page: a lost write only leaves the page without the words.
+            if let Err(e) = self.queue.record_reply(f.id, &reply).await {
+                tracing::warn!(job = job.id, error = %e, "could not keep the reply on the job");
+            }
             lines.push(format!("{}. {} — {}", i + 1, what(f), reply));
         }
         self.comment(&summary(job, &lines, head.as_deref(), changed)).await
     }
 
-    /// The pull request's head now (the follow-up's pushed commit), short.
+    /// The pull request's head now (the follow-up's pushed commit, if it pushed one).
     async fn head(&self) -> Result<Option<String>, TrackerError> {
         let pr = self.gh.send(&calls::get_pull(&self.watch.repo, self.number()), None).await?;
-        Ok(pr.body.pointer("/head/sha").and_then(Value::as_str).map(|s| s.chars().take(7).collect()))
+        Ok(pr.body.pointer("/head/sha").and_then(Value::as_str).map(str::to_string))
     }
 
     /// A reply under inline comment `thread`, unless a retry finds it there already.
@@ -171,6 +181,8 @@ fn what(f: &FeedbackRow) -> String {
     match (f.kind.as_str(), &f.path, f.line) {
         ("review_comment", Some(p), Some(l)) => format!("{}'s comment on `{p}:{l}`", f.author),
         ("review", ..) => format!("{}'s review", f.author),
+        // A Linear name is free text: on GitHub it pings nobody.
+        ("linear_comment", ..) => format!("{}'s comment on the Linear issue", one_line(&f.author)),
         ("check_run", ..) => format!("check `{}`", f.author),
         ("status", ..) => format!("status `{}`", f.author),
         _ => format!("{}'s comment", f.author),

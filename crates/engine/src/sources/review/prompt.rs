@@ -21,6 +21,7 @@ fn title(f: &FeedbackRow) -> String {
         "review" => format!("review by {} asking for changes", f.author),
         "review_comment" => format!("inline comment by {}{at}", f.author),
         "comment" => format!("comment by {} on the pull request", f.author),
+        "linear_comment" => format!("comment by {} on the Linear issue", f.author),
         "check_run" => format!("failing check {}", f.author),
         "status" => format!("failing status {}", f.author),
         other => format!("{other} by {}", f.author),
@@ -106,6 +107,7 @@ mod tests {
             ignored: None,
             follow_up: Some(1),
             received_at: 0,
+            reply: None,
         }
     }
 
@@ -118,6 +120,9 @@ mod tests {
             "{p}"
         );
         assert!(p.contains("REPLY <number>: addressed"));
+        let linear = FeedbackRow { path: None, line: None, thread: None, ..row("linear_comment", "/devpilot x") };
+        let p = follow_up_prompt(2, "https://x/pull/2", &[linear], true);
+        assert!(p.contains("[1] comment by grace on the Linear issue:\n```text\n/devpilot x\n```"), "{p}");
     }
 
     /// The agent's reply lines are read back by number, with their verdict and text.

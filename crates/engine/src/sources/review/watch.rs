@@ -1,18 +1,22 @@
 //! The review loop's part of a source's turn: each open pull request of the source's jobs is
 //! read once, its new feedback kept, and a job whose burst of feedback is over is reopened as
 //! a follow-up (or its pull request handed back at a cap). Every write names the turn, so a
-//! machine that stalled past it writes nothing over a newer turn's reads.
+//! machine that stalled past it writes nothing over a newer turn's reads. A Linear source's
+//! job also has the comments on its Linear issue read ([`super::linear`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::linear::{self, Reading};
 use super::read;
 use super::settings::ReviewLoop;
 use crate::sources::error::TrackerError;
 use crate::sources::github::GithubClient;
 use crate::sources::keys::{self, GithubTokens};
+use crate::sources::settings::SourceSettings;
+use crate::sources::tracker::TrackerClient;
 use devpilot_store::error::Result;
-use devpilot_store::queue::{FollowUp, Queue, WatchRow};
+use devpilot_store::queue::{FollowUp, NewFeedback, Queue, WatchRow};
 use devpilot_store::spec::JobSpec;
 
 /// What a pass over one source's pull requests needs.
@@ -28,6 +32,14 @@ pub struct Watching<'a> {
     pub tokens: &'a GithubTokens,
     /// Each call's bound.
     pub timeout: Duration,
+    /// The orchestrator (its key gave DevPilot's own Linear comments their ids).
+    pub orchestrator_id: &'a str,
+    /// The source's name and settings.
+    pub name: &'a str,
+    pub settings: &'a SourceSettings,
+    /// The source's tracker client: a Linear source's jobs have their issue's comments read
+    /// with it (`None`: only the pull requests are read).
+    pub tracker: Option<&'a TrackerClient>,
 }
 
 /// What a pass did, for the log and the measurement of an idle pull request's cost.
@@ -40,6 +52,10 @@ pub struct Watched {
     pub follow_ups: Vec<(i64, i32)>,
     pub handed_back: Vec<i64>,
     pub ended: Vec<i64>,
+    /// Linear issues whose comments were read.
+    pub linear_reads: u32,
+    /// Linear refused the key or ran out of budget: no more of its issues this pass.
+    pub linear_stopped: Option<String>,
 }
 
 /// Reads each open pull request of the source once. GitHub's trouble with one pull request
@@ -73,7 +89,7 @@ async fn one(
     done: &mut Watched,
 ) -> std::result::Result<bool, TrackerError> {
     let Some(gh) = client(w, watch)? else { return Ok(true) };
-    let found = read::pull(&gh, watch, rules).await?;
+    let mut found = read::pull(&gh, watch, rules).await?;
     done.pulls += 1;
     done.requests += found.requests;
     done.not_modified += found.not_modified;
@@ -85,6 +101,7 @@ async fn one(
         }
         return Ok(true);
     }
+    found.feedback.extend(on_linear(w, watch, rules, done).await);
     let added = q.add_feedback(watch.job_id, &found.feedback).await.map_err(store)?;
     done.new_feedback += added;
     if !q.record_read(watch.job_id, w.turn, &found.read).await.map_err(store)? {
@@ -94,6 +111,30 @@ async fn one(
         follow_up(w, watch, rules, done).await.map_err(store)?;
     }
     Ok(true)
+}
+
+/// The feedback on the job's Linear issue, for a Linear source's job. Linear's trouble costs
+/// only this part of the read (the pull request's feedback is kept, and the issue is read
+/// again next turn); a refused key or a rate limit skips the rest of the pass's issues.
+async fn on_linear(w: &Watching<'_>, watch: &WatchRow, rules: &ReviewLoop, done: &mut Watched) -> Vec<NewFeedback> {
+    let Some(TrackerClient::Linear(client)) = w.tracker else { return vec![] };
+    if done.linear_stopped.is_some() {
+        return vec![];
+    }
+    let r = Reading { queue: w.queue, orchestrator_id: w.orchestrator_id, client, name: w.name, settings: w.settings };
+    match linear::feedback(&r, watch, rules).await {
+        Ok(found) => {
+            done.linear_reads += 1;
+            found
+        }
+        Err(e) => {
+            tracing::warn!(job = watch.job_id, error = %e, "could not read the Linear issue's comments");
+            if matches!(e, TrackerError::Auth(..)) || e.reset_at_ms().is_some() {
+                done.linear_stopped = Some(e.to_string());
+            }
+            vec![]
+        }
+    }
 }
 
 /// Reopens the job as its next follow-up if its burst is over, or hands its PR back.
