@@ -385,7 +385,46 @@ const DELIVERY = {
   claimed: 'Said it started', completed: 'Posted the result', failed: 'Posted the failure', dead: 'Posted that it gave up',
   cancelled: 'Posted the cancel', parked: 'Said it is parked', pull_request: 'Pull request', updated: 'Said it was updated',
   edited_after_approval: 'Said the issue changed after approval',
+  follow_up_answers: 'Answered the review on the pull request', handed_back: 'Handed the pull request back',
 };
+
+// The review loop: the PR and whether it is still read, each follow-up (what fed it, who
+// answered, the reply to each piece), what waits, and what no agent was fed.
+function feedbackTitle(f) {
+  if (f.kind === 'review_comment' && f.path) return `${f.author}'s comment on ${f.path}${f.line != null ? ':' + f.line : ''}`;
+  if (f.kind === 'review') return `${f.author}'s review (changes requested)`;
+  if (f.kind === 'check_run') return `check ${f.author} failed`;
+  if (f.kind === 'status') return `status ${f.author} failed`;
+  if (f.kind === 'linear_comment') return `${f.author}'s comment on the Linear issue`;
+  return `${f.author}'s comment`;
+}
+const LOOP_STATE = { open: 'watching for review', merged: 'merged: the loop ended', closed: 'closed: the loop ended',
+  unlabelled: 'the issue left the source: the loop ended', handed_back: 'handed back to the reviewer at the cap' };
+// A reply's text as GitHub shows it: `code` spans as code, the rest as text.
+function codeSpans(text) {
+  return text.split('`').map((part, i) => (i % 2 ? el('code', {}, part) : part));
+}
+function renderReviewLoop(r) {
+  const box = $('detail-review');
+  box.hidden = !r;
+  if (!r) return;
+  $('detail-review-state').textContent = LOOP_STATE[r.state] || r.state;
+  const items = [];
+  for (const f of r.follow_ups) {
+    const who = f.answered_by ? `answered by ${f.answered_by} ${when(f.answered_at)}` : 'running';
+    const answers = f.answers ? ` · replies ${f.answers}` : '';
+    const fed = el('ul', { class: 'fed' }, ...f.fed.map((p) => el('li', {}, el('b', {}, feedbackTitle(p)),
+      p.body ? el('q', {}, p.body.length > 140 ? p.body.slice(0, 140) + '…' : p.body) : '',
+      p.reply ? el('div', { class: 'reply' }, '↳ ', ...codeSpans(p.reply)) : '')));
+    items.push(el('li', { class: f.answered_by ? 'ok' : 'warn' }, el('b', {}, `Follow-up ${f.n}`), ` · ${who}${answers}`, fed));
+  }
+  if (r.waiting.length) items.push(el('li', { class: 'warn' }, el('b', {}, 'Waiting'), ` · ${r.waiting.map(feedbackTitle).join('; ')}`));
+  if (r.ignored.length) {
+    items.push(el('li', {}, el('b', {}, 'Not fed to an agent'),
+      ` · ${r.ignored.length} comment${r.ignored.length === 1 ? '' : 's'} from ${[...new Set(r.ignored.map((p) => p.author))].join(', ')}`));
+  }
+  $('detail-follow-ups').replaceChildren(...items);
+}
 function deliveryLine(r, j) {
   const what = DELIVERY[r.event] || r.event;
   let state; let cls;
@@ -444,6 +483,7 @@ async function showJob(id) {
     $('detail-actions').replaceChildren(...jobActions(d));
     $('detail-deliveries').replaceChildren(...d.deliveries.map((r) => deliveryLine(r, j)));
     $('detail-tracker').hidden = !d.deliveries.length;
+    renderReviewLoop(d.review_loop);
     const h = $('detail-history');
     h.replaceChildren();
     for (const ev of d.history) {

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import urllib.request
 
@@ -26,6 +27,9 @@ WORK = ENV["E2E_WORK"]
 HOME, SAM = "/home/alex", "/home/sam"
 REMOTE = "https://github.com/acme/webapp.git"
 TOKEN = f"ghp_docs{os.urandom(12).hex()}"
+# A debug build of the tray is the "devpilot-dev" profile (its own config and data); the CLI
+# and a release tray are "devpilot".
+TRAY_APP = "devpilot-dev" if ENV.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
 CLIS = os.path.join(ENV.get("DEVPILOT_AGENT_CLIS") or "/root/.cache/devpilot-agent-clis", "bin")
 
 CHECKS = desk.Checks("docs: ")
@@ -92,8 +96,8 @@ def model_server(script):
     return p.stdout.readline().strip()
 
 
-def settings(home, machine, top="", tables=""):
-    d = os.path.join(home, ".config", "devpilot")
+def settings(home, machine, top="", tables="", app="devpilot"):
+    d = os.path.join(home, ".config", app)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.toml"), "w") as f:
         f.write(f'orchestrator_id = "team"\nmachine = "{machine}"\nagent = "claude"\npoll_interval = "1s"\n'
@@ -112,6 +116,58 @@ def env_of(home, model, standin_url):
     return e
 
 
+LOGIN_V2 = ("export function afterLogin(user, next) {\n"
+            "  // A `next` back to the login page would loop: signed-in users go home instead.\n"
+            "  const to = next && new URL(next, 'http://x').pathname !== '/login' ? next : '/';\n"
+            "  return redirect(to);\n}\n")
+DB = os.path.join(HOME, f".local/share/{TRAY_APP}/devpilot.sqlite")
+
+
+def sql(statement):
+    """One statement on the laptop's SQLite queue (the stand-in's time passes by moving rows)."""
+    with sqlite3.connect(DB, timeout=10) as c:
+        return c.execute(statement).fetchall()
+
+
+def review_loop(url):
+    """#1's pull request gets a review asking for changes and a red check; the laptop's claude
+    answers them in the same conversation; the job's page shows the follow-up and its replies."""
+    pr = int(job(1)["job"]["url"].rstrip("/").rsplit("/", 1)[1])
+    admin(url, "/_admin/roles", {"repo": "acme/webapp", "user": "grace", "role": "write"})
+    admin(url, "/_admin/review", {"repo": "acme/webapp", "number": pr, "user": "grace", "state": "CHANGES_REQUESTED",
+                                  "body": "Close! Two things before this goes in.", "comments": [
+                                      {"path": "src/login.js", "line": 3, "body": "`/login?next=/` is the login page too."},
+                                      {"path": "src/login.js", "line": 2, "body": "Say why in the comment, not what."}]})
+    admin(url, "/_admin/check_run", {"repo": "acme/webapp", "number": pr, "name": "test", "conclusion": "failure",
+                                     "title": "1 test failed", "summary": "login.test.js › from /login?next=/login: expected /, got /login"})
+    D.invoke("set_claiming", {"claiming": {"mode": "on"}})
+
+    def read():
+        sql("UPDATE sources SET polled_at = polled_at - 15000")
+        return sql("SELECT COUNT(*) FROM pr_feedback WHERE job_id = 1")[0][0] >= 4
+    wait("the laptop's turn read the review and the check", read, timeout=90, every=2)
+    sql("UPDATE pr_feedback SET received_at = received_at - 121000 WHERE job_id = 1")
+
+    def answered():
+        sql("UPDATE sources SET polled_at = polled_at - 15000")
+        d = job(1)
+        done = [x for x in d["deliveries"] if x["event"] == "follow_up_answers" and x["outcome"] == "delivered"]
+        return d["job"]["follow_ups"] == 1 and d["job"]["state"] == "completed" and done and d
+    d = wait("#1's follow-up ran on the laptop and its answers are on the PR", answered, timeout=180, every=2)
+    replies = [c for c in admin_get(url, f"/_admin/review_comments?repo=acme/webapp&number={pr}") if c.get("in_reply_to")]
+    check("each inline comment got one reply", len(replies) == 2 and all(r["body"].startswith("Addressed in `") for r in replies), replies)
+    check("the page's loop lists what fed it", len(d["review_loop"]["follow_ups"][0]["fed"]) == 4, d["review_loop"])
+    D.exec("location.hash = '#queue'; showJob(1);")
+    wait("#1's page shows the review loop", lambda: "Follow-up 1" in (D.text("#detail-review") or ""), timeout=20)
+    D.exec("document.getElementById('detail-review').scrollIntoView({block: 'center'});")
+    shot("review-loop")
+
+
+def admin_get(url, path):
+    with urllib.request.urlopen(url + path, timeout=20) as r:
+        return json.loads(r.read() or b"null")
+
+
 def shot(name):
     D.painted()
     log(f"screenshot: {D.screenshot(os.path.join(ART, f'docs-{name}.png'))}")
@@ -126,7 +182,7 @@ def main():
         shutil.rmtree(h, ignore_errors=True)
     bare = repos()
     url = standin(bare)
-    wt = lambda home, jid: os.path.join(home, ".local/share/devpilot/worktrees/team", str(jid))
+    wt = lambda home, jid: os.path.join(home, f".local/share/{TRAY_APP if home == HOME else 'devpilot'}/worktrees/team", str(jid))
     # The model's turns, in the order the three jobs take them: #1 on the laptop, #2 on the
     # desktop (watched live), #3 on the laptop (held, and handed off).
     turns = [
@@ -138,14 +194,23 @@ def main():
         {"wait_ms": 3000}, {"tool": "Write", "input": {"file_path": os.path.join(wt(SAM, 2), "src/signup.js"),
                             "content": "import { limit } from './limit.js';\n\nexport function signup(form) {\n  return limit('signup', 5, () => post('/api/signup', form));\n}\n"}},
         {"wait_ms": 3000}, {"text": "Added rate limiting to the signup form: 5 tries a minute per address."},
+        # #1's follow-up, on the laptop, in the same conversation: the review's answers.
+        {"wait_ms": 1500}, {"tool": "Write", "input": {"file_path": os.path.join(wt(HOME, 1), "src/login.js"),
+                            "content": LOGIN_V2}},
+        {"wait_ms": 1500}, {"text": "Addressed the review.\nREPLY 1: addressed: both points\n"
+                            "REPLY 2: addressed: /login with a query string now counts as /login\n"
+                            "REPLY 3: addressed: the comment says why\nREPLY 4: addressed: the test passes now"},
         {"tool": "Write", "input": {"file_path": os.path.join(wt(HOME, 3), "NOTES.md"), "content": "# Release notes\n\n- Login no longer loops.\n"}},
         {"hold_ms": 120000},
     ]
     model = model_server([t if "hold_ms" not in t else {"wait_ms": t["hold_ms"]} for t in turns])
     source = '\n[sources.webapp]\nkind = "github"\nrepo = "acme/webapp"\nlabel = "agent"\nmaps_to = "webapp"\ninterval = "15s"\n'
-    settings(HOME, "laptop", tables=source)
+    settings(HOME, "laptop", tables=source, app=TRAY_APP)
+    if TRAY_APP != "devpilot":
+        # The laptop's CLI (it enqueues #3) reads the release profile's file: the same queue.
+        settings(HOME, "laptop", top=f'database_url = "sqlite://{DB}"\n', tables=source)
     # The desktop shares the laptop's queue (on one host here: its SQLite file).
-    settings(SAM, "desktop", top=f'database_url = "sqlite://{HOME}/.local/share/devpilot/devpilot.sqlite"\n', tables=source)
+    settings(SAM, "desktop", top=f'database_url = "sqlite://{DB}"\n', tables=source)
     alex = env_of(HOME, model, url)
     drv = subprocess.Popen(["tauri-driver"], env=alex, stdout=subprocess.DEVNULL,
                            stderr=open(os.path.join(WORK, "docs-tauri-driver.log"), "w"))
@@ -153,7 +218,8 @@ def main():
     wait("tauri-driver listens", lambda: D.request("GET", "/status") is not None, timeout=20)
     D.start(TRAY, ["--show"])
     subprocess.run(["xdotool", "search", "--name", "^DevPilot$", "windowmove", "%@", "0", "60"], capture_output=True)
-    wait("the laptop is idle on team", lambda: (s := D.invoke("get_status"))["state"] == "idle" and s["machine"] == "laptop", timeout=60)
+    wait("the laptop is idle on team", lambda: ((s := D.invoke("get_status"))["state"] == "idle" and s["machine"] == "laptop")
+         or log(f"status: {s['state']} on {s['machine']}: {s.get('detail') or s.get('error') or ''}"), timeout=60, every=5)
 
     # 1. An issue labelled `agent` becomes a job; claude fixes it on the laptop; a draft PR.
     #    The guide's last step waits for that first issue (guide.js gAwaitFirstIssue), as it
@@ -201,6 +267,7 @@ def main():
     wait("#1's page leads with its result", lambda: (D.text("#detail-verdict") or "").startswith("Completed"), timeout=15)
     D.exec("document.getElementById('detail').scrollIntoView({block: 'start'});")
     shot("job-page")
+    review_loop(url)
 
     # 4. A job runs on the laptop; Hand off & pause before closing the lid: the verdict.
     D.invoke("set_claiming", {"claiming": {"mode": "on"}})
@@ -242,7 +309,7 @@ if __name__ == "__main__":
         D.end()
         desk.end_started(STARTED)
         desk.end_pids(desk.app_pids(TRAY, APP_MARKER))
-        logs = os.path.join(HOME, ".local/share/devpilot/logs")
+        logs = os.path.join(HOME, f".local/share/{TRAY_APP}/logs")
         if os.path.isdir(logs):
             shutil.copytree(logs, os.path.join(ART, "docs-app-logs"), dirs_exist_ok=True)
         for h in (HOME, SAM):

@@ -64,6 +64,7 @@ const JOB: &[&str] = &[
     "worktree",
     "pushed_remote",
     "commits",
+    "follow_ups",
     "cancel_requested_by",
     "release_requested_by",
     "agent/agent",
@@ -85,7 +86,17 @@ const CONTRACT: &[(&str, Option<&str>, &[&str])] = &[
     (
         "show",
         Some("job"),
-        &["branch", "issue", "pull_request", "history", "deliveries", "log/from", "log/tail", "unroutable"],
+        &[
+            "branch",
+            "issue",
+            "pull_request",
+            "history",
+            "deliveries",
+            "review_loop",
+            "log/from",
+            "log/tail",
+            "unroutable",
+        ],
     ),
     // The job as it ended (one document; JSON lines or an array of them are taken too).
     ("watch", Some("[]"), &[]),

@@ -170,6 +170,7 @@ impl Engine {
         let unroutable = q.why_unroutable(&job).await?;
         let branch = job.branch(&payload);
         let deliveries = q.outbox_of(id).await?;
+        let review_loop = crate::review::review_loop(&q, id, &history, &deliveries).await?;
         let worktree_here = self.worktree_path(id).is_some();
         let log_path = Some(self.job_log(id)).filter(|p| p.exists()).map(|p| p.display().to_string());
         Ok(JobDetail {
@@ -183,6 +184,7 @@ impl Engine {
             deliveries,
             worktree_here,
             log_path,
+            review_loop,
         })
     }
 

@@ -30,6 +30,7 @@
 //! - [`guide`]: what the window's first-run guide asks the engine.
 //! - `db_form`: [`DbForm`], the database part of the settings form, to and from a URL; [`DbMode`].
 //! - `overrides`: [`Overrides`], the `DEVPILOT_*` variables that override the settings file.
+//! - [`review`]: a job's review loop as its page and `devpilot show` tell it.
 //! - `views`: [`JobDetail`], [`NewJob`] and [`Fleet`], what the window reads and sends.
 //! - `keychain`: keychain calls, off the async workers and bounded in time.
 //! - `tests`: the engine's and the database form's tests (the guide's stay in `guide`).
@@ -47,6 +48,7 @@ mod lifecycle;
 mod outcome;
 mod overrides;
 mod repos;
+pub mod review;
 mod sleep;
 mod sources;
 mod verdict;

@@ -25,6 +25,8 @@ pub struct JobDetail {
     pub worktree_here: bool,
     /// This machine's full log of it exists (Open the full log).
     pub log_path: Option<String>,
+    /// Its pull request's review loop, if DevPilot opened one.
+    pub review_loop: Option<crate::review::ReviewLoopView>,
 }
 
 /// A job as the window's New job form sends it.

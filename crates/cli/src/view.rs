@@ -9,6 +9,8 @@ use devpilot_store::error::Error;
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{JobEvent, JobFilter, JobRow, OutboxRow, Queue};
 
+use devpilot_app::review::{feedback_title, ReviewLoopView};
+
 use crate::cli::JobsArgs;
 use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
@@ -80,6 +82,7 @@ struct Detail {
     deliveries: Vec<OutboxRow>,
     log: crate::logs::Tail,
     unroutable: Option<String>,
+    review_loop: Option<ReviewLoopView>,
 }
 
 async fn detail(queue: &Queue, id: i64) -> Result<Detail, Fail> {
@@ -87,15 +90,9 @@ async fn detail(queue: &Queue, id: i64) -> Result<Detail, Fail> {
     let branch = job.branch(&payload);
     let unroutable = queue.why_unroutable(&job).await?;
     let log = crate::logs::tail(queue, &job, 64 * 1024).await?;
-    Ok(Detail {
-        history: queue.history(id).await?,
-        deliveries: queue.outbox_of(id).await?,
-        job,
-        payload,
-        branch,
-        log,
-        unroutable,
-    })
+    let (history, deliveries) = (queue.history(id).await?, queue.outbox_of(id).await?);
+    let review_loop = devpilot_app::review::review_loop(queue, id, &history, &deliveries).await?;
+    Ok(Detail { history, deliveries, review_loop, job, payload, branch, log, unroutable })
 }
 
 /// `devpilot show ID`.
@@ -113,12 +110,16 @@ pub async fn show(id: i64, as_json: bool) -> Out {
             "unroutable": d.unroutable,
             "history": d.history,
             "deliveries": d.deliveries,
+            "review_loop": d.review_loop,
             "log": {"from": d.log.from, "tail": d.log.text},
         }));
         return Ok(Code::Ok);
     }
     print_head(&d);
     print_deliveries(&d.deliveries);
+    if let Some(r) = &d.review_loop {
+        print_review_loop(r);
+    }
     print_history(&d.history);
     let lines: Vec<&str> = d.log.text.lines().collect();
     if !lines.is_empty() {
@@ -205,6 +206,36 @@ fn print_deliveries(rows: &[OutboxRow]) {
             (None, None) => "waiting".into(),
         };
         println!("  {:<22} {how}", shown(Some(&o.event)));
+    }
+}
+
+/// The review loop: its pull request and state, each follow-up with what fed it and the
+/// replies, what waits, and how many comments were not fed to any agent.
+fn print_review_loop(r: &ReviewLoopView) {
+    println!("review loop: {} ({})", shown(Some(&r.pull_request)), r.state.replace('_', " "));
+    for f in &r.follow_ups {
+        let by = match (&f.answered_by, f.answered_at) {
+            (Some(m), Some(at)) => format!("answered by {} at {}", shown(Some(m)), when(at)),
+            _ => "running".to_string(),
+        };
+        let answers = f.answers.as_deref().map(|a| format!("; answers {}", a.replace('_', " "))).unwrap_or_default();
+        println!(
+            "  follow-up {} ({} piece{}), {by}{answers}",
+            f.n,
+            f.fed.len(),
+            if f.fed.len() == 1 { "" } else { "s" }
+        );
+        for p in &f.fed {
+            let reply = p.reply.as_deref().map(|r| format!(" → {}", shown(Some(r)))).unwrap_or_default();
+            println!("    {}{reply}", shown(Some(&feedback_title(p))));
+        }
+    }
+    for p in &r.waiting {
+        println!("  waiting: {}", shown(Some(&feedback_title(p))));
+    }
+    if !r.ignored.is_empty() {
+        let who: Vec<String> = r.ignored.iter().map(|p| p.author.clone()).collect();
+        println!("  not fed to an agent: {} comment(s) (from {})", r.ignored.len(), shown(Some(&who.join(", "))));
     }
 }
 

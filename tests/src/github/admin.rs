@@ -1,7 +1,7 @@
 //! The `/_admin/` endpoints the `github-standin` binary serves beside the API, so the Python
 //! desktop end-to-end test can do over HTTP what Rust tests do through [`GitHubStandIn`]: add
-//! repositories, open and close issues, read comments and pull requests, read the request log,
-//! arm faults and set the rate limit. JSON in and out; no token (loopback, test only).
+//! repositories, open and close issues, read comments and pull requests, review a pull request
+//! and fail a check on it, read the request log, arm faults and set the rate limit. JSON in and out; no token (loopback, test only).
 //!
 //! [`GitHubStandIn`]: super::GitHubStandIn
 
@@ -97,9 +97,79 @@ struct RateSpec {
     reset: i64,
 }
 
+/// `POST /_admin/review`: `{"repo", "number", "user", "state", "body", "comments": [{"path",
+/// "line", "body"}]}`, a review of a pull request as `user`.
+#[derive(Deserialize)]
+struct ReviewSpec {
+    repo: String,
+    number: u64,
+    user: String,
+    state: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    comments: Vec<InlineSpec>,
+}
+
+#[derive(Deserialize)]
+struct InlineSpec {
+    path: String,
+    line: u64,
+    body: String,
+}
+
+/// `POST /_admin/check_run`: `{"repo", "number", "name", "conclusion", "title", "summary",
+/// "text"}`, a completed check run on the pull request's head.
+#[derive(Deserialize)]
+struct CheckSpec {
+    repo: String,
+    number: u64,
+    name: String,
+    conclusion: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    summary: String,
+    #[serde(default)]
+    text: String,
+}
+
+/// The review endpoints (`review`, `check_run`, `review_comments`), if `path` is one.
+fn reviews(shared: &Shared, request: &WireRequest, path: &str) -> Option<Result<Value, String>> {
+    Some(match (request.method.as_str(), path) {
+        ("POST", "review") => parse::<ReviewSpec>(&request.body).and_then(|r| {
+            let comments: Vec<(&str, u64, &str)> =
+                r.comments.iter().map(|c| (c.path.as_str(), c.line, c.body.as_str())).collect();
+            let (id, ids) = shared.state().review(&r.repo, r.number, &r.user, (&r.state, &r.body), &comments)?;
+            Ok(json!({ "id": id, "comments": ids }))
+        }),
+        ("POST", "check_run") => parse::<CheckSpec>(&request.body).and_then(|c| {
+            let output = (c.title.as_str(), c.summary.as_str(), c.text.as_str());
+            let id = shared.state().check_run(&c.repo, c.number, (&c.name, &c.conclusion), output)?;
+            Ok(json!({ "id": id }))
+        }),
+        ("GET", "review_comments") => {
+            let repo = request.param("repo").unwrap_or_default();
+            let number = request.param("number").and_then(|n| n.parse().ok()).unwrap_or_default();
+            let state = shared.state();
+            state.repo(&repo).and_then(|r| {
+                let (item, _) = r.pull_of(number).ok_or_else(|| format!("no pull request #{number}"))?;
+                Ok(json!(r.review_comments(item)))
+            })
+        }
+        _ => return None,
+    })
+}
+
 /// Answers one admin request.
 pub(crate) fn handle(shared: &Shared, request: &WireRequest) -> WireAnswer {
     let path = request.path.trim_start_matches("/_admin/");
+    if let Some(result) = reviews(shared, request, path) {
+        return match result {
+            Ok(value) => WireAnswer::json(200, &value),
+            Err(error) => WireAnswer::json(400, &json!({ "error": error })),
+        };
+    }
     let target = || -> Result<(String, u64), String> {
         let repo = request.param("repo").ok_or("missing ?repo=owner/name")?;
         let number = request.param("number").and_then(|n| n.parse().ok()).ok_or("missing ?number=N")?;
