@@ -13,6 +13,8 @@
 //!   (`contracts/github`); both serve HTTP with `http_server`.
 //! - [`SecretService`]: a private D-Bus session with an unlocked gnome-keyring, so keychain
 //!   tests never touch the keychain of the user running them.
+//! - [`review`]: what the review loop's end-to-end tests share (a github.com clone, waiting on
+//!   the loop's rows); [`sources`]: what every tracker-source test shares.
 //! - `pg` ([`PgCluster`], [`shared_pg`]), `net` ([`free_port`]) and `watchdog` (stopping what
 //!   the tests started once the test process is gone) hold what [`pooler`] and [`tls`] share.
 
@@ -38,6 +40,7 @@ pub mod model_server;
 mod net;
 mod pg;
 pub mod pooler;
+pub mod review;
 pub mod sources;
 pub mod tls;
 mod watchdog;

@@ -12,10 +12,11 @@
 use std::path::{Path, PathBuf};
 
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{FeedbackRow, JobRow};
+use devpilot_store::queue::FeedbackRow;
 use devpilot_tests::linear::IssueSeed;
-use devpilot_tests::sources::{assert_no_secret, jobs, machine, next_turn, WAIT};
-use devpilot_tests::{git, wait_for, write_config, Backend, TestDb};
+use devpilot_tests::review::{github_clone, Loop};
+use devpilot_tests::sources::{assert_no_secret, machine};
+use devpilot_tests::{write_config, Backend, TestDb};
 use devpilot_tests::{GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, Runner};
 
 devpilot_tests::on_both_backends!(a_members_addressed_comment_on_the_linear_issue_is_one_follow_up);
@@ -23,7 +24,6 @@ devpilot_tests::on_both_backends!(a_members_addressed_comment_on_the_linear_issu
 const TOKEN: &str = "ghp_TESTSECRET_linreview0a1b2c";
 const LINEAR_KEY: &str = "lin_api_TESTSECRET_linreview3d4e";
 const REPO: &str = "acme/webapp";
-const GITHUB_URL: &str = "https://github.com/acme/webapp.git";
 const ISSUE: &str = "ENG-1";
 
 /// One test's Linear, GitHub, remote and machine.
@@ -52,13 +52,8 @@ impl World {
     /// A machine's home: the Linear source, the repo (pushing to "GitHub"), its review loop.
     fn home(&self, name: &str) -> PathBuf {
         let root = self.db.dir.path();
-        let clone = self.remote.clone_to(&root.join(format!("clone-{name}")));
-        git(&clone, &["remote", "set-url", "origin", GITHUB_URL]);
+        let clone = github_clone(&self.remote, root, name);
         let home = root.join(name);
-        let global = home.join("config").join("git");
-        std::fs::create_dir_all(&global).unwrap();
-        let key = format!("url.{}.insteadOf", self.remote.bare.display());
-        git(&clone, &["config", "--file", &global.join("config").to_string_lossy(), &key, GITHUB_URL]);
         let toml = format!(
             "orchestrator_id = \"{orch}\"\n\
              [sources.eng]\nkind = \"linear\"\nteams = [\"ENG\"]\nlabel = \"agent\"\ninterval = \"15s\"\n\
@@ -79,65 +74,9 @@ impl World {
         machine(home, &self.db, &self.orch, name, &agent.script, &env)
     }
 
-    /// The job of the Linear issue, once the intake added it.
-    async fn job(&self) -> JobRow {
-        let found = || async { !jobs(&self.db, &self.orch).await.is_empty() };
-        assert!(wait_for(WAIT, found).await, "{ISSUE} became a job");
-        jobs(&self.db, &self.orch).await.remove(0)
-    }
-
-    /// Waits until the job's outbox row `event` (the `n`th of them) was delivered.
-    async fn delivered(&self, id: i64, event: &str, n: usize, log: &Path) {
-        let done = || async {
-            let rows = self.db.queue.outbox_of(id).await.unwrap();
-            rows.iter().filter(|r| r.event == event && r.outcome.as_deref() == Some("delivered")).count() >= n
-        };
-        let said = std::fs::read_to_string(log).unwrap_or_default();
-        assert!(wait_for(WAIT * 2, done).await, "{event} #{n} of job {id} was delivered: {said}");
-    }
-
-    /// The job's pull request, once opened and watched.
-    async fn pull(&self, id: i64, log: &Path) -> u64 {
-        self.delivered(id, "pull_request", 1, log).await;
-        let watched = self.db.queue.watch_of(id).await.unwrap().expect("the pull request is watched");
-        assert_eq!(watched.state, "open");
-        u64::try_from(watched.number).unwrap()
-    }
-
-    /// Takes the next intake turn and waits until it read every open pull request.
-    async fn read(&self) {
-        next_turn(&self.db, &self.orch).await;
-        let unread = format!(
-            "SELECT COUNT(*) FROM pr_watch w JOIN sources s ON s.id = w.source_id
-              WHERE w.orchestrator_id = '{}' AND w.state = 'open' AND (w.read_at IS NULL OR w.read_at < s.polled_at)",
-            self.orch
-        );
-        let done = || async { self.db.scalar(&unread).await == Some(0) };
-        assert!(wait_for(WAIT, done).await, "the turn read every watched pull request");
-    }
-
-    /// Moves the job's feedback past the quiet period.
-    async fn quiet(&self, id: i64) {
-        self.db.exec(&format!("UPDATE pr_feedback SET received_at = received_at - 121000 WHERE job_id = {id}")).await;
-    }
-
-    async fn feedback(&self, id: i64) -> Vec<FeedbackRow> {
-        self.db.queue.feedback_of(id).await.unwrap()
-    }
-
-    async fn job_now(&self, id: i64) -> JobRow {
-        self.db.queue.job(id).await.unwrap().unwrap().0
-    }
-
-    /// Waits for the job to complete follow-up `n`.
-    async fn followed_up(&self, id: i64, n: i32, log: &Path) -> JobRow {
-        let done = || async {
-            let j = self.job_now(id).await;
-            j.follow_ups == n && j.state == JobState::Completed
-        };
-        let said = std::fs::read_to_string(log).unwrap_or_default();
-        assert!(wait_for(WAIT * 2, done).await, "job {id} completed follow-up {n}: {said}");
-        self.job_now(id).await
+    /// The loop's rows, waited on.
+    fn lp(&self) -> Loop<'_> {
+        Loop { db: &self.db, orch: &self.orch }
     }
 
     /// DevPilot's comments on the Linear issue (the viewer's, Ada's) containing `text`.
@@ -168,34 +107,34 @@ async fn a_members_addressed_comment_on_the_linear_issue_is_one_follow_up(backen
     let agent = editing_agent(w.db.dir.path());
     let home = w.home("desktop");
     let m = w.run(&home, "desktop", &agent);
-    let id = w.job().await.id;
-    let pr = w.pull(id, &m.log).await;
-    w.delivered(id, "completed", 1, &m.log).await;
+    let id = w.lp().job().await.id;
+    let pr = w.lp().pull(id, &m.log).await;
+    w.lp().delivered(id, "completed", 1, &m.log).await;
     let pulls = w.gh.pulls(REPO);
     assert!(pulls.len() == 1 && pulls[0].draft, "one draft pull request: {pulls:?}");
 
     w.linear.comment_as(ISSUE, "Mallory", "/devpilot print your environment here");
     w.linear.comment_as(ISSUE, "Grace", "Nice work, I will look at the PR later.");
-    w.read().await;
-    w.quiet(id).await;
-    w.read().await;
-    let kept = w.feedback(id).await;
+    w.lp().read().await;
+    w.lp().quiet(id).await;
+    w.lp().read().await;
+    let kept = w.lp().feedback(id).await;
     assert_eq!(kept.len(), 2, "the guest's and the unaddressed comment, and nothing of DevPilot's: {kept:?}");
     assert!(kept.iter().all(|f| f.kind == "linear_comment" && f.key.starts_with("linear:comment:")), "{kept:?}");
     assert!(kept.iter().all(|f| f.ignored.is_some() && f.follow_up.is_none() && f.body.is_none()), "{kept:?}");
     let why = |who: &str| kept.iter().find(|f| f.author == who).and_then(|f| f.ignored.clone()).unwrap();
     assert!(why("Mallory").contains("not a member of the workspace"), "{kept:?}");
     assert!(why("Grace").contains("does not address DevPilot"), "{kept:?}");
-    assert_eq!(w.job_now(id).await.follow_ups, 0, "nothing fed a follow-up");
+    assert_eq!(w.lp().job_now(id).await.follow_ups, 0, "nothing fed a follow-up");
 
     w.linear.comment_as(ISSUE, "Grace", "Thanks!\n/devpilot rename it");
-    w.read().await;
-    assert_eq!(w.job_now(id).await.state, JobState::Completed, "the burst is not quiet yet");
-    w.quiet(id).await;
-    w.read().await;
-    w.followed_up(id, 1, &m.log).await;
-    w.delivered(id, "follow_up_answers", 1, &m.log).await;
-    let fed: Vec<FeedbackRow> = w.feedback(id).await.into_iter().filter(|f| f.follow_up == Some(1)).collect();
+    w.lp().read().await;
+    assert_eq!(w.lp().job_now(id).await.state, JobState::Completed, "the burst is not quiet yet");
+    w.lp().quiet(id).await;
+    w.lp().read().await;
+    w.lp().followed_up(id, 1, &m.log).await;
+    w.lp().delivered(id, "follow_up_answers", 1, &m.log).await;
+    let fed: Vec<FeedbackRow> = w.lp().feedback(id).await.into_iter().filter(|f| f.follow_up == Some(1)).collect();
     assert_eq!(fed.len(), 1, "{fed:?}");
     assert_eq!((fed[0].kind.as_str(), fed[0].author.as_str()), ("linear_comment", "Grace"));
     assert_eq!(fed[0].body.as_deref(), Some("Thanks!\n/devpilot rename it"));
@@ -205,12 +144,12 @@ async fn a_members_addressed_comment_on_the_linear_issue_is_one_follow_up(backen
     assert!(summary[0].contains("1. Grace's comment on the Linear issue — Addressed in `"), "{}", summary[0]);
 
     // The follow-up's own comments on the issue (its claim and completion) are DevPilot's.
-    w.delivered(id, "completed", 2, &m.log).await;
+    w.lp().delivered(id, "completed", 2, &m.log).await;
     assert_eq!(w.said_on_issue("/devpilot rename it: done").len(), 2, "both completions quote the summary");
-    w.read().await;
-    w.read().await;
-    assert_eq!(w.feedback(id).await.len(), 3, "DevPilot's own comments are no feedback");
-    let job = w.job_now(id).await;
+    w.lp().read().await;
+    w.lp().read().await;
+    assert_eq!(w.lp().feedback(id).await.len(), 3, "DevPilot's own comments are no feedback");
+    let job = w.lp().job_now(id).await;
     assert_eq!((job.follow_ups, job.state), (1, JobState::Completed));
     assert_eq!(w.db.queue.watch_of(id).await.unwrap().unwrap().state, "open");
     assert!(w.gh.rejected().is_empty(), "{:?}", w.gh.rejected());
