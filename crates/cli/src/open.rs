@@ -14,8 +14,13 @@ use devpilot_store::queue::Queue;
 pub async fn migrate() -> Result<()> {
     let paths = Paths::for_app("devpilot")?;
     let url = resolve_database(&paths, secrets::SERVICE)?;
-    let conn = db::connect(&url, &PoolSettings::default()).await?;
-    db::migrate(&url, &conn).await?;
+    if url.is_sqlite() {
+        // Connects in the file's migration turn too (see `db::open`).
+        db::open(&url, &PoolSettings::default()).await?;
+    } else {
+        let conn = db::connect(&url, &PoolSettings::default()).await?;
+        db::migrate(&url, &conn).await?;
+    }
     println!("migrated {}", url.target());
     Ok(())
 }

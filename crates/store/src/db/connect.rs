@@ -95,9 +95,7 @@ pub async fn migrate(url: &DbUrl, db: &DatabaseConnection) -> Result<()> {
         // Processes that migrate one SQLite file at once (the tray, `devpilot run`, a
         // `devpilot show` or `devpilot migrate` typed meanwhile) take turns: two migrations at
         // once would both add the same column, and one would fail.
-        let _turn = tokio::task::spawn_blocking(move || migrate_turn(&path))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))??;
+        let _turn = sqlite_turn(path).await?;
         return Migrator::up(db, None).await.map_err(|e| classify(url, e));
     }
     if !url.pooled() {
@@ -134,9 +132,15 @@ END$$";
 /// so its schema changes only through an explicit `devpilot migrate`; a missing schema gets a
 /// message that says so.
 pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection> {
-    if url.is_sqlite() {
+    if let Some(path) = url.sqlite_path() {
+        // The connect takes its turn too: a new connection's first statements (WAL mode, the
+        // check's round trip) on a file another process is migrating can fail at once with
+        // "database is locked", since SQLite answers a lock it could deadlock on without
+        // waiting out the busy timeout.
+        let turn = sqlite_turn(path).await?;
         let db = connect(url, pool).await?;
-        migrate(url, &db).await?;
+        Migrator::up(&db, None).await.map_err(|e| classify(url, e))?;
+        drop(turn);
         return Ok(db);
     }
     let db = connect(url, pool).await?;
@@ -144,10 +148,18 @@ pub async fn open(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnection
     Ok(db)
 }
 
-/// This process's turn to migrate the SQLite file at `path` (whose directory [`connect`]
-/// made): an exclusive lock on `<path>-migrate.lock`, held until the returned file is dropped
-/// (or the process ends).
+/// [`migrate_turn`] off the async workers.
+async fn sqlite_turn(path: std::path::PathBuf) -> Result<std::fs::File> {
+    tokio::task::spawn_blocking(move || migrate_turn(&path)).await.map_err(|e| Error::Invalid(e.to_string()))?
+}
+
+/// This process's turn to migrate the SQLite file at `path`: an exclusive lock on
+/// `<path>-migrate.lock` (its directory made if need be), held until the returned file is
+/// dropped (or the process ends).
 fn migrate_turn(path: &std::path::Path) -> Result<std::fs::File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the database's directory", e))?;
+    }
     let mut name = path.as_os_str().to_owned();
     name.push("-migrate.lock");
     let lock_path = std::path::PathBuf::from(name);
