@@ -446,8 +446,12 @@ async fn sql_producers_are_routed_too(backend: Backend) {
     let (job, _) = db.queue.job(id).await.unwrap().unwrap();
     assert_eq!((job.repo.as_deref(), job.requires.to_vec()), (Some("webapp"), vec!["gpu".to_string()]));
     assert!(db.queue.claim_next(&orch, "plain", 1).await.unwrap().is_empty(), "a machine without the repo skips it");
-    let route =
-        devpilot_store::queue::Route { repos: vec!["webapp".into()], labels: vec!["gpu".into()], tracker_repos: None };
+    let route = devpilot_store::queue::Route {
+        repos: vec!["webapp".into()],
+        labels: vec!["gpu".into()],
+        tracker_repos: None,
+        governor: Default::default(),
+    };
     let extras = devpilot_store::queue::PollExtras { route: Some(&route), ..Default::default() };
     let got = db.queue.claim_next_with(&orch, "qualified", 1, &extras).await.unwrap().claims;
     assert_eq!(got.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![id]);

@@ -59,13 +59,13 @@ async fn usage_adds_up_over_attempts(backend: Backend) {
     let orch = db.orch("usage");
     let id = db.queue.enqueue(&orch, &json!({"title": "t"})).await.unwrap();
     let first = db.queue.claim_by_id(id, &orch, "laptop").await.unwrap().unwrap();
-    assert!(db.queue.record_agent_start(&first.fence, "claude", None).await.unwrap());
+    assert!(db.queue.record_agent_start(&first.fence, "claude", None, None).await.unwrap());
     let usage = Usage { session: Some("s-1".into()), cost_usd: Some(0.25), tokens_in: Some(100), tokens_out: Some(7) };
     assert!(db.queue.record_agent_usage(&first.fence, &usage).await.unwrap());
     assert!(db.queue.release_with(&first.fence, "laptop", "handed off", None).await.unwrap());
     assert!(!db.queue.record_agent_usage(&first.fence, &usage).await.unwrap(), "fenced");
     let second = db.queue.claim_by_id(id, &orch, "desktop").await.unwrap().unwrap();
-    assert!(db.queue.record_agent_start(&second.fence, "claude", Some("laptop")).await.unwrap());
+    assert!(db.queue.record_agent_start(&second.fence, "claude", Some("laptop"), None).await.unwrap());
     let more = Usage { session: None, cost_usd: Some(0.5), tokens_in: Some(50), tokens_out: None };
     assert!(db.queue.record_agent_usage(&second.fence, &more).await.unwrap());
     let (job, _) = db.queue.job(id).await.unwrap().unwrap();

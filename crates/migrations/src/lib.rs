@@ -38,6 +38,8 @@
 //!   (`commits`; 0: the agent changed nothing, so no branch and no pull request).
 //! - `m20261211_000001_review_loop`: the review loop: watched pull requests, their feedback
 //!   (taken once per review, comment and check), and each job's follow-ups
+//! - `m20261212_000001_governor`: the governor: accounts held on a usage limit, each
+//!   attempt's spend, the fleet's limit switch, and why a park holds a job
 //! - `run`: `run_all`, which the migrations use to run a script one statement at a time.
 //!
 //! Every time column is a BIGINT of milliseconds since the epoch, written from the database's
@@ -63,6 +65,7 @@ mod m20261209_000001_outbox_history;
 mod m20261209_000002_session_caps;
 mod m20261210_000001_commits;
 mod m20261211_000001_review_loop;
+mod m20261212_000001_governor;
 mod run;
 
 /// Applies the dispatch schema.
@@ -88,6 +91,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000002_session_caps::Migration),
             Box::new(m20261210_000001_commits::Migration),
             Box::new(m20261211_000001_review_loop::Migration),
+            Box::new(m20261212_000001_governor::Migration),
         ]
     }
 }

@@ -137,9 +137,22 @@ pub mod event {
     /// The review loop reached a cap: the pull request is handed back to its reviewer (one
     /// comment on the pull request says so).
     pub const HANDED_BACK: &str = "handed_back";
+    /// A running job passed the warning share (80 %) of its spend cap: said once per job.
+    pub const SPEND_WARNING: &str = "spend_warning";
     /// The events a job from a tracker source reports back to it (through the outbox).
-    pub const REPORTABLE: [&str; 10] =
-        [CLAIMED, HANDED_OFF, COMPLETED, FAILED, DEAD, CANCELLED, PARKED, SWEPT, EDITED_AFTER_APPROVAL, HANDED_BACK];
+    pub const REPORTABLE: [&str; 11] = [
+        CLAIMED,
+        HANDED_OFF,
+        COMPLETED,
+        FAILED,
+        DEAD,
+        CANCELLED,
+        PARKED,
+        SWEPT,
+        EDITED_AFTER_APPROVAL,
+        HANDED_BACK,
+        SPEND_WARNING,
+    ];
     /// Not a history kind: the outbox row a completion of a tracker's job writes after its
     /// `completed` row, whose delivery opens (or finds) the job's pull request.
     pub const PULL_REQUEST: &str = "pull_request";

@@ -18,6 +18,14 @@ enum Target {
     Outbox,
 }
 
+/// A write that commits with a state change ([`Queue::change_after`]): its text in dialect
+/// `d`, whose parameters start after the first `n` (`d.p(n + 1)` is its first value), and
+/// its values. It must be guarded by the same fence as the change it goes with.
+pub(super) struct Before {
+    pub(super) sql: fn(&super::dialect::Dialect, usize) -> String,
+    pub(super) values: Vec<Value>,
+}
+
 /// What the history CTE of a PostgreSQL state change returns, for [`outbox_cte`].
 pub(super) const HISTORY_RETURNING: &str =
     "RETURNING id, job_id, orchestrator_id, kind, machine, claim_token, detail, at";
@@ -178,31 +186,48 @@ impl Queue {
     /// each reportable event ([`crate::job::event::REPORTABLE`]). Writing it here, with the
     /// change itself, is what makes it impossible to lose: a machine that dies right after
     /// a completion has already left the row for any other machine to deliver.
-    pub(super) async fn change(
+    pub(super) async fn change(&self, update: &str, values: Vec<Value>, h: &History<'_>) -> Result<Vec<QueryResult>> {
+        self.change_after(None, update, values, h).await
+    }
+
+    /// [`Queue::change`], with a write that goes first and commits with it ([`Before`]): on
+    /// PostgreSQL a data-modifying CTE of the same statement, on SQLite a statement of the same
+    /// transaction. The governor's hold is written so, with the park of the job that hit it.
+    pub(super) async fn change_after(
         &self,
+        before: Option<Before>,
         update: &str,
         mut values: Vec<Value>,
         h: &History<'_>,
     ) -> Result<Vec<QueryResult>> {
         let d = self.dialect();
         if d.postgres {
+            let before = before.map(|b| {
+                let first = values.len();
+                values.extend(b.values);
+                format!("first_write AS ({} RETURNING 1), ", (b.sql)(d, first))
+            });
             values.push(h.machine.map(str::to_string).into());
             let machine = format!("COALESCE({}, claimed_by)", d.p(values.len()));
             let detail = h.detail.sql(d, &mut values);
             let sql = format!(
-                "WITH changed AS ({update}), history AS (
+                "WITH {before}changed AS ({update}), history AS (
                     INSERT INTO job_events (job_id, orchestrator_id, kind, machine, claim_token, detail, at)
                     SELECT id, orchestrator_id, {kind}, {machine}, claim_token, {detail}, {now} FROM changed
                     {HISTORY_RETURNING}), {outbox}
                  SELECT * FROM changed",
                 kind = h.kind,
                 now = d.now,
+                before = before.unwrap_or_default(),
                 outbox = outbox_cte(),
             );
             return self.query(&sql, values).await;
         }
         self.bounded(async {
             let txn = self.db.begin().await?;
+            if let Some(b) = before {
+                txn.execute_raw(self.stmt(&(b.sql)(d, 0), b.values)).await?;
+            }
             let rows = txn.query_all_raw(self.stmt(update, values)).await?;
             if !rows.is_empty() {
                 let ids = ids_of(&rows)?;

@@ -61,7 +61,7 @@ static CLAIM_BY_ID: Sql = Sql::new(|d| {
         "UPDATE dispatch_queue
                     SET state = 'running', claimed_at = {now}, heartbeat_at = {now},
                         claimed_by = $3, claim_token = claim_token + 1, attempts = attempts + 1,
-                        release_requested_at = NULL
+                        release_requested_at = NULL, parked_for = NULL, account = NULL
                   WHERE id = $1 AND orchestrator_id = $2
                     AND claimed_at IS NULL AND {claimable} AND run_at <= {now} RETURNING {CLAIM_COLUMNS}",
         now = d.now,
@@ -76,7 +76,7 @@ static CLAIM_PICKED: Sql = Sql::new(|d| {
         "UPDATE dispatch_queue
                     SET state = 'running', claimed_at = {now}, heartbeat_at = {now},
                         claimed_by = $2, claim_token = claim_token + 1, attempts = attempts + 1,
-                        release_requested_at = NULL
+                        release_requested_at = NULL, parked_for = NULL, account = NULL
                   WHERE id IN (SELECT id FROM picked)
                     AND claimed_at IS NULL AND {claimable} AND run_at <= {now}
                  RETURNING {CLAIM_COLUMNS}",
@@ -87,7 +87,8 @@ static CLAIM_PICKED: Sql = Sql::new(|d| {
 
 /// What a claim returns ([`Claim`]).
 const CLAIM_COLUMNS: &str =
-    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from, repo, source_id, follow_ups";
+    "id, orchestrator_id, payload, title, claim_token, attempts, claimed_by, state, resume_branch, resumed_from, repo, source_id, follow_ups,
+     CAST(COALESCE(cost_usd, 0) - cap_base_usd AS DOUBLE PRECISION) AS spent_usd";
 
 /// The history of a claim: kind and detail over the claimed row.
 const CLAIMED: History<'static> = History { kind: "'claimed'", machine: None, detail: Detail::Attempt };

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fence::Fence;
+use super::governor::GovernedPark;
 use super::options::{Backoff, Retention, RetryAfter};
 use super::pool::Queue;
 use super::presence::PollExtras;
@@ -109,8 +110,41 @@ impl MachineStore {
         self.queue.record_worktree(fence, worktree).await
     }
 
-    pub async fn record_agent_start(&self, fence: &Fence, agent: &str, session_from: Option<&str>) -> Result<bool> {
-        self.queue.record_agent_start(fence, agent, session_from).await
+    pub async fn record_agent_start(
+        &self,
+        fence: &Fence,
+        agent: &str,
+        session_from: Option<&str>,
+        account: Option<&str>,
+    ) -> Result<bool> {
+        self.queue.record_agent_start(fence, agent, session_from, account).await
+    }
+
+    /// Parks claim `fence` for the governor, with the hold it names ([`Queue::park_governed`]).
+    pub async fn park_governed(&self, fence: &Fence, park: &GovernedPark<'_>) -> Result<Option<(JobState, i64)>> {
+        let reason = self.redactor.redact(park.reason);
+        let park = GovernedPark { reason: &reason, ..park.clone() };
+        self.queue.park_governed(fence, &self.machine, &park).await
+    }
+
+    /// Ends the hold on `account` ([`Queue::end_hold`]).
+    pub async fn end_hold(&self, account: &str) -> Result<bool> {
+        self.queue.end_hold(&self.orchestrator_id, account).await
+    }
+
+    /// The spend since `day_start_ms`, the fleet's or `account`'s ([`Queue::spent_since`]).
+    pub async fn spent_since(&self, day_start_ms: i64, account: Option<&str>) -> Result<f64> {
+        self.queue.spent_since(&self.orchestrator_id, day_start_ms, account).await
+    }
+
+    /// The 80 % warning of claim `fence`'s cap, once per job ([`Queue::warn_spend_once`]).
+    pub async fn warn_spend_once(&self, fence: &Fence, detail: &str) -> Result<bool> {
+        self.queue.warn_spend_once(fence, &self.machine, &self.redactor.redact(detail)).await
+    }
+
+    /// The day's 80 % warning, once per fleet ([`Queue::warn_day_once`]).
+    pub async fn warn_day_once(&self, day_start_ms: i64) -> Result<bool> {
+        self.queue.warn_day_once(&self.orchestrator_id, day_start_ms).await
     }
 
     pub async fn record_agent_usage(&self, fence: &Fence, usage: &Usage) -> Result<bool> {

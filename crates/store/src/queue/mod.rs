@@ -61,6 +61,9 @@
 //! - `maintenance.rs`: the sweep of expired leases, and the pruning of finished work.
 //! - `presence.rs`: machines' presence rows and their [`MachineStatus`].
 //! - `reads.rs`: listings and counts, for status and the UI.
+//! - `governor.rs`: the governor of usage limits and spend: an account held fleet-wide
+//!   (written with the park of the job that hit it), each attempt's spend, the fleet's limit
+//!   switch, and the claim's part ([`Governor`]).
 //! - `review.rs`: the review loop: watched pull requests, their feedback kept once per piece,
 //!   and the conditional UPDATE that reopens a completed job as a follow-up.
 //! - `session.rs`: what an agent CLI reported (preset, session, cost, tokens), and the
@@ -80,6 +83,7 @@ mod dialect;
 mod enqueue;
 mod fence;
 mod fenced;
+mod governor;
 mod history;
 mod mac_key;
 mod mac_key_type;
@@ -98,6 +102,7 @@ mod sources;
 
 pub use claim::claim_next_sql_postgres;
 pub use fence::Fence;
+pub use governor::{AccountSpend, GovernedPark, Governor, GovernorView, HoldRow, ParkedFor, SpendRow};
 pub use mac_key_type::MacKey;
 pub use machine::MachineStore;
 pub use options::{

@@ -206,7 +206,12 @@ pub struct MachineRow {
 impl MachineRow {
     /// What this machine said it can take.
     pub fn route(&self) -> Route {
-        Route { repos: self.repos.to_vec(), labels: self.labels.to_vec(), tracker_repos: None }
+        Route {
+            repos: self.repos.to_vec(),
+            labels: self.labels.to_vec(),
+            tracker_repos: None,
+            governor: Default::default(),
+        }
     }
 
     /// Whether it is there to take work: seen in the last 15 minutes and not stopped.

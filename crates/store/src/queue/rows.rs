@@ -38,6 +38,9 @@ pub struct Claim {
     /// Which follow-up of its pull request's review this attempt answers (0: none, the job's
     /// own first run).
     pub follow_ups: i32,
+    /// What the job has spent against its own cap before this attempt (USD): its cost since a
+    /// person last let it go past the cap.
+    pub spent_usd: f64,
 }
 
 /// What a fenced failure did to the job.

@@ -8,9 +8,10 @@ use super::dialect::Sql;
 use super::fence::Fence;
 use super::options::truncate;
 use super::pool::Queue;
-use super::rows::decode_first;
+use super::rows::{decode_first, first_i64};
 use crate::error::Result;
 use crate::job::event;
+use sea_orm::{ConnectionTrait, TransactionTrait};
 
 /// What an attempt's CLI reported at its end.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -48,10 +49,11 @@ pub const SESSION_BUNDLE_CAP: usize = 16 << 20;
 /// The most a carried session's `cwd` holds, in bytes (the longest path Linux takes).
 pub const SESSION_CWD_CAP: usize = 4096;
 
-/// The preset $3 and the resumed machine $4 of claim ($1, $2), at its start.
+/// The preset $3, the resumed machine $4 and the account $5 of claim ($1, $2), at its start.
 static AGENT_START: Sql = Sql::new(|d| {
     format!(
-        "UPDATE dispatch_queue SET agent = $3, session_from = $4 WHERE id = $1 AND claim_token = $2 AND {running}",
+        "UPDATE dispatch_queue SET agent = $3, session_from = $4, account = $5
+          WHERE id = $1 AND claim_token = $2 AND {running}",
         running = d.running
     )
 });
@@ -107,8 +109,16 @@ static LOAD_SESSION: Sql = Sql::new(|d| {
 impl Queue {
     /// Says which preset runs claim `fence`, and whose conversation it resumes (`None`: it
     /// starts fresh). Fenced.
-    pub async fn record_agent_start(&self, fence: &Fence, agent: &str, session_from: Option<&str>) -> Result<bool> {
-        let values = vec![fence.job.into(), fence.token.into(), agent.into(), session_from.into()];
+    /// `account` is the account it runs as ([`Governor`](super::Governor)), whose spend and
+    /// holds it counts in.
+    pub async fn record_agent_start(
+        &self,
+        fence: &Fence,
+        agent: &str,
+        session_from: Option<&str>,
+        account: Option<&str>,
+    ) -> Result<bool> {
+        let values = vec![fence.job.into(), fence.token.into(), agent.into(), session_from.into(), account.into()];
         Ok(self.exec(self.sql(&AGENT_START), values).await? > 0)
     }
 
@@ -123,7 +133,36 @@ impl Queue {
             usage.tokens_in.into(),
             usage.tokens_out.into(),
         ];
-        Ok(self.exec(self.sql(&AGENT_USAGE), values).await? > 0)
+        let Some(cost) = usage.cost_usd.filter(|c| c.is_finite() && *c > 0.0) else {
+            return Ok(self.exec(self.sql(&AGENT_USAGE), values).await? > 0);
+        };
+        self.usage_with_spend(fence, cost, values).await
+    }
+
+    /// [`Queue::record_agent_usage`] of a run that cost something: the attempt's row in
+    /// `spend` (the day's spend, per account) commits with the job's totals. On PostgreSQL one
+    /// statement; on SQLite one transaction.
+    async fn usage_with_spend(&self, fence: &Fence, cost: f64, mut values: Vec<Value>) -> Result<bool> {
+        let d = self.dialect();
+        let spend: Vec<Value> = vec![fence.job.into(), fence.token.into(), cost.into()];
+        if d.postgres {
+            let first = values.len();
+            values.extend(spend);
+            let sql = format!(
+                "WITH spent AS ({spend} RETURNING 1), used AS ({usage} RETURNING 1) SELECT COUNT(*) AS n FROM used",
+                spend = super::governor::spend_sql(d, first),
+                usage = self.sql(&AGENT_USAGE)
+            );
+            return Ok(first_i64(&self.query(&sql, values).await?, "n")? > 0);
+        }
+        self.bounded(async {
+            let txn = self.db.begin().await?;
+            let spent = txn.execute_raw(self.stmt(&super::governor::spend_sql(d, 0), spend)).await?.rows_affected();
+            let used = txn.execute_raw(self.stmt(self.sql(&AGENT_USAGE), values)).await?.rows_affected();
+            txn.commit().await?;
+            Ok(spent > 0 && used > 0)
+        })
+        .await
     }
 
     /// Saves the agent's conversation for the next claimer, fenced by `fence`, and says so
