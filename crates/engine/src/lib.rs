@@ -10,6 +10,8 @@
 //!   reads what it says back (exit status, result file) and stops it (SIGTERM, then SIGKILL).
 //! - [`spawner`]: starts an agent process without copying the runner (a `CLONE_VM` child
 //!   that dies with its runner), and waits for it through a pidfd.
+//! - [`governor`]: what the fleet may spend on its agents and which account a usage limit
+//!   holds: the `[limits]` settings, accounts, prices, a run's metered spend, the verdicts.
 //! - [`preset`]: the built-in agents (claude, codex, aider, gemini) and their argv.
 //! - [`worktree`]: a git worktree per job, and the hand-off that commits and pushes its work.
 //! - [`git`]: DevPilot's own git calls, which run nothing an agent planted (hooks, fsmonitor,
@@ -38,6 +40,7 @@ pub mod control;
 pub mod database;
 pub mod environ;
 pub mod git;
+pub mod governor;
 pub mod orchestrator;
 pub mod preset;
 pub mod redact;

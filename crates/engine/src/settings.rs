@@ -14,6 +14,7 @@ use devpilot_store::error::{Error, Result};
 use devpilot_store::queue::{Backoff, Retention};
 
 use crate::agent::AgentSpec;
+use crate::governor::settings::LimitSettings;
 use crate::preset::{Preset, PresetSettings};
 use crate::span::Span;
 use crate::worktree::{Repo, RepoSettings};
@@ -131,6 +132,10 @@ pub struct Settings {
     /// How agents are confined here: `[sandbox] mode = "off"`, `allow_hosts = [...]`.
     #[serde(skip_serializing_if = "crate::sandbox::SandboxSettings::is_default")]
     pub sandbox: crate::sandbox::SandboxSettings,
+    /// What the fleet may spend on its agents, and what a usage limit holds: `[limits]
+    /// job_usd = 2.0`, `day_usd = 20.0`. Every cap is off unless set.
+    #[serde(skip_serializing_if = "LimitSettings::is_default")]
+    pub limits: LimitSettings,
 }
 
 /// The one table of defaults. `devpilot run`'s flags, the window and the tray all start
@@ -168,6 +173,7 @@ impl Default for Settings {
             autostart: false,
             notify: NotifySettings::default(),
             sandbox: Default::default(),
+            limits: LimitSettings::default(),
         }
     }
 }
@@ -213,6 +219,7 @@ impl Settings {
         }
         self.validate_token_hosts()?;
         self.sandbox.validate().map_err(Error::Invalid)?;
+        self.limits.validate()?;
         if self.max_park.get() < Duration::from_secs(60) {
             return Err(Error::Invalid(format!("max park '{}' must be at least a minute", self.max_park)));
         }
@@ -265,8 +272,11 @@ impl Settings {
 
     /// The agents' presets, labels, environment patterns and the machine's name.
     fn validate_names(&self) -> Result<()> {
-        for name in self.agents.keys() {
-            Preset::parse(name)?;
+        for (name, agent) in &self.agents {
+            let preset = Preset::parse(name)?;
+            if let Some(account) = &agent.account {
+                crate::governor::account::check_name(preset, account)?;
+            }
         }
         for l in &self.labels {
             devpilot_store::spec::validate_label(l)?;
@@ -371,6 +381,11 @@ mod tests {
             s.agents.insert("cursor".into(), Default::default());
         })
         .contains("no agent preset"));
+        assert!(bad(&|s| s.limits.warn_at = 2.0).contains("warn_at"));
+        assert!(bad(&|s| {
+            s.agents.insert("claude".into(), PresetSettings { account: Some(" ".into()), ..Default::default() });
+        })
+        .contains("account"));
     }
 
     /// Two GitHub hosts whose token variables would be one are refused, naming both; one
@@ -409,6 +424,22 @@ mod tests {
         assert_eq!(s.idle_timeout, None);
         assert_eq!(s.retention.get(), Duration::from_secs(21 * 86_400));
         assert!(toml::to_string(&s).unwrap().contains("retention = \"21d\""), "written as written");
+    }
+
+    /// `[limits]` is read into the settings and checked with them; with no caps set it is
+    /// left out of the file.
+    #[test]
+    fn limits_are_read_and_checked() {
+        let s: Settings = toml::from_str("[limits]\njob_usd = 2.0\ntime_zone = \"Europe/Paris\"\n").unwrap();
+        assert_eq!((s.limits.job_usd, s.limits.day_usd), (Some(2.0), None));
+        s.validate().unwrap();
+        assert!(toml::to_string(&s).unwrap().contains("[limits]"));
+        assert!(!toml::to_string(&Settings::default()).unwrap().contains("limits"));
+        let bad: Settings = toml::from_str("[limits]\ntime_zone = \"Nowhere/Atlantis\"\n").unwrap();
+        assert!(bad.validate().unwrap_err().to_string().contains("'Nowhere/Atlantis'"));
+        let named: Settings = toml::from_str("[agents.claude]\naccount = \"work\"\n").unwrap();
+        assert_eq!(named.agents["claude"].account.as_deref(), Some("work"));
+        named.validate().unwrap();
     }
 
     /// `agent = "claude"` is the preset, with this machine's extra args; a command line is

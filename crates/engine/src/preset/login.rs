@@ -27,28 +27,42 @@ pub enum Login {
 }
 
 impl Preset {
+    /// The variables that hold this preset's API key or token, in the order its CLI prefers
+    /// them (aider: the providers' keys it is most often run with).
+    pub fn key_vars(self) -> &'static [&'static str] {
+        match self {
+            Preset::Claude => &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"],
+            Preset::Codex => &["OPENAI_API_KEY"],
+            Preset::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+            Preset::Aider => {
+                &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY"]
+            }
+        }
+    }
+
     /// How this preset's CLI would log in, reading `env` and files under `home`.
     pub fn login(self, env: &dyn Fn(&str) -> Option<String>, home: &Path) -> Login {
         let set = |k: &str| env(k).is_some_and(|v| !v.trim().is_empty());
         let dir = |var: &str, default: &str| env(var).map(PathBuf::from).unwrap_or_else(|| home.join(default));
         let (keys, files, how): (&[&'static str], Vec<PathBuf>, &str) = match self {
             Preset::Claude => (
-                &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"],
+                self.key_vars(),
                 vec![dir("CLAUDE_CONFIG_DIR", ".claude").join(".credentials.json")],
                 "run `claude` once and /login, or set ANTHROPIC_API_KEY",
             ),
             Preset::Codex => (
-                &["OPENAI_API_KEY"],
+                self.key_vars(),
                 vec![dir("CODEX_HOME", ".codex").join("auth.json")],
                 "run `codex login`, or set OPENAI_API_KEY",
             ),
             Preset::Gemini => (
+                // Vertex AI's credentials file is a login too, though no key.
                 &["GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"],
                 vec![home.join(".gemini/oauth_creds.json")],
                 "run `gemini` once and log in with Google, or set GEMINI_API_KEY",
             ),
             Preset::Aider => (
-                &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY"],
+                self.key_vars(),
                 vec![home.join(".aider.conf.yml")],
                 "set your model provider's key (OPENAI_API_KEY, ANTHROPIC_API_KEY, …) or write ~/.aider.conf.yml",
             ),

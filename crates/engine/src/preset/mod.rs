@@ -50,6 +50,12 @@ pub struct PresetSettings {
     /// network) before its attempt ends: failed, or parked when this machine is offline.
     #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub api_timeout: Option<Duration>,
+    /// The account this preset runs as here, shared by name across machines, e.g.
+    /// `[agents.claude] account = "work"`; default: the API key's fingerprint or the CLI's
+    /// login (see [`crate::governor::account`]). A usage limit holds every machine of the
+    /// same account, and the account's day cap counts them together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 /// The default [`PresetSettings::api_timeout`].
