@@ -30,6 +30,7 @@ use devpilot_store::db::{self, DbUrl, PoolSettings};
 use devpilot_store::Queue;
 use sea_orm::ConnectionTrait;
 
+pub mod clis;
 pub mod forwarder;
 pub mod gate;
 pub mod github;

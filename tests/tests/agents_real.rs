@@ -5,111 +5,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
 use devpilot_store::queue::JobRow;
+use devpilot_tests::clis::{cli_root, codex_config, Machine};
 use devpilot_tests::model_server::Recorded;
 use devpilot_tests::*;
 use serde_json::json;
-
-/// Where the pinned CLIs are (`scripts/agent_clis.sh` installs them; CI runs it first).
-fn clis() -> PathBuf {
-    let dir = std::env::var("DEVPILOT_AGENT_CLIS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/devpilot-agent-clis"));
-    let bin = dir.join("bin");
-    for cli in ["claude", "codex", "gemini", "aider"] {
-        let ok = std::fs::metadata(bin.join(cli)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-        assert!(ok, "the agent CLI {cli} is not installed: run scripts/agent_clis.sh");
-    }
-    bin
-}
-
-/// One machine of a test: its DevPilot home (config, data), the HOME its CLIs see (outside
-/// the temp dir: codex refuses to set itself up under it), and its runner's environment.
-struct Machine {
-    name: &'static str,
-    home: PathBuf,
-    cli_home: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-/// The CLI homes of one test, removed at its end.
-fn cli_root() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("devpilot-cli-").tempdir_in("/var/tmp").expect("a dir in /var/tmp")
-}
-
-impl Machine {
-    /// A machine with `repo` configured (pushing on completion) and `extra` TOML, whose
-    /// CLIs talk to `model`.
-    fn new(db: &TestDb, root: &Path, name: &'static str, repo: &Path, model: &ModelServer, extra: &str) -> Self {
-        let home = db.dir.path().join(name);
-        let cli_home = root.join(name);
-        std::fs::create_dir_all(&cli_home).unwrap();
-        let toml = format!("{extra}\n[repos.webapp]\npath = \"{}\"\npush = true\n", repo.display());
-        write_config(&home, &toml);
-        codex_config(&cli_home, &model.url());
-        gemini_settings(&cli_home);
-        let path = format!("{}:{}", clis().display(), std::env::var("PATH").unwrap());
-        let env = [
-            ("PATH", path),
-            ("HOME", cli_home.display().to_string()),
-            ("CODEX_HOME", cli_home.join(".codex").display().to_string()),
-            ("ANTHROPIC_BASE_URL", model.url()),
-            ("ANTHROPIC_API_KEY", "sk-ant-test-key".to_string()),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
-            ("OPENAI_API_KEY", "sk-test-key".to_string()),
-            ("OPENAI_API_BASE", format!("{}/v1", model.url())),
-            ("GEMINI_API_KEY", "gemini-test-key".to_string()),
-            ("GOOGLE_GEMINI_BASE_URL", model.url()),
-        ];
-        let env = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        Machine { name, home, cli_home, env }
-    }
-
-    /// `devpilot run --agent PRESET` as this machine.
-    fn run(&self, db: &TestDb, orch: &str, preset: &str, extra: &[&str]) -> Runner {
-        let log_path = self.home.join(format!("runner-{}.log", self.name));
-        std::fs::create_dir_all(&self.home).unwrap();
-        let log = std::fs::File::create(&log_path).expect("runner log");
-        let mut c = devpilot(&self.home, &db.raw_url);
-        c.args(["run", "--orchestrator", orch, "--machine", self.name, "--agent", preset])
-            .args(fast_flags())
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::from(log));
-        for (k, v) in &self.env {
-            c.env(k, v);
-        }
-        let child = c.spawn().expect("spawn devpilot run");
-        Runner { child, machine: self.name.to_string(), log: log_path }
-    }
-}
-
-/// codex's config: the scripted server as a Responses provider, over HTTP (not WebSockets),
-/// with no retries of its own (so an error ends the turn at once).
-fn codex_config(cli_home: &Path, url: &str) {
-    let dir = cli_home.join(".codex");
-    std::fs::create_dir_all(&dir).unwrap();
-    let toml = format!(
-        "model_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"{url}/v1\"\n\
-         env_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\nsupports_websockets = false\n\
-         request_max_retries = 0\nstream_max_retries = 0\nstream_idle_timeout_ms = 20000\n"
-    );
-    std::fs::write(dir.join("config.toml"), toml).unwrap();
-}
-
-/// gemini's settings: API-key auth (the key and base URL come from the environment), and
-/// two tries of a model call rather than ten (a 429 ends in seconds, not minutes).
-fn gemini_settings(cli_home: &Path) {
-    let dir = cli_home.join(".gemini");
-    std::fs::create_dir_all(&dir).unwrap();
-    let settings = json!({"general": {"maxAttempts": 2}, "security": {"auth": {"selectedType": "gemini-api-key"}}});
-    std::fs::write(dir.join("settings.json"), settings.to_string()).unwrap();
-}
 
 async fn job(db: &TestDb, id: i64) -> JobRow {
     db.queue.job(id).await.unwrap().unwrap().0
@@ -497,6 +401,8 @@ async fn a_usage_limit_parks_and_the_retry_resumes_the_conversation() {
     assert_eq!((row.state, row.attempts), (JobState::Queued, 0), "parked, the attempt not counted");
     assert!(row.last_error.as_deref().is_some_and(|e| e.contains("claude hit a usage limit")), "{row:?}");
     model.script([Turn::Text("Resumed and finished.".into())]);
+    // Its account is held until the reset, on this machine as on every other.
+    db.exec(&format!("UPDATE account_holds SET until_at = until_at - {}", 4 * 3_600_000)).await;
     db.age_wait(id, Duration::from_secs(4 * 3600)).await;
     let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(60)).await;
     assert_eq!(row.summary.as_deref(), Some("Resumed and finished."));
@@ -557,46 +463,6 @@ async fn a_429_with_a_reset_time_parks_the_job_until_then() {
     assert_eq!((row.state, row.attempts), (JobState::Queued, 0), "{row:?}");
     let error = row.last_error.unwrap_or_default();
     assert!(error.contains("gemini hit a usage limit") && error.contains("retry in 3600s"), "{error}");
-}
-
-/// A session saved at a park on the laptop stays there: its work (part 1, never committed)
-/// stayed on the laptop, so the desktop that takes the job starts fresh, and the history
-/// says why. Its first request carries nothing of the laptop's conversation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_parked_elsewhere_starts_fresh() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let (orch, root, model) = (db.orch("parked-elsewhere"), cli_root(), ModelServer::start().unwrap());
-    let (_remote, clone_a, clone_b, id) = job_on_a_repo(&db, &orch, "Write part1.txt, then finish.");
-    let extra = "[agents.claude.env]\nCLAUDE_CODE_MAX_RETRIES = \"0\"\n";
-    let laptop = Machine::new(&db, root.path(), "laptop", &clone_a, &model, extra);
-    let desktop = Machine::new(&db, root.path(), "desktop", &clone_b, &model, extra);
-    let wt = worktree_of(&laptop.home, &orch, id);
-    model.script([
-        Turn::Tool { name: "Write".into(), input: json!({"file_path": wt.join("part1.txt"), "content": "part 1\n"}) },
-        Turn::Error {
-            status: 429,
-            headers: vec![],
-            body: json!({"type": "error", "error": {"type": "rate_limit_error", "message": "usage limit"}}),
-        },
-    ]);
-    let a = laptop.run(&db, &orch, "claude", &[]);
-    // Parked (the session is saved just before the park is written): the laptop is done.
-    let parked = || async { db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "parked") };
-    assert!(wait_for(Duration::from_secs(60), parked).await, "the 429 parks the job");
-    assert!(db.queue.history(id).await.unwrap().iter().any(|e| e.kind == "session_carried"));
-    drop(a);
-    model.script([Turn::Text("Started over.".into())]);
-    db.age_wait(id, Duration::from_secs(4 * 3600)).await;
-    let _b = desktop.run(&db, &orch, "claude", &[]);
-    let row = wait_state(&db, id, &[JobState::Completed], Duration::from_secs(60)).await;
-    assert_eq!(row.summary.as_deref(), Some("Started over."));
-    let history = db.queue.history(id).await.unwrap();
-    let fresh = history.iter().find(|e| e.kind == "session_fresh").expect("session_fresh");
-    assert!(fresh.detail.as_deref().is_some_and(|d| d.contains("saved on laptop at a park")), "{fresh:?}");
-    let first = &model.main_requests()[2].body["messages"];
-    let roles: Vec<&str> = first.as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
-    assert!(!roles.contains(&"assistant"), "nothing of the laptop's conversation: {roles:?}");
-    assert_eq!(row.agent.session_from, None);
 }
 
 /// The job's agent ran in DevPilot's sandbox (the default): no `unconfined` entry in its

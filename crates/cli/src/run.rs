@@ -278,6 +278,7 @@ fn log_event(ev: &Event) {
         },
         Event::Cancelled { job } => tracing::info!("cancelled {}; agent stopped", job.label()),
         Event::Parked { job, .. } => tracing::info!("parked {}: the agent asked to be tried later", job.label()),
+        Event::SpendWarning { job, text } => tracing::warn!("{}: {text}", job.label()),
         Event::Failed { job, error, dead } => {
             tracing::warn!("{} {}: {error}", if *dead { "dead" } else { "failed" }, job.label())
         }

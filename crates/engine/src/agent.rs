@@ -123,6 +123,9 @@ pub struct AgentResult {
     /// Why a preset's run is parked (its usage limit, an API it cannot reach), in its CLI's
     /// words; never from the result file.
     pub parked_why: Option<String>,
+    /// The CLI said its account hit a usage limit: the park holds the account fleet-wide.
+    /// Never from the result file.
+    pub limited: bool,
 }
 
 /// Why an agent's result file is not used: the caller logs it, and the job goes on without
@@ -184,7 +187,7 @@ impl AgentResult {
             }
             link
         });
-        Ok(Self { summary, url, retry_after, parked_why: None })
+        Ok(Self { summary, url, retry_after, parked_why: None, limited: false })
     }
 }
 

@@ -85,6 +85,8 @@ pub struct RunConfig {
     pub keys: crate::sources::KeyStore,
     /// How agents are confined here ([`crate::sandbox`]).
     pub confining: std::sync::Arc<super::confine::Confining>,
+    /// The governor of usage limits and spend ([`crate::governor`]).
+    pub limits: crate::governor::settings::LimitSettings,
 }
 
 impl RunConfig {
@@ -152,6 +154,7 @@ impl RunConfig {
             max_attempts: s.max_attempts.max(1),
             keys: crate::sources::KeyStore::Keychain { service: crate::secrets::SERVICE.into() },
             confining: std::sync::Arc::new(super::confine::Confining::new(&s.sandbox)),
+            limits: s.limits.clone(),
         }
     }
 
@@ -180,6 +183,7 @@ impl RunConfig {
             repos: self.repos.keys().cloned().collect(),
             labels: self.labels.clone(),
             tracker_repos: self.confining.tracker_repos(&self.repos),
+            governor: Default::default(),
         }
     }
 

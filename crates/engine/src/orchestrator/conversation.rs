@@ -34,6 +34,8 @@ pub(super) struct Runs<'a> {
     pub(super) agent: &'a AgentSpec,
     pub(super) env: &'a AgentEnv,
     pub(super) cwd: &'a Path,
+    /// The account the preset runs as ([`super::governed`]).
+    pub(super) account: Option<&'a str>,
 }
 
 /// Before a preset's agent starts: its conversation, restored from a carried session when
@@ -58,7 +60,7 @@ pub(super) async fn begin(runs: Runs<'_>, claim: &Claim) -> Option<Talk> {
         Conversation::Resume { .. } => moved_from.clone().or(Some(runs.env.machine.clone())),
         Conversation::New { .. } => None,
     };
-    let write = || runs.store.record_agent_start(&fence, preset.name(), from.as_deref());
+    let write = || runs.store.record_agent_start(&fence, preset.name(), from.as_deref(), runs.account);
     if let Err(e) = retry::transient("recording the agent", Budget::NOTE, write).await {
         tracing::warn!(job = fence.job, error = %e, "could not record which agent runs the job");
     }

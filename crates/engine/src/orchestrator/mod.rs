@@ -12,7 +12,8 @@
 //!
 //! Around them: [`handle`] (the way in), [`status`] (what a machine says about itself),
 //! [`stats`] (its counters), [`config`] (what it runs with), [`clock`] (the
-//! suspend-aware clock of the deadlines), [`confine`] (whether a job's agent runs confined)
+//! suspend-aware clock of the deadlines), [`confine`] (whether a job's agent runs confined), [`governed`] (the governor
+//! of usage limits and spend on this machine)
 //! and [`verdict`] (what a hand-off did, in words).
 //!
 //! The `Machine` task ([`machine`]) owns the user's wishes (on/off, pause, hand-off, stop),
@@ -33,12 +34,15 @@ mod config;
 pub mod confine;
 mod conversation;
 mod follow_up;
+pub mod governed;
 mod handle;
+mod job;
 mod lease;
 mod machine;
 mod maintenance;
 mod poller;
 mod presence;
+mod report;
 mod runner;
 mod scratch;
 mod slots;

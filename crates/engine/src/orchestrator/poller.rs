@@ -128,6 +128,8 @@ pub struct ClaimRequest {
     pub presence: Option<PresenceFields>,
     pub stale_after: Option<Duration>,
     pub route: Arc<Route>,
+    /// What the governor lets this machine claim now, added to `route` at each poll.
+    pub governed: Arc<super::governed::Governed>,
     pub stats: Arc<Stats>,
     pub events: broadcast::Sender<Event>,
     /// Completions riding this poll (claim mode `pick` only).
@@ -135,8 +137,11 @@ pub struct ClaimRequest {
 }
 
 impl ClaimRequest {
-    pub async fn run(self) -> Result<Polled> {
+    pub async fn run(mut self) -> Result<Polled> {
         self.stats.claim_queries.fetch_add(1, Ordering::Relaxed);
+        // The day's start moves at midnight, and the account is read once: each poll asks.
+        let governor = self.governed.governor(&self.store).await?;
+        Arc::make_mut(&mut self.route).governor = governor;
         if self.mode == ClaimMode::ById {
             let claims = claim_by_ids(&self).await?;
             return Ok(Polled { claims, stale: false, next_due: None, completed: vec![] });

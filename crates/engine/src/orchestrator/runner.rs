@@ -5,134 +5,31 @@
 //! cancel) through the job's [`Cancel`]. A hand-off of a job with a worktree commits and
 //! pushes its work first, and the release names the branch.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::bounds;
 use super::conversation;
+use super::job::Outcome;
+pub use super::job::{Cancel, CancelReason, Completer, JobCtx, JobDone, Rider};
 use super::lease::{Order, Standing};
+use super::report::{report, report_exit, report_with_worktree};
 use super::scratch::Scratch;
-use super::status::{Carried, Event, JobRef, LossReason};
-use super::watchdog::Watchdog;
-use crate::agent::{AgentEnv, AgentExit, AgentResult, AgentSpec, Launch, LogSpan, RunningAgent, StartError};
+use super::status::{Event, JobRef};
+use crate::agent::{AgentExit, AgentResult, Launch, LogSpan, RunningAgent, StartError};
 use crate::preset::trust::ProjectConfig;
 use crate::preset::Conversation;
 use crate::worktree::{Workspaces, Worktree};
-use devpilot_store::error::{Error, Result};
-use devpilot_store::job::{event, JobState};
-use devpilot_store::queue::{Backoff, Claim, FailOutcome, Fence, MachineStore, RetryAfter};
+use devpilot_store::error::Error;
+use devpilot_store::job::event;
+use devpilot_store::queue::{Claim, Fence, MachineStore};
 use devpilot_store::retry::{self, Budget};
 use devpilot_store::spec::JobSpec;
 
 /// The most of an agent's log kept in the database for other machines to watch.
 pub const LOG_TAIL_BYTES: u64 = 16 * 1024;
-
-/// Why a job's agent is being stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelReason {
-    /// The user or the machine hands the job back: release it, attempt not counted.
-    HandOff,
-    /// A renewal found the lease gone.
-    LeaseLost,
-    /// The local deadline passed with no confirmed renewal.
-    LeaseExpired,
-    /// A user cancelled the job (seen at a renewal): stop the agent, end the claim cancelled.
-    Cancelled,
-}
-
-/// A job's stop switch: the first reason given wins.
-#[derive(Clone)]
-pub struct Cancel {
-    token: CancellationToken,
-    reason: Arc<Mutex<Option<CancelReason>>>,
-}
-
-impl Cancel {
-    /// A child of `parent`: cancelling the parent (a hard stop) stops this job as a hand-off.
-    pub fn child_of(parent: &CancellationToken) -> Self {
-        Self { token: parent.child_token(), reason: Arc::default() }
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.token.is_cancelled()
-    }
-
-    pub fn cancel(&self, why: CancelReason) {
-        if let Ok(mut r) = self.reason.lock() {
-            r.get_or_insert(why);
-        }
-        self.token.cancel();
-    }
-
-    fn reason(&self) -> CancelReason {
-        self.reason.lock().ok().and_then(|r| *r).unwrap_or(CancelReason::HandOff)
-    }
-}
-
-/// What a job's task tells the machine when it ends, and earlier when its agent succeeded:
-/// then the slot takes its next job while the completion is written.
-#[derive(Debug)]
-pub struct JobDone {
-    pub fence: Fence,
-    /// The agent could not start: the machine must stop claiming until it can.
-    pub agent_error: Option<Error>,
-    /// The agent succeeded: the slot is free now, and the completion may ride the poll
-    /// that fills it.
-    pub rider: Option<Rider>,
-    /// A rider went earlier, so the slot is free already: only the lease is let go.
-    pub slot_freed: bool,
-}
-
-/// A completion offered to the poll that fills its slot, so that a machine with both to do
-/// sends one statement. The machine answers with the state the poll ended the claim in, or
-/// drops the offer (no poll was about to go, the poll failed, or it did not end the claim),
-/// and then the job's task completes on its own through the [`Completer`], which also says
-/// whether the claim was fenced off.
-#[derive(Debug)]
-pub struct Rider {
-    pub fence: Fence,
-    pub reply: oneshot::Sender<JobState>,
-}
-
-/// Everything a job's task needs; shared by every job started under the same settings.
-pub struct JobCtx {
-    pub store: MachineStore,
-    /// The repos' worktrees, when this machine has repos.
-    pub workspaces: Option<Arc<Workspaces>>,
-    pub watchdog: Watchdog,
-    /// How often the tail of a running agent's log is stored (the heartbeat).
-    pub log_every: Duration,
-    pub agent: AgentSpec,
-    pub env: AgentEnv,
-    /// SIGTERM to SIGKILL on a hand-off.
-    pub grace: Duration,
-    /// SIGTERM to SIGKILL when the lease is gone: short, the other machine may start soon.
-    pub kill_grace: Duration,
-    pub events: broadcast::Sender<Event>,
-    pub completer: Completer,
-    pub done: mpsc::UnboundedSender<JobDone>,
-    /// The lease keeper, asked before an outcome is written.
-    pub keeper: mpsc::UnboundedSender<Order>,
-    /// The retry backoff of jobs that carry none of their own.
-    pub backoff: Backoff,
-    /// The longest a park may wait, whatever the agent asked for.
-    pub max_park: Duration,
-    /// Where a job with no repo gets a scratch directory of its own to run in.
-    pub scratch_root: std::path::PathBuf,
-    /// How this machine confines its agents.
-    pub confining: Arc<super::confine::Confining>,
-}
-
-enum Outcome {
-    Exited(AgentExit, Option<AgentResult>),
-    /// A watchdog stopped the agent, and its verdict stands (the CLI's own report is not
-    /// asked: it would only describe the stop).
-    Stopped(AgentExit, Option<AgentResult>),
-    Cancelled(CancelReason),
-}
 
 /// Why a job's place could not be prepared.
 enum NotReady {
@@ -157,6 +54,14 @@ struct Place {
     scratch: Option<Scratch>,
     /// How its agent is confined (None: unconfined, said in the job's history).
     sandbox: Option<crate::sandbox::Plan>,
+}
+
+/// A preset's meter of its spend, read by the cap's watch while it runs and at its end.
+type Metered = Arc<std::sync::Mutex<crate::governor::meter::Meter>>;
+
+/// What the meter says the run cost so far.
+fn metered_usd(m: &Metered) -> f64 {
+    m.lock().unwrap_or_else(|p| p.into_inner()).spent().usd
 }
 
 /// Runs `claim` to its end and reports it.
@@ -189,7 +94,16 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     let span = agent.log().cloned();
     let tail = span.clone().map(|s| spawn_log_tail(&ctx, fence, s));
-    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), talk.as_ref(), fence.job).await;
+    let meter = ctx.governed.meter();
+    let watch = super::governed::Watch {
+        governed: &ctx.governed,
+        store: &ctx.store,
+        events: &ctx.events,
+        job: &job,
+        spent_before: claim.spent_usd,
+    };
+    let capped = watch.until_capped(span.clone(), meter.clone());
+    let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), talk.as_ref(), fence.job, capped).await;
     let refused = agent.refused_hosts();
     drop(agent);
     after_jail(&ctx, fence, &launch, worktree.as_ref(), refused).await;
@@ -203,7 +117,10 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         }
     }
     let outcome = match outcome {
-        Outcome::Exited(exit, result) => held(&ctx, fence, talk.as_ref(), span.as_ref(), exit, result).await,
+        Outcome::Exited(exit, result) => {
+            let talked = talk.as_ref().map(|t| (t, meter.as_ref()));
+            held(&ctx, fence, talked, span.as_ref(), exit, result).await
+        }
         Outcome::Stopped(exit, result) => held(&ctx, fence, None, span.as_ref(), exit, result).await,
         cancelled => cancelled,
     };
@@ -230,7 +147,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
 async fn held(
     ctx: &JobCtx,
     fence: Fence,
-    talk: Option<&conversation::Talk>,
+    talk: Option<(&conversation::Talk, Option<&Metered>)>,
     span: Option<&LogSpan>,
     exit: AgentExit,
     result: Option<AgentResult>,
@@ -238,7 +155,7 @@ async fn held(
     match standing(ctx, fence).await {
         Standing::Held => {
             let (exit, result) = match talk {
-                Some(t) => reported(ctx, t, fence, span, exit, result).await,
+                Some((t, meter)) => reported(ctx, t, meter, fence, span, exit, result).await,
                 None => (exit, result),
             };
             Outcome::Exited(exit, with_summary(result, span))
@@ -259,6 +176,7 @@ fn carries(outcome: &Outcome, tracked: bool) -> bool {
         outcome,
         Outcome::Cancelled(CancelReason::HandOff | CancelReason::LeaseExpired)
             | Outcome::Exited(AgentExit::TryLater, _)
+            | Outcome::Capped(_)
     ) || (tracked && success)
 }
 
@@ -269,12 +187,18 @@ fn carries(outcome: &Outcome, tracked: bool) -> bool {
 async fn reported(
     ctx: &JobCtx,
     talk: &conversation::Talk,
+    meter: Option<&Metered>,
     fence: Fence,
     span: Option<&LogSpan>,
     exit: AgentExit,
     result: Option<AgentResult>,
 ) -> (AgentExit, Option<AgentResult>) {
-    let report = talk.read(span, &exit);
+    let mut report = talk.read(span, &exit);
+    // A CLI that says no cost (codex, gemini) is priced from its tokens, so the day's
+    // spend counts it too.
+    if report.usage.cost_usd.is_none() {
+        report.usage.cost_usd = meter.map(metered_usd).filter(|c| *c > 0.0);
+    }
     if report.usage != Default::default() {
         let write = || ctx.store.record_agent_usage(&fence, &report.usage);
         if let Err(e) = retry::transient("recording the agent's usage", Budget::NOTE, write).await {
@@ -286,6 +210,7 @@ async fn reported(
     if report.exit == Some(AgentExit::TryLater) {
         // A usage limit's words say why the job waits, not what it did.
         result.parked_why = said.or(result.parked_why);
+        result.limited = true;
     } else {
         result.summary = result.summary.or(said);
     }
@@ -307,7 +232,20 @@ async fn launch_of(
         (None, Some(s)) => s.0.clone(),
         (None, None) => std::path::PathBuf::new(),
     };
-    let runs = conversation::Runs { store: &ctx.store, agent: &ctx.agent, env: &ctx.env, cwd: &cwd };
+    let account = match ctx.governed.account(&ctx.store).await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(job = claim.fence.job, error = %e, "could not tell which account the agent runs as");
+            None
+        }
+    };
+    let runs = conversation::Runs {
+        store: &ctx.store,
+        agent: &ctx.agent,
+        env: &ctx.env,
+        cwd: &cwd,
+        account: account.as_deref(),
+    };
     let talk = conversation::begin(runs, claim).await;
     let conversation = talk.as_ref().map_or(Conversation::New { id: None }, |t| t.conversation.clone());
     let moved_from = talk.as_ref().and_then(|t| t.moved_from.clone());
@@ -372,6 +310,7 @@ async fn supervise(
     span: Option<LogSpan>,
     talk: Option<&conversation::Talk>,
     id: i64,
+    capped: impl std::future::Future<Output = super::governed::CapStop>,
 ) -> Outcome {
     let api_span = span.clone();
     let api = async move {
@@ -405,6 +344,11 @@ async fn supervise(
             tracing::warn!(job = id, "{why}");
             agent.terminate(ctx.kill_grace).await;
             Outcome::Stopped(exit, Some(AgentResult { parked_why: Some(why), ..Default::default() }))
+        }
+        // Stopped as a hand-off stops it: with its grace, so the CLI keeps its conversation.
+        stop = capped => {
+            agent.terminate(ctx.grace).await;
+            Outcome::Capped(stop)
         }
     }
 }
@@ -482,7 +426,7 @@ async fn not_ready(ctx: &JobCtx, job: JobRef, why: NotReady) {
             // A setup's output is in it: the machine's secrets go before it is logged.
             let msg = ctx.store.redactor().redact(&msg).into_owned();
             tracing::warn!(job = id, "{msg}");
-            if let Some(ev) = report_exit(ctx, job, AgentExit::Failed(msg), AgentResult::default()).await {
+            if let Some(ev) = report_exit(ctx, job, AgentExit::Failed(msg), AgentResult::default(), None).await {
                 let _ = ctx.events.send(ev);
             }
             None
@@ -540,50 +484,6 @@ async fn store_tail(ctx: &JobCtx, fence: Fence, span: &LogSpan) {
     }
 }
 
-/// The outcome of a job with a worktree: a hand-off carries the work in progress (commit,
-/// push within the bound, and the branch named in the fenced release); a completion pushes
-/// if the repo says so and removes the worktree when nothing would be lost (else the job
-/// says where it is kept); anything else keeps it for the next attempt here.
-async fn report_with_worktree(
-    ctx: &JobCtx,
-    ws: &Workspaces,
-    wt: &Worktree,
-    job: JobRef,
-    outcome: Outcome,
-) -> Option<Event> {
-    match outcome {
-        Outcome::Cancelled(CancelReason::HandOff) => {
-            let carried = ws.hand_off(wt).await;
-            tracing::info!(job = job.id, took_ms = carried.took.as_millis() as u64, "{}", carried.detail);
-            let ev = report(ctx, job, Outcome::Cancelled(CancelReason::HandOff), Some(carried.clone())).await;
-            ws.after_hand_off(wt, &carried).await;
-            ev
-        }
-        Outcome::Exited(AgentExit::Success, result) => {
-            let finished = ws.finish(wt, true).await;
-            let fence = job.fence();
-            if let Some(kept) = &finished.kept {
-                let write = || ctx.store.record_worktree(&fence, kept);
-                if let Err(e) = retry::transient("recording the worktree", Budget::NOTE, write).await {
-                    tracing::warn!(job = job.id, error = %e, "could not record where the worktree is kept");
-                }
-            }
-            // Before the completion: its pull request row reads where the branch went.
-            if finished.pushed.is_some() || finished.commits.is_some() {
-                let write = || ctx.store.record_branch(&fence, finished.pushed.as_deref(), finished.commits);
-                if let Err(e) = retry::transient("recording the push", Budget::NOTE, write).await {
-                    tracing::warn!(job = job.id, error = %e, "could not record where the branch was pushed");
-                }
-            }
-            report(ctx, job, Outcome::Exited(AgentExit::Success, result), None).await
-        }
-        other => {
-            ws.finish(wt, false).await;
-            report(ctx, job, other, None).await
-        }
-    }
-}
-
 /// Asks the lease keeper where this claim stands. No keeper (the machine is going away):
 /// held, and the fenced write decides.
 async fn standing(ctx: &JobCtx, fence: Fence) -> Standing {
@@ -602,181 +502,6 @@ async fn result_of(agent: &RunningAgent, id: i64) -> Option<AgentResult> {
             tracing::warn!(job = id, "ignoring the agent's result file: {why}");
             None
         }
-    }
-}
-
-/// Keeps the agent's summary and link on the job (fenced). Failing to is logged: the
-/// outcome matters more than its description.
-async fn keep_result(ctx: &JobCtx, fence: Fence, r: &AgentResult) {
-    if r.summary.is_none() && r.url.is_none() {
-        return;
-    }
-    let write = || ctx.store.record_result(&fence, r.summary.as_deref(), r.url.as_deref());
-    if let Err(e) = retry::transient("recording the result", Budget::NOTE, write).await {
-        tracing::warn!(job = fence.job, error = %e, "could not record the agent's result");
-    }
-}
-
-/// Writes the outcome (fenced) and says what happened. `carried`: what a hand-off did with
-/// the work in progress.
-async fn report(
-    ctx: &JobCtx,
-    job: JobRef,
-    outcome: Outcome,
-    carried: Option<crate::worktree::HandOff>,
-) -> Option<Event> {
-    let (fence, id) = (job.fence(), job.id);
-    match outcome {
-        Outcome::Exited(exit, result) | Outcome::Stopped(exit, result) => {
-            let (exit, result) = bounds::redacted(ctx.store.redactor(), exit, result.unwrap_or_default());
-            keep_result(ctx, fence, &result).await;
-            report_exit(ctx, job, exit, result).await
-        }
-        Outcome::Cancelled(CancelReason::Cancelled) => {
-            match retry::transient("cancelling", Budget::WRITE, || ctx.store.finish_cancel(&fence)).await {
-                Ok(true) => Some(Event::Cancelled { job }),
-                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
-                Err(e) => gave_up(id, "the cancel", e),
-            }
-        }
-        Outcome::Cancelled(CancelReason::HandOff) => {
-            let reason = match &carried {
-                Some(c) => format!("handed off by its machine; {}", c.detail),
-                None => "handed off by its machine".to_string(),
-            };
-            let resume = carried.as_ref().and_then(|c| c.pushed.as_deref());
-            match retry::transient("handing off", Budget::WRITE, || ctx.store.release(&fence, &reason, resume)).await {
-                Ok(true) => Some(Event::Released { job, carried: Carried::of(carried.as_ref()) }),
-                Ok(false) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
-                Err(e) => gave_up(id, "the hand-off", e),
-            }
-        }
-        Outcome::Cancelled(CancelReason::LeaseLost) => {
-            note_later(ctx, fence, event::LEASE_LOST, "a renewal found the lease gone; agent stopped");
-            Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired })
-        }
-        Outcome::Cancelled(CancelReason::LeaseExpired) => {
-            // The outcome is never written: the sweep hands the job to the next machine.
-            let detail = "no renewal confirmed before the local deadline; agent stopped";
-            note_later(ctx, fence, event::LEASE_EXPIRED, detail);
-            Some(Event::LeaseLost { job, reason: LossReason::DeadlinePassed })
-        }
-    }
-}
-
-/// Writes the outcome of an agent that exited.
-async fn report_exit(ctx: &JobCtx, job: JobRef, exit: AgentExit, result: AgentResult) -> Option<Event> {
-    let (fence, id) = (job.fence(), job.id);
-    match exit {
-        AgentExit::Success => {
-            let ended = match ride(ctx, fence).await {
-                Some(state) => Ok(Some(state)),
-                None => retry::transient("completing", Budget::WRITE, || ctx.completer.complete(fence)).await,
-            };
-            match ended {
-                Ok(Some(JobState::Cancelled)) => Some(Event::Cancelled { job }),
-                Ok(Some(_)) => Some(Event::Completed { job, summary: result.summary, url: result.url }),
-                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::CompletionRejected }),
-                Err(e) => gave_up(id, "the completion", e),
-            }
-        }
-        AgentExit::Failed(msg) => {
-            let fail = || ctx.store.fail(&fence, &msg, ctx.backoff);
-            match retry::transient("failing", Budget::WRITE, fail).await {
-                Ok(Some(FailOutcome::Cancelled)) => Some(Event::Cancelled { job }),
-                Ok(Some(o)) => Some(Event::Failed { job, error: msg, dead: o == FailOutcome::Dead }),
-                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
-                Err(e) => gave_up(id, "the failure", e),
-            }
-        }
-        AgentExit::TryLater => {
-            let asked = result.retry_after.unwrap_or(RetryAfter::Backoff);
-            let (after, cap_note) = bounds::capped(asked, ctx.max_park, bounds::now_ms());
-            let why = bounds::park_reason(result.parked_why, cap_note);
-            let park = || ctx.store.park(&fence, after, ctx.backoff, why.as_deref());
-            match retry::transient("parking", Budget::WRITE, park).await {
-                Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
-                Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),
-                Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
-                Err(e) => gave_up(id, "the park", e),
-            }
-        }
-    }
-}
-
-/// Offers the completion of claim `fence` to the poll that fills its slot ([`Rider`]): the
-/// slot is free from now on. `None`: the machine did not carry it.
-async fn ride(ctx: &JobCtx, fence: Fence) -> Option<JobState> {
-    let (reply, answer) = oneshot::channel();
-    let rider = Some(Rider { fence, reply });
-    ctx.done.send(JobDone { fence, agent_error: None, rider, slot_freed: false }).ok()?;
-    answer.await.ok()
-}
-
-/// Records a loss once the database answers again, on a task of its own: the job's task ends
-/// as soon as its agent is dead, so no stop or hand-off waits on a database that is gone.
-fn note_later(ctx: &JobCtx, fence: Fence, kind: &'static str, detail: &'static str) {
-    let store = ctx.store.clone();
-    tokio::spawn(async move { store.note(&fence, kind, detail).await });
-}
-
-/// A write that could not be made within its budget: the sweep recovers the job.
-fn gave_up(id: i64, what: &str, e: Error) -> Option<Event> {
-    tracing::error!(job = id, error = %e, "giving up on {what}; the sweep will recover the job");
-    None
-}
-
-/// One completion waiting for its batch: the claim, and where its ending goes.
-struct Completion {
-    fence: Fence,
-    reply: oneshot::Sender<Result<Option<JobState>>>,
-}
-
-/// Batches completions from one process into one fenced statement per flush. Under load
-/// each flush carries whatever queued up during the previous one; idle, it adds no delay.
-#[derive(Clone)]
-pub struct Completer {
-    tx: mpsc::UnboundedSender<Completion>,
-}
-
-impl Completer {
-    /// Runs until every clone of the returned completer is dropped.
-    pub fn spawn(store: MachineStore) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Completion>();
-        tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < 256 {
-                    match rx.try_recv() {
-                        Ok(x) => batch.push(x),
-                        Err(_) => break,
-                    }
-                }
-                let fences: Vec<Fence> = batch.iter().map(|c| c.fence).collect();
-                match store.complete(&fences).await {
-                    Ok(accepted) => {
-                        for c in batch {
-                            let ended = accepted.iter().find(|(f, _)| *f == c.fence).map(|(_, s)| *s);
-                            let _ = c.reply.send(Ok(ended));
-                        }
-                    }
-                    Err(e) => {
-                        for c in batch {
-                            let _ = c.reply.send(Err(e.clone()));
-                        }
-                    }
-                }
-            }
-        });
-        Self { tx }
-    }
-
-    /// The state the claim ended in (`completed`, or `cancelled` after a cancel), or `None`
-    /// when the completion was fenced off.
-    pub async fn complete(&self, fence: Fence) -> Result<Option<JobState>> {
-        let (reply, rx) = oneshot::channel();
-        self.tx.send(Completion { fence, reply }).map_err(|_| Error::Invalid("the completer has stopped".into()))?;
-        rx.await.map_err(|_| Error::Invalid("the completer has stopped".into()))?
     }
 }
 

@@ -112,6 +112,7 @@ impl Machine {
             presence,
             stale_after,
             route: Arc::new(self.cfg.route()),
+            governed: self.ctx.governed.clone(),
             stats: self.stats.clone(),
             events: self.events.clone(),
             done: riders.iter().map(|r| r.fence).collect(),

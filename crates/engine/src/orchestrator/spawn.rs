@@ -151,5 +151,6 @@ pub(super) fn job_ctx(
         max_park: cfg.max_park,
         scratch_root: cfg.scratch_root.clone(),
         confining: cfg.confining.clone(),
+        governed: Arc::new(super::governed::Governed::new(cfg.limits.clone(), &cfg.agent, &cfg.machine)),
     }
 }

@@ -101,6 +101,11 @@ pub enum Event {
     Cancelled {
         job: JobRef,
     },
+    /// A running job passed the warning share of a spend cap (said once).
+    SpendWarning {
+        job: JobRef,
+        text: String,
+    },
     /// The agent asked to be tried later (exit 75); the attempt did not count.
     Parked {
         job: JobRef,

@@ -68,7 +68,13 @@ pub fn report(d: &Delivery, job: &JobRow, branch: &str, source: &SourceSettings)
         }
         event::PARKED if on.parked => {
             let until = until_of(detail);
-            r.comment = Some(format!("Parked on {machine}: waiting for the usage limit{until}."));
+            r.comment = Some(match detail.strip_prefix("spend cap: ") {
+                Some(cap) => spend_capped(machine, cap, &until),
+                None => format!("Parked on {machine}: waiting for the usage limit{until}."),
+            });
+        }
+        event::SPEND_WARNING if on.parked => {
+            r.comment = Some(format!("Spend warning from {machine}: {}.", one_line(detail)));
         }
         event::CANCELLED if on.cancelled => {
             r.comment = Some(format!("Cancelled ({}).", one_line(detail)));
@@ -82,11 +88,21 @@ pub fn report(d: &Delivery, job: &JobRow, branch: &str, source: &SourceSettings)
         }
         _ => {}
     }
-    let about_work = d.event != event::EDITED_AFTER_APPROVAL;
+    let about_work = d.event != event::EDITED_AFTER_APPROVAL && d.event != event::SPEND_WARNING;
     if !on.working_label.is_empty() && about_work && event::REPORTABLE.contains(&d.event.as_str()) {
         r.working = Some(d.event == event::CLAIMED);
     }
     r
+}
+
+/// A park at a spend cap: its own cap waits for a person; a day's cap, for the next day.
+fn spend_capped(machine: &str, cap: &str, until: &str) -> String {
+    let what = one_line(cap.split(';').next().unwrap_or(cap));
+    if what.contains("this job spent") {
+        format!("Stopped on {machine} at its spend cap ({what}); its work is pushed. It waits for a person.")
+    } else {
+        format!("Stopped on {machine} at today's spend cap ({what}); its work is pushed. It goes on{until}.")
+    }
 }
 
 fn claimed(job: &JobRow, machine: &str, detail: &str, first: bool) -> String {
@@ -248,6 +264,20 @@ pub(super) mod tests {
         assert_eq!(until_of(detail), " until 14:30 UTC");
         assert_eq!(until_of("no time here"), "");
         assert_eq!(code("a`b"), "a'b");
+    }
+
+    /// A park at a job's own cap says it waits for a person, with no time; a day's cap says
+    /// until when; the text after the cap's sentence is left out.
+    #[test]
+    fn spend_cap_parks_say_what_they_wait_for() {
+        let job =
+            spend_capped("laptop", "this job spent $0.06 of its $0.05 cap; claimable again at x", " until 00:00 UTC");
+        assert_eq!(
+            job,
+            "Stopped on laptop at its spend cap (this job spent $0.06 of its $0.05 cap); its work is pushed. It waits for a person."
+        );
+        let day = spend_capped("laptop", "the fleet spent $20.10 of today's $20.00 cap", " until 23:00 UTC");
+        assert!(day.contains("today's spend cap") && day.ends_with("It goes on until 23:00 UTC."), "{day}");
     }
 
     /// Agent text that tries to mention a team, link, embed, cross-reference, close an

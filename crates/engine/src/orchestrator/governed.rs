@@ -1,0 +1,310 @@
+//! The governor on one machine ([`crate::governor`] decides, the store's statements act):
+//! the account its preset runs as, resolved once from the fleet's MAC key; what it may claim
+//! (no job while its account is held, none past the day's cap); and while a preset's agent
+//! runs, its spend read from what the CLI streams, with the 80 % warning given once and the
+//! stop at a cap.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, OnceCell};
+
+use super::status::{Event, JobRef, LossReason};
+use crate::agent::{AgentResult, AgentSpec, LogSpan};
+use crate::governor::account::account_of;
+use crate::governor::budget::{day_bounds, describe, hold_until, Cap, Caps, Spending, Verdict};
+use crate::governor::meter::{Meter, Tail};
+use crate::governor::settings::LimitSettings;
+use crate::preset::Preset;
+use devpilot_store::error::Result;
+use devpilot_store::job::JobState;
+use devpilot_store::queue::{GovernedPark, Governor, MachineStore, ParkedFor, RetryAfter, Usage};
+use devpilot_store::retry::{self, Budget};
+
+/// How often a running agent's spend is read from its log.
+const METER_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the day's spend (the fleet's, the account's) is read again while an agent runs.
+const DAY_EVERY: Duration = Duration::from_secs(60);
+
+/// The governor as this machine runs it.
+#[derive(Debug)]
+pub struct Governed {
+    pub limits: LimitSettings,
+    agent: AgentSpec,
+    machine: String,
+    /// The account, once known; `None` inside: an agent with no account (a plain command).
+    account: OnceCell<Option<String>>,
+}
+
+/// Why a running agent was stopped by a cap, and until when its job waits.
+#[derive(Clone, Debug)]
+pub struct CapStop {
+    pub parked_for: ParkedFor,
+    pub why: String,
+    /// When the job may run again: now (a job's cap waits for a person) or tomorrow.
+    pub until_ms: i64,
+    /// What the attempt had spent, by the meter, when it was stopped.
+    pub spent_usd: f64,
+}
+
+impl Governed {
+    pub fn new(limits: LimitSettings, agent: &AgentSpec, machine: &str) -> Self {
+        Self { limits, agent: agent.clone(), machine: machine.into(), account: OnceCell::new() }
+    }
+
+    /// The account this machine's agent runs as (read once: the fleet's MAC key comes from
+    /// the database, so two machines with the same key agree on its fingerprint).
+    pub async fn account(&self, store: &MachineStore) -> Result<Option<String>> {
+        let resolve = || async {
+            let AgentSpec::Preset { preset, settings } = &self.agent else { return Ok(None) };
+            let key = store.queue().mac_key(store.orchestrator_id()).await?;
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+            let env = |k: &str| std::env::var(k).ok();
+            let account = account_of(*preset, settings, &env, &home, &self.machine, key.bytes())?;
+            tracing::info!(account = %account, "the agent runs as {}", account.label());
+            Ok(Some(account.as_str().to_string()))
+        };
+        self.account.get_or_try_init(resolve).await.cloned()
+    }
+
+    /// The account, if it is known already (no statement).
+    pub fn known_account(&self) -> Option<String> {
+        self.account.get().cloned().flatten()
+    }
+
+    /// Today's bounds in the user's zone (ms since the epoch).
+    pub fn day(&self) -> (i64, i64) {
+        day_bounds(super::bounds::now_ms(), &self.limits.time_zone())
+    }
+
+    /// What this machine may claim now: its account unheld, the day's caps unreached.
+    pub async fn governor(&self, store: &MachineStore) -> Result<Governor> {
+        let account = self.account(store).await?;
+        Ok(Governor {
+            account,
+            skew_ms: self.limits.skew.get().as_millis() as i64,
+            day_start_ms: self.day().0,
+            day_usd: self.limits.day_usd,
+            account_day_usd: self.limits.account_day_usd,
+        })
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::from(&self.limits)
+    }
+
+    /// Whether any cap is set: with none, nothing is metered against them.
+    pub fn capped(&self) -> bool {
+        let c = self.caps();
+        c.job.is_some() || c.day.is_some() || c.account_day.is_some()
+    }
+
+    /// A meter for this machine's preset, if it runs one.
+    pub fn meter(&self) -> Option<Arc<Mutex<Meter>>> {
+        let AgentSpec::Preset { preset, settings } = &self.agent else { return None };
+        let model = model_of(*preset, &settings.args);
+        Some(Arc::new(Mutex::new(Meter::new(*preset, model, self.limits.prices.clone()))))
+    }
+}
+
+/// The model a preset runs with, when its settings' args say (`--model X` or `-m X`).
+fn model_of(_preset: Preset, args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "--model" || a == "-m")?;
+    args.get(at + 1).cloned().or_else(|| args.iter().find_map(|a| a.strip_prefix("--model=").map(str::to_string)))
+}
+
+/// What a running agent's watch needs.
+pub(super) struct Watch<'a> {
+    pub governed: &'a Governed,
+    pub store: &'a MachineStore,
+    pub events: &'a broadcast::Sender<Event>,
+    pub job: &'a JobRef,
+    /// What the job spent against its own cap before this attempt.
+    pub spent_before: f64,
+}
+
+impl Watch<'_> {
+    /// Reads the agent's spend from its log every second until a cap is reached (then says
+    /// why), giving each 80 % warning once. Never ends when no cap is set.
+    pub(super) async fn until_capped(&self, span: Option<LogSpan>, meter: Option<Arc<Mutex<Meter>>>) -> CapStop {
+        let (Some(span), Some(meter), true) = (span, meter, self.governed.capped()) else {
+            return std::future::pending().await;
+        };
+        let account = self.governed.known_account();
+        let mut tail = Tail::new(span.path.clone(), span.start);
+        let (mut day, mut day_read) = (self.governed.day(), None::<(tokio::time::Instant, f64, f64)>);
+        let mut tick = tokio::time::interval(METER_EVERY);
+        loop {
+            tick.tick().await;
+            let live = {
+                let mut m = meter.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = tail.read_new(&mut m) {
+                    tracing::debug!(job = self.job.id, error = %e, "could not read the agent's log for its spend");
+                }
+                m.spent().usd
+            };
+            if self.governed.day() != day {
+                (day, day_read) = (self.governed.day(), None);
+            }
+            if day_read.is_none_or(|(at, ..)| at.elapsed() >= DAY_EVERY) {
+                day_read = self.read_day(day.0, account.as_deref()).await.or(day_read);
+            }
+            let (fleet, mine) = day_read.map_or((0.0, 0.0), |(_, f, a)| (f, a));
+            let s = Spending { job: self.spent_before + live, day: fleet + live, account_day: mine + live };
+            match self.governed.caps().judge(&s) {
+                Verdict::Under => {}
+                Verdict::Warn(cap) => self.warn(cap, &s, day.0).await,
+                Verdict::Over(cap) => return self.stop(cap, &s, day.1, live),
+            }
+        }
+    }
+
+    /// The fleet's and the account's spend today; `None` when the database cannot say.
+    async fn read_day(&self, start: i64, account: Option<&str>) -> Option<(tokio::time::Instant, f64, f64)> {
+        let read = async {
+            let fleet = self.store.spent_since(start, None).await?;
+            let mine = match account {
+                Some(a) => self.store.spent_since(start, Some(a)).await?,
+                None => 0.0,
+            };
+            Ok::<_, devpilot_store::error::Error>((tokio::time::Instant::now(), fleet, mine))
+        };
+        read.await.inspect_err(|e| tracing::debug!(error = %e, "could not read today's spend")).ok()
+    }
+
+    /// The 80 % warning of `cap`, once: per job for its own cap, per day for the day's.
+    async fn warn(&self, cap: Cap, s: &Spending, day_start: i64) {
+        let Some(limit) = self.governed.caps().limit(cap) else { return };
+        let text = describe(cap, spent_of(cap, s), limit);
+        let first = match cap {
+            Cap::Job => self.store.warn_spend_once(&self.job.fence(), &text).await,
+            Cap::Day | Cap::AccountDay => self.store.warn_day_once(day_start).await,
+        };
+        match first {
+            Ok(true) => {
+                tracing::warn!(job = self.job.id, "{text}");
+                let _ = self.events.send(Event::SpendWarning { job: self.job.clone(), text });
+            }
+            Ok(false) => {}
+            Err(e) => tracing::debug!(job = self.job.id, error = %e, "could not record the spend warning"),
+        }
+    }
+
+    fn stop(&self, cap: Cap, s: &Spending, tomorrow: i64, live: f64) -> CapStop {
+        let limit = self.governed.caps().limit(cap).unwrap_or_default();
+        let why = describe(cap, spent_of(cap, s), limit);
+        let (parked_for, until_ms) = match cap {
+            Cap::Job => (ParkedFor::JobCap, super::bounds::now_ms()),
+            Cap::Day | Cap::AccountDay => (ParkedFor::DayCap, tomorrow),
+        };
+        tracing::warn!(job = self.job.id, "{why}: stopping the agent");
+        CapStop { parked_for, why, until_ms, spent_usd: live }
+    }
+}
+
+fn spent_of(cap: Cap, s: &Spending) -> f64 {
+    match cap {
+        Cap::Job => s.job,
+        Cap::Day => s.day,
+        Cap::AccountDay => s.account_day,
+    }
+}
+
+/// The park of a job stopped by a cap or held by its account's usage limit: its work is
+/// pushed (`resume_branch`) so any machine resumes it.
+pub(super) fn hold_of(account: Option<&str>, parked_for: ParkedFor) -> Option<&str> {
+    (parked_for == ParkedFor::Limit).then_some(account).flatten()
+}
+
+/// Ends `account`'s hold after a success under it (an extra statement only for a preset).
+pub(super) async fn success_under(store: &MachineStore, account: Option<&str>, job: i64) {
+    let Some(account) = account else { return };
+    match store.end_hold(account).await {
+        Ok(true) => tracing::info!(job, account, "a success under {account} ended its hold early"),
+        Ok(false) => {}
+        Err(e) => tracing::debug!(job, error = %e, "could not end the hold on {account}"),
+    }
+}
+
+/// Parks a job a cap stopped, after its work was pushed (`carried`): what the attempt spent
+/// by the meter is recorded first (the CLI was stopped before it could say), so the day's
+/// spend and the job's page count it.
+pub(super) async fn park_capped(
+    store: &MachineStore,
+    job: JobRef,
+    stop: &CapStop,
+    carried: Option<&crate::worktree::HandOff>,
+) -> Option<Event> {
+    let fence = job.fence();
+    if stop.spent_usd > 0.0 {
+        let usage = Usage { cost_usd: Some(stop.spent_usd), ..Default::default() };
+        let write = || store.record_agent_usage(&fence, &usage);
+        if let Err(e) = retry::transient("recording the agent's usage", Budget::NOTE, write).await {
+            tracing::warn!(job = job.id, error = %e, "could not record the stopped agent's spend");
+        }
+    }
+    let park = GovernedPark {
+        parked_for: stop.parked_for,
+        until_ms: stop.until_ms,
+        reason: &stop.why,
+        hold: None,
+        resume_branch: carried.and_then(|c| c.pushed.as_deref()),
+    };
+    parked(store, job, &park).await
+}
+
+/// Parks a job whose CLI hit its account's usage limit, holding the account fleet-wide in
+/// the same statement, until the reset the CLI gave (or the default hold), at most the
+/// machine's longest park. Its work was pushed (`pushed`), so any machine may resume it.
+pub(super) async fn park_limited(
+    (store, governed, max_park): (&MachineStore, &Governed, Duration),
+    job: JobRef,
+    result: AgentResult,
+    pushed: Option<&str>,
+) -> Option<Event> {
+    let now = super::bounds::now_ms();
+    let reset = match result.retry_after {
+        Some(RetryAfter::At(ms)) => Some(ms),
+        Some(RetryAfter::In(d)) => Some(now.saturating_add(d.as_millis() as i64)),
+        _ => None,
+    };
+    let limits = &governed.limits;
+    let longest = now.saturating_add(max_park.as_millis() as i64);
+    let until = hold_until(reset, now, limits.default_hold.get()).min(longest);
+    let account = governed.known_account();
+    let why = result.parked_why.unwrap_or_else(|| "the agent's account hit a usage limit".into());
+    let why = match &account {
+        Some(a) => format!("{why}; {a} is held on every machine until its reset"),
+        None => why,
+    };
+    let park = GovernedPark {
+        parked_for: ParkedFor::Limit,
+        until_ms: until,
+        reason: &why,
+        hold: hold_of(account.as_deref(), ParkedFor::Limit),
+        resume_branch: pushed,
+    };
+    let id = job.id;
+    let ev = parked(store, job, &park).await;
+    if !limits.resume_after_limit && matches!(ev, Some(Event::Parked { .. })) {
+        if let Err(e) = store.queue().set_resume_after_limit(store.orchestrator_id(), id, false).await {
+            tracing::warn!(job = id, error = %e, "could not leave the job parked for a person");
+        }
+    }
+    ev
+}
+
+/// Writes a governed park (fenced) and says what happened.
+async fn parked(store: &MachineStore, job: JobRef, park: &GovernedPark<'_>) -> Option<Event> {
+    let fence = job.fence();
+    match retry::transient("parking", Budget::WRITE, || store.park_governed(&fence, park)).await {
+        Ok(Some((JobState::Cancelled, _))) => Some(Event::Cancelled { job }),
+        Ok(Some((_, until))) => Some(Event::Parked { job, until_unix_ms: until }),
+        Ok(None) => Some(Event::LeaseLost { job, reason: LossReason::LeaseExpired }),
+        Err(e) => {
+            tracing::error!(job = job.id, error = %e, "gave up writing the park; the sweep hands the job on");
+            None
+        }
+    }
+}
