@@ -171,6 +171,7 @@ impl Engine {
         let branch = job.branch(&payload);
         let deliveries = q.outbox_of(id).await?;
         let review_loop = crate::review::review_loop(&q, id, &history, &deliveries).await?;
+        let spend = crate::limits::job_spend(&q, id, &self.settings().limits).await?;
         let worktree_here = self.worktree_path(id).is_some();
         let log_path = Some(self.job_log(id)).filter(|p| p.exists()).map(|p| p.display().to_string());
         Ok(JobDetail {
@@ -185,6 +186,7 @@ impl Engine {
             worktree_here,
             log_path,
             review_loop,
+            spend,
         })
     }
 

@@ -30,6 +30,8 @@
 //! - [`guide`]: what the window's first-run guide asks the engine.
 //! - `db_form`: [`DbForm`], the database part of the settings form, to and from a URL; [`DbMode`].
 //! - `overrides`: [`Overrides`], the `DEVPILOT_*` variables that override the settings file.
+//! - [`limits`]: the governor as the tray, the window and `devpilot status` tell it: each
+//!   account's state, the day's spend against its cap, a job's spend by attempt.
 //! - [`review`]: a job's review loop as its page and `devpilot show` tell it.
 //! - `views`: [`JobDetail`], [`NewJob`] and [`Fleet`], what the window reads and sends.
 //! - `keychain`: keychain calls, off the async workers and bounded in time.
@@ -45,6 +47,7 @@ mod handoff;
 mod jobs;
 mod keychain;
 mod lifecycle;
+pub mod limits;
 mod outcome;
 mod overrides;
 mod repos;

@@ -27,6 +27,8 @@ pub struct JobDetail {
     pub log_path: Option<String>,
     /// Its pull request's review loop, if DevPilot opened one.
     pub review_loop: Option<crate::review::ReviewLoopView>,
+    /// What each attempt spent, against the job's cap.
+    pub spend: Option<crate::limits::JobSpend>,
 }
 
 /// A job as the window's New job form sends it.

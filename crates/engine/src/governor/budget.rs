@@ -28,6 +28,17 @@ pub fn day_bounds(now_ms: i64, tz: &TimeZone) -> (i64, i64) {
     })
 }
 
+/// The wall-clock time of `at_ms` in `tz` as a person reads it next to `now_ms`: "14:05"
+/// today, "Tue 14:05" on another day.
+pub fn clock_of(at_ms: i64, now_ms: i64, tz: &TimeZone) -> String {
+    let zoned = |ms: i64| Timestamp::from_millisecond(ms).ok().map(|t| t.to_zoned(tz.clone()));
+    match (zoned(at_ms), zoned(now_ms)) {
+        (Some(at), Some(now)) if at.date() == now.date() => at.strftime("%H:%M").to_string(),
+        (Some(at), _) => at.strftime("%a %H:%M").to_string(),
+        _ => "?".into(),
+    }
+}
+
 /// A cap on spending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cap {
@@ -140,6 +151,15 @@ pub fn hold_until(reset_ms: Option<i64>, now_ms: i64, default_hold: Duration) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A time today reads as its hour, another day's with the weekday, in the zone given.
+    #[test]
+    fn clock_times_read_in_the_zone() {
+        let tz = TimeZone::get("Europe/Paris").unwrap();
+        let now = 1_796_212_800_000; // 2026-12-02 12:00 UTC, 13:00 in Paris
+        assert_eq!(clock_of(now + 65 * 60_000, now, &tz), "14:05");
+        assert_eq!(clock_of(now + 24 * 3_600_000, now, &tz), "Thu 13:00");
+    }
     use jiff::civil::date;
 
     fn ms(zoned: jiff::Zoned) -> i64 {

@@ -20,7 +20,8 @@ pub mod price;
 pub mod settings;
 
 pub use account::{account_of, Account};
-pub use budget::{Cap, Caps, Spending, Verdict};
+pub use budget::{clock_of, day_bounds, Cap, Caps, Spending, Verdict};
+pub use jiff::tz::TimeZone;
 pub use meter::{Meter, Source, Spent, Tail};
 pub use price::{price_of, Price, Tokens};
 pub use settings::LimitSettings;

@@ -11,14 +11,14 @@ use tokio::sync::{broadcast, OnceCell};
 
 use super::status::{Event, JobRef, LossReason};
 use crate::agent::{AgentResult, AgentSpec, LogSpan};
-use crate::governor::account::account_of;
+use crate::governor::account::{account_of, Account};
 use crate::governor::budget::{day_bounds, describe, hold_until, Cap, Caps, Spending, Verdict};
 use crate::governor::meter::{Meter, Tail};
 use crate::governor::settings::LimitSettings;
 use crate::preset::Preset;
 use devpilot_store::error::Result;
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{GovernedPark, Governor, MachineStore, ParkedFor, RetryAfter, Usage};
+use devpilot_store::queue::{GovernedPark, Governor, MachineStore, ParkedFor, Queue, RetryAfter, Usage};
 use devpilot_store::retry::{self, Budget};
 
 /// How often a running agent's spend is read from its log.
@@ -57,13 +57,11 @@ impl Governed {
     /// the database, so two machines with the same key agree on its fingerprint).
     pub async fn account(&self, store: &MachineStore) -> Result<Option<String>> {
         let resolve = || async {
-            let AgentSpec::Preset { preset, settings } = &self.agent else { return Ok(None) };
-            let key = store.queue().mac_key(store.orchestrator_id()).await?;
-            let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
-            let env = |k: &str| std::env::var(k).ok();
-            let account = account_of(*preset, settings, &env, &home, &self.machine, key.bytes())?;
-            tracing::info!(account = %account, "the agent runs as {}", account.label());
-            Ok(Some(account.as_str().to_string()))
+            let account = account_for(store.queue(), store.orchestrator_id(), &self.agent, &self.machine).await?;
+            if let Some(a) = &account {
+                tracing::info!(account = %a, "the agent runs as {}", a.label());
+            }
+            Ok(account.map(|a| a.as_str().to_string()))
         };
         self.account.get_or_try_init(resolve).await.cloned()
     }
@@ -106,6 +104,16 @@ impl Governed {
         let model = model_of(*preset, &settings.args);
         Some(Arc::new(Mutex::new(Meter::new(*preset, model, self.limits.prices.clone()))))
     }
+}
+
+/// The account `agent` runs as on machine `machine` of orchestrator `orch` (`None`: not a
+/// preset): the fleet's MAC key is read from `q`, so every machine names it alike.
+pub async fn account_for(q: &Queue, orch: &str, agent: &AgentSpec, machine: &str) -> Result<Option<Account>> {
+    let AgentSpec::Preset { preset, settings } = agent else { return Ok(None) };
+    let key = q.mac_key(orch).await?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    let env = |k: &str| std::env::var(k).ok();
+    Ok(Some(account_of(*preset, settings, &env, &home, machine, key.bytes())?))
 }
 
 /// The model a preset runs with, when its settings' args say (`--model X` or `-m X`).
