@@ -188,13 +188,14 @@ async fn the_hold_and_the_park_commit_together(backend: Backend) {
 }
 
 /// Two parks under one account keep the later reset, whichever comes last; a success ends
-/// the hold at once (once), and the held machines claim again.
+/// the hold at once (once), the held machines claim again, and the jobs parked on the
+/// account's limit are claimable at once, not at their reset.
 async fn a_later_reset_wins_and_a_success_ends_the_hold_early(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("gov-later");
     let ids =
         db.queue.enqueue_many(&orch, &[json!({"title": "a"}), json!({"title": "b"}), json!({"title": "c"})]).await;
-    let [_, _, j3] = ids.unwrap()[..] else { panic!("three jobs") };
+    let [j1, j2, j3] = ids.unwrap()[..] else { panic!("three jobs") };
     let desktop = db.another_queue().await;
     let a = start(&db.queue, &orch, "laptop", Some(WORK)).await;
     let b = start(&desktop, &orch, "desktop", Some(WORK)).await;
@@ -213,8 +214,8 @@ async fn a_later_reset_wins_and_a_success_ends_the_hold_early(backend: Backend) 
     assert!(db.queue.governor_view(&orch, 0).await.unwrap().holds.is_empty());
     assert_eq!(
         claim(&desktop, &orch, "desktop", 3, &runs_as(Some(WORK))).await,
-        [j3],
-        "the parked jobs wait for their run_at"
+        [j1, j2, j3],
+        "the jobs parked on its limit wait no more"
     );
 }
 

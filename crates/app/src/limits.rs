@@ -8,6 +8,8 @@ use serde::Serialize;
 use devpilot_engine::governor::{clock_of, day_bounds, Account, LimitSettings, TimeZone};
 use devpilot_engine::orchestrator::governed::account_for;
 use devpilot_store::error::Result;
+
+use crate::engine::Engine;
 use devpilot_store::queue::{GovernorView, Queue, SpendRow};
 
 /// The fleet's limits and budgets, today.
@@ -66,7 +68,7 @@ pub struct DayView {
     pub line: String,
 }
 
-impl crate::Engine {
+impl Engine {
     /// The fleet's limits and budgets today, with this machine's account (the tray's menu,
     /// the window's status).
     pub async fn limits(&self) -> Result<LimitsView> {
@@ -127,7 +129,9 @@ pub fn judged(g: &GovernorView, limits: &LimitSettings, this: Option<&str>, now:
         .into_iter()
         .map(|name| {
             let hold = g.holds.iter().find(|h| h.account == name).map(|h| h.until_at);
-            let spent = g.by_account.iter().filter(|a| a.account.as_deref() == Some(&name)).map(|a| a.spent_usd).sum();
+            let mine = g.by_account.iter().filter(|a| a.account.as_deref() == Some(&name));
+            // Folded from +0.0: an empty float `sum()` is -0.0, which prints as "$-0.00".
+            let spent = mine.fold(0.0, |t, a| t + a.spent_usd);
             account_view(name, hold, spent, limits, now, &tz)
         })
         .collect();
@@ -195,7 +199,7 @@ pub async fn job_spend(q: &Queue, id: i64, limits: &LimitSettings) -> Result<Opt
     if attempts.is_empty() && limits.job_usd.is_none() {
         return Ok(None);
     }
-    let total_usd = attempts.iter().map(|a| a.cost_usd).sum();
+    let total_usd = attempts.iter().fold(0.0, |t, a| t + a.cost_usd);
     Ok(Some(JobSpend { attempts, total_usd, cap_usd: limits.job_usd }))
 }
 
@@ -247,5 +251,14 @@ mod tests {
         assert_eq!(v.accounts[1].state, AccountState::Limited);
         assert_eq!(v.day.line, "today: $19.50 of $20.00 (97 %)");
         assert!(v.limits_paused);
+    }
+
+    /// A day with no spend reads "$0.00", never "$-0.00" (an empty float sum is -0.0).
+    #[test]
+    fn nothing_spent_reads_zero() {
+        let v = judged(&GovernorView::default(), &limits(), Some("claude:work"), 0, 0);
+        assert_eq!(v.day.line, "today: $0.00 of $20.00 (0 %)");
+        assert_eq!(v.accounts[0].line, "ok");
+        assert!(v.accounts[0].spent_today_usd.is_sign_positive());
     }
 }

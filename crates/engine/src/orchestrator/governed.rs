@@ -31,6 +31,8 @@ const DAY_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct Governed {
     pub limits: LimitSettings,
+    /// The zone of the fleet's day, read once (the system's zone is a file read).
+    zone: crate::governor::TimeZone,
     agent: AgentSpec,
     machine: String,
     /// The account, once known; `None` inside: an agent with no account (a plain command).
@@ -50,7 +52,8 @@ pub struct CapStop {
 
 impl Governed {
     pub fn new(limits: LimitSettings, agent: &AgentSpec, machine: &str) -> Self {
-        Self { limits, agent: agent.clone(), machine: machine.into(), account: OnceCell::new() }
+        let zone = limits.time_zone();
+        Self { limits, zone, agent: agent.clone(), machine: machine.into(), account: OnceCell::new() }
     }
 
     /// The account this machine's agent runs as (read once: the fleet's MAC key comes from
@@ -73,16 +76,18 @@ impl Governed {
 
     /// Today's bounds in the user's zone (ms since the epoch).
     pub fn day(&self) -> (i64, i64) {
-        day_bounds(super::bounds::now_ms(), &self.limits.time_zone())
+        day_bounds(super::bounds::now_ms(), &self.zone)
     }
 
     /// What this machine may claim now: its account unheld, the day's caps unreached.
     pub async fn governor(&self, store: &MachineStore) -> Result<Governor> {
         let account = self.account(store).await?;
+        let daily = self.limits.day_usd.is_some() || self.limits.account_day_usd.is_some();
         Ok(Governor {
             account,
             skew_ms: self.limits.skew.get().as_millis() as i64,
-            day_start_ms: self.day().0,
+            // Only a day's cap needs the day: a machine with none does no date arithmetic.
+            day_start_ms: if daily { self.day().0 } else { 0 },
             day_usd: self.limits.day_usd,
             account_day_usd: self.limits.account_day_usd,
         })

@@ -198,10 +198,13 @@ impl Queue {
                 reason.clone().into(),
             ],
         });
+        // A job parked at its own cap waits for a person, not for a time.
+        let when = match p.parked_for {
+            ParkedFor::JobCap => "'; it waits for a person (devpilot requeue)'".to_string(),
+            ParkedFor::Limit | ParkedFor::DayCap => format!("'; claimable again at ' || {}", self.dialect().run_at_iso),
+        };
         let detail = Detail::Expr(format!(
-            "CASE WHEN state = 'cancelled' THEN 'cancelled: a cancel was asked for' \
-             ELSE last_error || '; claimable again at ' || {} END",
-            self.dialect().run_at_iso
+            "CASE WHEN state = 'cancelled' THEN 'cancelled: a cancel was asked for' ELSE last_error || {when} END"
         ));
         let history = History { kind: &kind_of_end(event::PARKED), machine: Some(machine), detail };
         let rows = self.change_after(before, self.sql(&PARK_GOVERNED), values, &history).await?;
@@ -212,12 +215,28 @@ impl Queue {
         Ok(Some((row.state, row.run_at)))
     }
 
-    /// Ends the hold on `account` (an attempt under it succeeded, or a person said so).
-    /// `true` when there was one.
+    /// Ends the hold on `account` (an attempt under it succeeded, or a person said so), and
+    /// the wait of the jobs parked on its limit: they are claimable now, not at the reset.
+    /// `true` when there was a hold. Two statements: if the second is lost, those jobs wait
+    /// for the reset they were parked until, as they would have anyway.
     pub async fn end_hold(&self, orchestrator_id: &str, account: &str) -> Result<bool> {
         static END: Sql =
             Sql::new(|_| "DELETE FROM account_holds WHERE orchestrator_id = $1 AND account = $2".to_string());
-        Ok(self.exec(self.sql(&END), vec![orchestrator_id.into(), account.into()]).await? > 0)
+        static RESUME: Sql = Sql::new(|d| {
+            format!(
+                "UPDATE dispatch_queue SET run_at = {now}
+                  WHERE orchestrator_id = $1 AND account = $2 AND parked_for = 'limit' AND {claimable}
+                    AND run_at > {now}",
+                now = d.now,
+                claimable = d.claimable
+            )
+        });
+        let values = || vec![Value::from(orchestrator_id), Value::from(account)];
+        let ended = self.exec(self.sql(&END), values()).await? > 0;
+        if ended {
+            self.exec(self.sql(&RESUME), values()).await?;
+        }
+        Ok(ended)
     }
 
     /// The governor as the fleet sees it: the holds not yet ended, the spend since
@@ -244,7 +263,8 @@ impl Queue {
         let paused = decode_first::<Paused>(&self.query(self.sql(&PAUSED), vec![o]).await?)?;
         Ok(GovernorView {
             holds,
-            day_spent_usd: by_account.iter().map(|a| a.spent_usd).sum(),
+            // Folded from +0.0: an empty float `sum()` is -0.0, which prints as "$-0.00".
+            day_spent_usd: by_account.iter().fold(0.0, |t, a| t + a.spent_usd),
             by_account,
             limits_paused: paused.is_some_and(|p| p.limits_paused_at.is_some()),
         })
