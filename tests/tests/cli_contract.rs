@@ -1,6 +1,7 @@
 //! The `devpilot` command line's contract, through the real binary: every `--json` output
-//! has the fields the documentation names (a table below: removing a field fails a test),
-//! every documented exit code (0 to 7) is produced, the queue is chosen by `--orchestrator`,
+//! (the governor's `limits` verbs and `pause`/`resume --limits` too) has the fields the
+//! documentation names (a table below: removing a field fails a test), every documented
+//! exit code (0 to 7) is produced, the queue is chosen by `--orchestrator`,
 //! then `DEVPILOT_ORCHESTRATOR`, then the config, then `personal` (with a note), and the
 //! shell completions complete job ids, source names, repos and presets through the hidden
 //! `devpilot __complete`, which never creates a database. Every test runs on PostgreSQL and
@@ -15,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
+use devpilot_store::queue::{GovernedPark, ParkedFor};
 use devpilot_tests::{
     devpilot, devpilot_bin, enqueue, fast_flags, run_cli, spawn_runner, wait_for, write_config, Backend, GitRemote,
     LinearStandIn, RecordingAgent, SecretService, TestDb,
@@ -96,6 +98,7 @@ const CONTRACT: &[(&str, Option<&str>, &[&str])] = &[
             "log/from",
             "log/tail",
             "unroutable",
+            "spend",
         ],
     ),
     // The job as it ended (one document; JSON lines or an array of them are taken too).
@@ -117,10 +120,47 @@ const CONTRACT: &[(&str, Option<&str>, &[&str])] = &[
             "unroutable",
             "machines/[]/machine",
             "machines/[]/status",
+            "limits/day/line",
+            "limits/limits_paused",
+            "limits_error",
         ],
     ),
     ("pause", None, &["machine", "state", "paused", "paused_until_unix_ms"]),
     ("resume", None, &["machine", "state", "paused", "paused_until_unix_ms"]),
+    ("pause --limits", None, &["orchestrator", "limits_paused", "text"]),
+    ("resume --limits", None, &["orchestrator", "limits_paused", "text"]),
+    (
+        "limits",
+        None,
+        &[
+            "orchestrator",
+            "this_account",
+            "accounts/[]/account",
+            "accounts/[]/label",
+            "accounts/[]/state",
+            "accounts/[]/held_until",
+            "accounts/[]/spent_today_usd",
+            "accounts/[]/cap_usd",
+            "accounts/[]/line",
+            "day/start_ms",
+            "day/time_zone",
+            "day/spent_usd",
+            "day/cap_usd",
+            "day/share",
+            "day/line",
+            "job_cap_usd",
+            "limits_paused",
+            "holds/[]/account",
+            "holds/[]/until_at",
+            "holds/[]/reason",
+            "holds/[]/machine",
+            "holds/[]/job_id",
+            "holds/[]/held_at",
+        ],
+    ),
+    ("limits set", None, &["file", "job_usd", "day_usd", "account_day_usd", "time_zone", "warn_at", "text"]),
+    ("limits release", None, &["account", "released"]),
+    ("limits no-resume", None, &["id", "resume_after_limit"]),
     (
         "handoff",
         None,
@@ -142,7 +182,7 @@ const CONTRACT: &[(&str, Option<&str>, &[&str])] = &[
         &["ok", "problems", "warnings", "checks/[]/name", "checks/[]/status", "checks/[]/detail", "checks/[]/fix"],
     ),
     ("cancel", None, &["id", "outcome", "holder"]),
-    ("requeue", None, &["id", "requeued"]),
+    ("requeue", None, &["id", "requeued", "let_go"]),
     ("release", None, &["machine", "handed_off", "released"]),
     ("sweep", None, &["released", "dead"]),
     ("prune", None, &["jobs", "machines", "files"]),
@@ -312,6 +352,7 @@ echo ok"#,
     assert!(v["ok"].is_boolean(), "{v}");
 
     sources_and_logout(&mut c, root, url, o, &repos);
+    limits(&mut c, &db, &root.join("limits"), url).await;
 
     let all: BTreeSet<&str> = CONTRACT.iter().map(|(n, ..)| *n).collect();
     assert_eq!(c.checked, all, "every command of the table was run and checked");
@@ -363,6 +404,39 @@ fn sources_and_logout(c: &mut Contract, root: &std::path::Path, url: &str, o: &s
     let (said, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(4), "nothing stored: {said}{err}");
     c.check("logout", &said);
+}
+
+/// The JSON of `limits set`, `limits` (with an account held by the store, as a usage limit's
+/// park holds it), `limits no-resume`, `limits release`, `pause --limits` and `resume
+/// --limits`, in a home and a queue of their own (no machine runs there).
+async fn limits(c: &mut Contract, db: &TestDb, home: &Path, url: &str) {
+    let orch = db.orch("limits");
+    let o = orch.as_str();
+    let v = c.run("limits set", home, url, &["limits", "set", "--day", "20", "--time-zone", "UTC", "--json"], &[0]);
+    assert_eq!((v["day_usd"].as_f64(), v["time_zone"].as_str()), (Some(20.0), Some("UTC")), "{v}");
+    let id = enqueue(home, db, o, &["--title", "hits a limit"]);
+    let claim = db.queue.claim_next(o, "laptop", 1).await.unwrap().remove(0);
+    assert!(db.queue.record_agent_start(&claim.fence, "claude", None, Some("claude:work")).await.unwrap());
+    let until = db.queue.now_ms().await.unwrap() + 3_600_000;
+    let park = GovernedPark {
+        parked_for: ParkedFor::Limit,
+        until_ms: until,
+        reason: "claude hit a usage limit",
+        hold: Some("claude:work"),
+        resume_branch: None,
+    };
+    assert!(db.queue.park_governed(&claim.fence, "laptop", &park).await.unwrap().is_some());
+    let v = c.run("limits", home, url, &["limits", "--orchestrator", o, "--json"], &[0]);
+    assert_eq!((v["holds"][0]["job_id"].as_i64(), v["accounts"][0]["held_until"].as_i64()), (Some(id), Some(until)));
+    let v = c.run("limits no-resume", home, url, &["limits", "no-resume", &id.to_string(), "--json"], &[0]);
+    assert_eq!(v["resume_after_limit"].as_bool(), Some(false), "{v}");
+    let args = ["limits", "release", "claude:work", "--orchestrator", o, "--json"];
+    let v = c.run("limits release", home, url, &args, &[0]);
+    assert_eq!(v["released"].as_bool(), Some(true), "{v}");
+    let v = c.run("pause --limits", home, url, &["pause", "--limits", "--orchestrator", o, "--json"], &[0]);
+    assert_eq!(v["limits_paused"].as_bool(), Some(true), "{v}");
+    let v = c.run("resume --limits", home, url, &["resume", "--limits", "--orchestrator", o, "--json"], &[0]);
+    assert_eq!(v["limits_paused"].as_bool(), Some(false), "{v}");
 }
 
 /// Runs `devpilot ARGS` with `url`, which must exit `want`; an error (1, 3 and 5) says so on

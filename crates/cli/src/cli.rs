@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use devpilot_store::job::JobState;
 
 use crate::enqueue::EnqueueArgs;
+use crate::limits::LimitsCmd;
 use crate::run::RunArgs;
 
 #[derive(Parser, Debug)]
@@ -75,16 +76,25 @@ pub enum Cmd {
         print: bool,
     },
     /// Ask this computer's running tray or `devpilot run` to claim nothing new, for a while
-    /// or until `devpilot resume`. Running jobs go on.
+    /// or until `devpilot resume`. Running jobs go on. With --limits: the fleet's switch
+    /// instead, in the database (no running machine needed).
     Pause {
         /// How long (e.g. 30m, 2h). Default: until resumed.
         #[arg(long = "for", value_name = "DURATION")]
         for_: Option<String>,
+        /// Jobs parked on a usage limit wait for a person, on every machine, instead of
+        /// resuming by themselves when their account's hold ends.
+        #[arg(long, conflicts_with = "for_")]
+        limits: bool,
         #[arg(long)]
         json: bool,
     },
-    /// Ask this computer's running tray or `devpilot run` to claim again.
+    /// Ask this computer's running tray or `devpilot run` to claim again. With --limits: turn
+    /// the fleet's switch off instead, in the database.
     Resume {
+        /// Jobs parked on a usage limit resume by themselves again, on every machine.
+        #[arg(long)]
+        limits: bool,
         #[arg(long)]
         json: bool,
     },
@@ -117,7 +127,8 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Put a dead, failed or cancelled job back in the queue, with a fresh attempt budget.
+    /// Put a dead, failed or cancelled job back in the queue, with a fresh attempt budget;
+    /// or let a job parked at its spend cap or on a usage limit go on now.
     Requeue {
         /// The job's id.
         #[arg(value_name = "JOB")]
@@ -205,6 +216,15 @@ pub enum Cmd {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// The fleet's usage limits and spend today: each account held or near its cap, the day's
+    /// spend against its cap, and each hold's machine, job and reason. Its sub-verbs set the
+    /// caps, end a hold early and keep a job from resuming by itself after a limit.
+    Limits {
+        #[command(subcommand)]
+        command: Option<LimitsCmd>,
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// The config file: where it is, and what it says.
     Config {
         #[command(subcommand)]
@@ -258,6 +278,7 @@ impl Cmd {
                 | Cmd::Man
                 | Cmd::Complete { .. }
                 | Cmd::Config { .. }
+                | Cmd::Limits { command: None, .. }
         )
     }
 }

@@ -50,6 +50,9 @@ _devpilot_values() {
     if [[ -z "$what" && "$cur" != -* && ${#words[@]} -eq 2 && "${words[0]}" == sources ]]; then
         case "${words[1]}" in poll|remove) what=sources ;; esac
     fi
+    if [[ -z "$what" && "$cur" != -* && ${#words[@]} -eq 2 && "${words[0]}" == limits ]]; then
+        case "${words[1]}" in no-resume|auto-resume) what=jobs ;; esac
+    fi
     if [[ -n "$what" ]]; then
         COMPREPLY=( $(compgen -W "$(devpilot __complete "$what" 2>/dev/null)" -- "$cur") )
         return 0
@@ -67,6 +70,7 @@ fi
 const FISH_VALUES: &str = r#"# Values read at TAB (devpilot __complete).
 complete -c devpilot -n "__fish_seen_subcommand_from show logs watch open cancel requeue" -f -a "(devpilot __complete jobs 2>/dev/null)"
 complete -c devpilot -n "__fish_seen_subcommand_from sources; and __fish_seen_subcommand_from poll remove" -f -a "(devpilot __complete sources 2>/dev/null)"
+complete -c devpilot -n "__fish_seen_subcommand_from limits; and __fish_seen_subcommand_from no-resume auto-resume" -f -a "(devpilot __complete jobs 2>/dev/null)"
 complete -c devpilot -l repo -x -a "(devpilot __complete repos 2>/dev/null)"
 complete -c devpilot -l maps-to -x -a "(devpilot __complete repos 2>/dev/null)"
 complete -c devpilot -l source -x -a "(devpilot __complete sources 2>/dev/null)"

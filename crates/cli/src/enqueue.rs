@@ -65,6 +65,10 @@ pub struct EnqueueArgs {
     /// Where the task comes from (an issue or ticket URL).
     #[arg(long)]
     pub url: Option<String>,
+    /// After a usage limit, the job waits for a person (`devpilot requeue ID` lets it go)
+    /// instead of resuming by itself when its account's hold ends.
+    #[arg(long)]
+    pub no_resume_after_limit: bool,
 }
 
 impl EnqueueArgs {
@@ -191,6 +195,9 @@ pub async fn enqueue(a: EnqueueArgs) -> Out {
     let value = a.payload()?;
     let (queue, _) = open_queue(PoolSettings::default()).await?;
     let added = queue.enqueue_keyed(&a.orchestrator, &value, &opts).await?;
+    if a.no_resume_after_limit && added.existing.is_none() {
+        queue.set_resume_after_limit(&a.orchestrator, added.id, false).await?;
+    }
     let state = added.existing.unwrap_or(devpilot_store::job::JobState::Queued);
     if a.json {
         json(&serde_json::json!({"id": added.id, "added": added.existing.is_none(), "state": state}));

@@ -17,7 +17,8 @@ pub enum Code {
     /// No such job, source or stored key.
     NotFound = 3,
     /// Nothing to do, or it already exists: `enqueue --key` found the live job, a cancel of a
-    /// finished job, a resume of a machine that is not paused, a logout with nothing stored.
+    /// finished job, a resume of a machine that is not paused (or of the fleet's limits switch
+    /// that is off), a logout with nothing stored.
     Nothing = 4,
     /// No tray or `devpilot run` serves the queue on this computer.
     NotRunning = 5,
@@ -33,7 +34,7 @@ pub const DOCUMENTED: [(Code, &str); 8] = [
     (Code::Error, "an error: the database, the config or the operation failed"),
     (Code::Usage, "a usage error: an unknown flag, a missing or bad argument"),
     (Code::NotFound, "not found: no such job, source or stored key"),
-    (Code::Nothing, "nothing to do or already there: enqueue --key found the live job, cancel of a finished job, requeue of a job that is not finished, resume when not paused, logout with nothing stored"),
+    (Code::Nothing, "nothing to do or already there: enqueue --key found the live job, cancel of a finished job, requeue of a job that is neither finished nor parked by the governor, resume when not paused (resume --limits when the fleet's switch is off), logout with nothing stored"),
     (Code::NotRunning, "no tray or `devpilot run` is running for this queue on this computer (pause, resume, handoff)"),
     (Code::JobFailed, "watch: the job ended failed or dead"),
     (Code::JobCancelled, "watch: the job ended cancelled"),

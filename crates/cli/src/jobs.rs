@@ -1,5 +1,5 @@
-//! The commands on jobs and machines: cancel, requeue, prune, sweep, release, worktrees and
-//! the hidden claim.
+//! The commands on jobs and machines: cancel, requeue (which also lets a job parked by the
+//! governor go), prune, sweep, release, worktrees and the hidden claim.
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use crate::open::open_queue;
 use crate::output::{fmt_ids, human, json, shown};
 
 /// This machine's name, as history records who asked.
-fn who() -> String {
+pub(crate) fn who() -> String {
     Paths::for_app("devpilot")
         .and_then(|p| p.load())
         .map(|s| s.machine_name())
@@ -58,11 +58,17 @@ pub async fn cancel(id: i64, as_json: bool) -> Out {
     Ok(code)
 }
 
+/// `devpilot requeue ID`: a job parked by the governor (at its spend cap, on a limit) is let
+/// go; a dead, failed or cancelled one goes back in the queue with a fresh attempt budget.
 pub async fn requeue(id: i64, as_json: bool) -> Out {
     let (queue, _) = open_queue(PoolSettings::default()).await?;
-    if queue.requeue(id, &who()).await? {
+    let (job, _) = queue.job(id).await?.ok_or(Error::NoJob(id))?;
+    let let_go = job.state == JobState::Queued && queue.let_go(&job.orchestrator_id, id, &who()).await?;
+    if let_go || queue.requeue(id, &who()).await? {
         if as_json {
-            json(&serde_json::json!({"id": id, "requeued": true}));
+            json(&serde_json::json!({"id": id, "requeued": true, "let_go": let_go}));
+        } else if let_go {
+            println!("let #{id} go past its spend cap / hold; claimable now");
         } else {
             println!("requeued #{id}");
         }
@@ -71,7 +77,11 @@ pub async fn requeue(id: i64, as_json: bool) -> Out {
     let (job, _) = queue.job(id).await?.ok_or(Error::NoJob(id))?;
     Err(Fail::new(
         Code::Nothing,
-        format!("#{id} is {}: only dead, failed or cancelled jobs can be requeued", job.state),
+        format!(
+            "#{id} is {}: only dead, failed or cancelled jobs, or jobs parked at a spend cap or on a usage limit, \
+             can be requeued",
+            job.state
+        ),
     ))
 }
 

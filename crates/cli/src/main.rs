@@ -11,6 +11,8 @@
 //! - [`login`]: `devpilot login` and `logout`: the keychain's secrets.
 //! - [`sources`]: `devpilot sources`: list, poll now, add and remove tracker sources.
 //! - [`config_cmd`]: `devpilot config show`.
+//! - [`limits`]: `devpilot limits`, its release and resume verbs, and `pause`/`resume --limits`.
+//! - [`limits_set`]: `devpilot limits set`: this machine's `[limits]` caps.
 //! - [`docs`]: man page and shell completions, generated from the flags.
 //! - [`open`]: which database and which queue the commands use, and `migrate`.
 //! - [`output`]: text and JSON helpers for what the commands print.
@@ -30,6 +32,8 @@ mod doctor;
 mod enqueue;
 mod exit;
 mod jobs;
+mod limits;
+mod limits_set;
 mod login;
 mod logs;
 mod open;
@@ -47,6 +51,7 @@ use cli::{AddKind, Cli, Cmd, ConfigCmd, SourcesCmd};
 use devpilot_engine::config::Paths;
 use devpilot_engine::span::parse_duration;
 use exit::{done, Code, Fail, Out};
+use limits::LimitsCmd;
 use open::queue_name;
 
 /// Entry point: parses, runs, and maps the outcome to an exit status (see [`exit::Code`]).
@@ -111,11 +116,13 @@ async fn dispatch(cli: Cli) -> Out {
         Cmd::Logs { id, follow } => logs::logs(id, follow).await,
         Cmd::Watch { id, interval, json } => view::watch(id, parse_duration(&interval)?, json).await,
         Cmd::Open { id, print } => view::open(id, print).await,
-        Cmd::Pause { for_, json } => {
+        Cmd::Pause { limits: true, json, .. } => limits::switch(&queue_name(flag)?, true, json).await,
+        Cmd::Pause { for_, json, .. } => {
             let for_ = for_.as_deref().map(parse_duration).transpose()?;
             ask::pause(&queue_name(flag)?, for_, json).await
         }
-        Cmd::Resume { json } => ask::resume(&queue_name(flag)?, json).await,
+        Cmd::Resume { limits: true, json } => limits::switch(&queue_name(flag)?, false, json).await,
+        Cmd::Resume { json, .. } => ask::resume(&queue_name(flag)?, json).await,
         Cmd::Handoff { json } => ask::handoff(&queue_name(flag)?, json).await,
         Cmd::Doctor { json } => doctor::doctor(flag, json).await,
         Cmd::Sweep { claim_timeout, json } => jobs::sweep(&claim_timeout, flag, json).await,
@@ -147,6 +154,7 @@ async fn dispatch(cli: Cli) -> Out {
             done(sources::add_linear(a, json).await)
         }
         Cmd::Sources { command: Some(SourcesCmd::Remove { name }), json } => sources::remove(&name, json),
+        Cmd::Limits { command, json } => limits_cmd(command, flag, json).await,
         Cmd::Config { command: ConfigCmd::Path } => {
             println!("{}", Paths::for_app("devpilot").map_err(Fail::from)?.config_file().display());
             Ok(Code::Ok)
@@ -159,5 +167,16 @@ async fn dispatch(cli: Cli) -> Out {
             Ok(Code::Ok)
         }
         Cmd::Claim { machine, wait_stdin, id } => done(jobs::claim(&queue_name(flag)?, &machine, wait_stdin, id).await),
+    }
+}
+
+/// `devpilot limits` and its sub-verbs.
+async fn limits_cmd(command: Option<LimitsCmd>, flag: Option<&str>, json: bool) -> Out {
+    match command {
+        None => limits::list(&queue_name(flag)?, json).await,
+        Some(LimitsCmd::Set(args)) => limits_set::set(args, json),
+        Some(LimitsCmd::Release { account }) => limits::release(&queue_name(flag)?, &account, json).await,
+        Some(LimitsCmd::NoResume { id }) => limits::resume_after(id, false, json).await,
+        Some(LimitsCmd::AutoResume { id }) => limits::resume_after(id, true, json).await,
     }
 }

@@ -71,6 +71,22 @@ pub fn agent_line(a: &AgentRun) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" · "))
 }
 
+/// An amount of USD as the tray writes it: cents, or more digits for less than a cent.
+pub fn usd(x: f64) -> String {
+    if x != 0.0 && x.abs() < 0.01 {
+        format!("${x:.4}")
+    } else {
+        format!("${x:.2}")
+    }
+}
+
+/// An account's short name as the tray writes it ("claude · work"), or the account as it is.
+pub fn account_label(account: &str) -> String {
+    serde_json::from_value::<devpilot_engine::governor::Account>(account.into())
+        .map(|a| a.label())
+        .unwrap_or_else(|_| account.to_string())
+}
+
 /// 24693 as "24,693".
 pub fn grouped(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();

@@ -1,5 +1,5 @@
-//! `devpilot status`: jobs by state, who holds what and for how long, and machines, as text
-//! or as JSON.
+//! `devpilot status`: jobs by state, who holds what and for how long, machines, and the
+//! fleet's limits and spend today, as text or as JSON.
 
 use std::time::Duration;
 
@@ -19,7 +19,10 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
     let waiting = queue.waiting(orchestrator, 20).await?;
     let stuck = unroutable(&queue, orchestrator, &machines).await?;
     let recent = queue.jobs(orchestrator, None, 20).await?;
-    let here = here();
+    let settings = crate::limits::settings();
+    let here = devpilot_engine::orchestrator::confine::Confining::new(&settings.sandbox);
+    // The limits are read apart: what cannot be read of them is said, and the rest printed.
+    let limits = crate::limits::view(&queue, orchestrator, &settings).await.map_err(|e| e.to_string());
     if json {
         let v = serde_json::json!({
             "orchestrator": orchestrator,
@@ -30,6 +33,8 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
             "unroutable": stuck.iter().map(|(j, why)| serde_json::json!({"id": j.id, "title": j.title, "why": why})).collect::<Vec<_>>(),
             "machines": machines,
             "sandbox": {"confined": here.confinement.is_confined(), "text": here.describe()},
+            "limits": limits.as_ref().ok(),
+            "limits_error": limits.as_ref().err(),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
@@ -41,13 +46,11 @@ pub async fn status(orchestrator: &str, json: bool) -> Result<()> {
     print_unroutable(&stuck);
     print_finished(&recent);
     print_machines(&machines);
+    match &limits {
+        Ok(v) => crate::limits::print_block(v, &settings.limits, None),
+        Err(e) => println!("limits: cannot be read: {}", shown(Some(e))),
+    }
     Ok(())
-}
-
-/// How agents run on this machine, as its settings and its kernel allow.
-fn here() -> devpilot_engine::orchestrator::confine::Confining {
-    let settings = devpilot_engine::config::Paths::for_app("devpilot").and_then(|p| p.load()).unwrap_or_default();
-    devpilot_engine::orchestrator::confine::Confining::new(&settings.sandbox)
 }
 
 /// Queued jobs that no online machine can take, and why.

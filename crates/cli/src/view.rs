@@ -9,12 +9,13 @@ use devpilot_store::error::Error;
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{JobEvent, JobFilter, JobRow, OutboxRow, Queue};
 
+use devpilot_app::limits::{job_spend, JobSpend};
 use devpilot_app::review::{feedback_title, ReviewLoopView};
 
 use crate::cli::JobsArgs;
 use crate::exit::{Code, Fail, Out};
 use crate::open::open_queue;
-use crate::output::{agent_line, human, inert, json, ms, shown};
+use crate::output::{account_label, agent_line, human, inert, json, ms, shown, usd};
 
 /// `devpilot jobs`: the queue's jobs that match the filters, newest first.
 pub async fn jobs(orchestrator: &str, a: JobsArgs) -> Out {
@@ -83,6 +84,8 @@ struct Detail {
     log: crate::logs::Tail,
     unroutable: Option<String>,
     review_loop: Option<ReviewLoopView>,
+    /// Its spend by attempt, against this machine's cap on a job's spend.
+    spend: Option<JobSpend>,
 }
 
 async fn detail(queue: &Queue, id: i64) -> Result<Detail, Fail> {
@@ -92,7 +95,8 @@ async fn detail(queue: &Queue, id: i64) -> Result<Detail, Fail> {
     let log = crate::logs::tail(queue, &job, 64 * 1024).await?;
     let (history, deliveries) = (queue.history(id).await?, queue.outbox_of(id).await?);
     let review_loop = devpilot_app::review::review_loop(queue, id, &history, &deliveries).await?;
-    Ok(Detail { history, deliveries, review_loop, job, payload, branch, log, unroutable })
+    let spend = job_spend(queue, id, &crate::limits::settings().limits).await?;
+    Ok(Detail { history, deliveries, review_loop, spend, job, payload, branch, log, unroutable })
 }
 
 /// `devpilot show ID`.
@@ -111,6 +115,7 @@ pub async fn show(id: i64, as_json: bool) -> Out {
             "history": d.history,
             "deliveries": d.deliveries,
             "review_loop": d.review_loop,
+            "spend": d.spend,
             "log": {"from": d.log.from, "tail": d.log.text},
         }));
         return Ok(Code::Ok);
@@ -164,9 +169,36 @@ fn print_head(d: &Detail) {
     if let Some(line) = agent_line(&j.agent) {
         println!("  {line}");
     }
+    if let Some(spend) = &d.spend {
+        println!("  spend     {}", spend_line(spend));
+    }
     if let Some(s) = &j.summary {
         println!("  summary   {}", shown(Some(s)));
     }
+}
+
+/// `$0.04 (attempt 1 on laptop, claude · work), $0.02 (attempt 2 on desktop, claude · work);
+/// cap $0.05`: each attempt's spend, then the total when there are more, then the cap.
+fn spend_line(s: &JobSpend) -> String {
+    let attempts: Vec<String> = s
+        .attempts
+        .iter()
+        .enumerate()
+        .map(|(n, a)| {
+            let on = a.machine.as_deref().map(|m| format!(" on {}", shown(Some(m)))).unwrap_or_default();
+            let account =
+                a.account.as_deref().map(|x| format!(", {}", shown(Some(&account_label(x))))).unwrap_or_default();
+            format!("{} (attempt {}{on}{account})", usd(a.cost_usd), n + 1)
+        })
+        .collect();
+    let mut line = if attempts.is_empty() { "nothing yet".to_string() } else { attempts.join(", ") };
+    if s.attempts.len() > 1 {
+        line.push_str(&format!("; {} in all", usd(s.total_usd)));
+    }
+    if let Some(cap) = s.cap_usd {
+        line.push_str(&format!("; cap {}", usd(cap)));
+    }
+    line
 }
 
 fn state_words(j: &JobRow) -> String {
