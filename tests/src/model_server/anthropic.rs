@@ -29,7 +29,10 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
     let turn = if main { state.next_turn() } else { Turn::Text("Side answer".into()) };
     let model = body.get("model").and_then(Value::as_str).unwrap_or("claude-sonnet-4-5").to_string();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let input_tokens = estimate_tokens(&req.body);
+    let input_tokens = match state.input_tokens {
+        Some(n) if main => n,
+        _ => estimate_tokens(&req.body),
+    };
     match turn {
         Turn::Error { status, headers, body } => error_answer(status, &headers, &body),
         turn => {
@@ -60,7 +63,7 @@ impl Block {
         match turn {
             Turn::Tool { name, input } => Block::ToolUse { id: fresh_id("toolu_"), name, input },
             Turn::Text(text) => Block::Text(text),
-            Turn::Error { .. } | Turn::Hold(_) | Turn::Wait(_) => Block::Text(String::new()),
+            Turn::Error { .. } | Turn::Hold(_) | Turn::Wait(_) | Turn::Gated(_) => Block::Text(String::new()),
         }
     }
 

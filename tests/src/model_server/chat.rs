@@ -30,7 +30,7 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
         Turn::Error { status, headers, body } => return error_answer(status, &headers, &body),
         Turn::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
         // `next_turn` turns a hold into an empty text (which `route` holds back).
-        Turn::Hold(_) | Turn::Wait(_) => (json!({"role": "assistant", "content": ""}), "stop"),
+        Turn::Hold(_) | Turn::Wait(_) | Turn::Gated(_) => (json!({"role": "assistant", "content": ""}), "stop"),
 
         Turn::Tool { name, input } => {
             let call = json!({"id": fresh_id("call_"), "type": "function",

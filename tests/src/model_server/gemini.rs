@@ -38,7 +38,7 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
         Turn::Error { status, headers, body } => return error_answer(status, &headers, &body),
         // `next_turn` turns a hold into an empty text (which `route` holds back).
         Turn::Text(text) => json!({"text": text}),
-        Turn::Hold(_) | Turn::Wait(_) => json!({"text": ""}),
+        Turn::Hold(_) | Turn::Wait(_) | Turn::Gated(_) => json!({"text": ""}),
 
         Turn::Tool { name, input } => json!({"functionCall": {"name": name, "args": input}}),
     };

@@ -6,8 +6,11 @@
 //! - `chat`: OpenAI chat completions, which aider (litellm) accepts (`OPENAI_API_BASE`).
 //!
 //! A test scripts the turns: each main request the CLI makes takes the next [`Turn`] (a final
-//! text, a tool call, or an HTTP error). Every request is recorded, so a test can assert what
-//! the model was sent (the prompt once, a resumed conversation's earlier messages).
+//! text, a tool call, or an HTTP error), or waits at a gate the test opens ([`TurnGate`]).
+//! Every request is recorded, so a test can assert what the model was sent (the prompt once,
+//! a resumed conversation's earlier messages). A test may fix the `input_tokens` main
+//! Anthropic answers report ([`ModelServer::set_input_tokens`]), so the usage claude streams,
+//! and what it costs, are exact.
 
 use std::sync::{Arc, Mutex};
 
@@ -22,7 +25,7 @@ mod openai;
 mod script;
 
 use script::State;
-pub use script::{Provider, Recorded, Turn};
+pub use script::{Provider, Recorded, Turn, TurnGate};
 
 /// The server: dropping it stops it.
 pub struct ModelServer {
@@ -35,7 +38,14 @@ impl ModelServer {
     pub fn start() -> std::io::Result<Self> {
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
-        let handler = Box::new(move |req: &WireRequest| route(req, &shared));
+        let handler = Box::new(move |req: &WireRequest| {
+            let (answer, gate) = route(req, &shared);
+            // A gated turn waits in its connection's thread, the state unlocked.
+            if let Some(g) = gate {
+                g.pass();
+            }
+            answer
+        });
         let server = Server::start("model-server", 0, handler, |why| {
             WireAnswer::json(400, &serde_json::json!({"error": {"message": why}}))
         })?;
@@ -52,6 +62,18 @@ impl ModelServer {
         self.state.lock().unwrap().script.extend(turns);
     }
 
+    /// Drops the turns no request took (a turn the agent was stopped before asking for),
+    /// saying how many there were.
+    pub fn clear_script(&self) -> usize {
+        std::mem::take(&mut self.state.lock().unwrap().script).len()
+    }
+
+    /// The `input_tokens` every main Anthropic answer reports from now on (`None`: the
+    /// estimate from the request's size, the default), so a test's streamed usage is exact.
+    pub fn set_input_tokens(&self, tokens: Option<u64>) {
+        self.state.lock().unwrap().input_tokens = tokens;
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
@@ -63,13 +85,13 @@ impl ModelServer {
     }
 }
 
-/// Sends a request to the protocol its path names.
-fn route(req: &WireRequest, state: &Mutex<State>) -> WireAnswer {
+/// Sends a request to the protocol its path names; with the gate its turn waits at, if any.
+fn route(req: &WireRequest, state: &Mutex<State>) -> (WireAnswer, Option<TurnGate>) {
     let mut state = state.lock().unwrap();
     let mut answer = answer(req, &mut state);
     answer.hold = state.hold.take().or(answer.hold);
     answer.delay = state.delay.take();
-    answer
+    (answer, state.gate.take())
 }
 
 /// The answer of the protocol the request's path names.

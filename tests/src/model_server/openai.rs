@@ -30,7 +30,7 @@ pub(super) fn answer(req: &WireRequest, state: &mut State) -> WireAnswer {
     match state.next_turn() {
         Turn::Error { status, headers, body } => error_answer(status, &headers, &body),
         Turn::Text(text) => sse_answer(&model, input_tokens, message_item(&text)),
-        Turn::Hold(_) | Turn::Wait(_) => sse_answer(&model, input_tokens, message_item("")),
+        Turn::Hold(_) | Turn::Wait(_) | Turn::Gated(_) => sse_answer(&model, input_tokens, message_item("")),
         Turn::Tool { name, input } => sse_answer(&model, input_tokens, call_item(&body, &name, &input)),
     }
 }

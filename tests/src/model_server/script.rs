@@ -3,9 +3,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::gate::Gate;
 use crate::http_server::{WireAnswer, WireRequest};
 
 /// Which wire protocol a request spoke.
@@ -33,6 +35,37 @@ pub enum Turn {
     /// The next turn is answered after this long: a model that takes its time, so what the
     /// agent did so far can be watched while it runs.
     Wait(std::time::Duration),
+    /// The next turn is answered only once the test opens this gate (at most
+    /// [`crate::gate::MAX_HOLD`] later): the agent waits on its model at an exact point while
+    /// the test watches what it did so far.
+    Gated(TurnGate),
+}
+
+/// The gate of a [`Turn::Gated`]: the test sees the request arrive and opens it.
+#[derive(Clone, Default)]
+pub struct TurnGate(Arc<Gate>);
+
+impl TurnGate {
+    /// Whether the gated request has come and is held.
+    pub fn arrived(&self) -> bool {
+        self.0.arrived()
+    }
+
+    /// Lets the gated request (or the one still to come) be answered.
+    pub fn open(&self) {
+        self.0.open();
+    }
+
+    /// Called by the request's connection thread, outside the state's lock.
+    pub(crate) fn pass(&self) {
+        self.0.pass();
+    }
+}
+
+impl std::fmt::Debug for TurnGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnGate").field("arrived", &self.arrived()).finish()
+    }
 }
 
 /// One request the server got.
@@ -59,6 +92,11 @@ pub(crate) struct State {
     pub(crate) hold: Option<std::time::Duration>,
     /// A [`Turn::Wait`] before the last request's turn.
     pub(crate) delay: Option<std::time::Duration>,
+    /// A [`Turn::Gated`] before the last request's turn.
+    pub(crate) gate: Option<TurnGate>,
+    /// The `input_tokens` every main answer reports (Anthropic's), in place of the estimate
+    /// from the request's size: a test's streamed usage, and so its cost, made exact.
+    pub(crate) input_tokens: Option<u64>,
 }
 
 impl State {
@@ -67,6 +105,10 @@ impl State {
         match self.script.pop_front() {
             Some(Turn::Wait(d)) => {
                 self.delay = Some(d);
+                self.next_turn()
+            }
+            Some(Turn::Gated(g)) => {
+                self.gate = Some(g);
                 self.next_turn()
             }
             // The provider answers an empty text, which `route` then holds back.
