@@ -132,6 +132,7 @@ async function refreshStatus() {
 // ---------------------------------------------------------------- fleet
 
 async function refreshFleet() {
+  refreshLimits();
   const body = $('machines');
   try {
     const f = await invoke('fleet');
@@ -359,6 +360,7 @@ function verdictOf(d) {
     case 'running':
       return { cls: 'run', text: `Running on ${j.claimed_by || '?'} for ${span(j.now - (j.claimed_at || j.now))}` + (j.cancel_requested_by ? ', cancelling.' : '.') };
     case 'failed':
+      if (cappedVerdict(d)) return cappedVerdict(d);
       return { cls: 'bad', text: `Failed (attempt ${j.attempts} of ${j.max_attempts})` + (j.run_at > j.now ? `; it is tried again in ${ago(j.run_at - j.now)}.` : '; it is tried again.') };
     case 'dead':
       return { cls: 'bad', text: `Dead after ${j.attempts} attempt${j.attempts === 1 ? '' : 's'}: nothing will try it again until it is retried.` };
@@ -367,6 +369,7 @@ function verdictOf(d) {
       return { cls: 'muted', text: `Cancelled${c && c.machine ? ' by ' + c.machine : ''}.` };
     }
     default:
+      if (cappedVerdict(d)) return cappedVerdict(d);
       if (d.unroutable) return { cls: 'warn', text: `Waiting: ${d.unroutable}.` };
       if (j.run_at > j.now) return { cls: 'muted', text: `Queued; it starts in ${ago(j.run_at - j.now)}.` };
       return { cls: 'muted', text: 'Queued: the next free machine takes it.' };
@@ -484,6 +487,7 @@ async function showJob(id) {
     $('detail-deliveries').replaceChildren(...d.deliveries.map((r) => deliveryLine(r, j)));
     $('detail-tracker').hidden = !d.deliveries.length;
     renderReviewLoop(d.review_loop);
+    renderSpend(d);
     const h = $('detail-history');
     h.replaceChildren();
     for (const ev of d.history) {
@@ -644,6 +648,8 @@ function jobActions(d) {
   const j = d.job;
   const out = [];
   const btn = (label, cls, f, title) => out.push(el('button', { type: 'button', class: cls, title: title || '', onclick: f }, label));
+  const letGo = letGoButton(d);
+  if (letGo) out.push(letGo);
   if (['queued', 'failed', 'running'].includes(j.state) && !j.cancel_requested_by) btn('Cancel', 'cancel', () => act('cancel', j.id));
   if (['dead', 'failed', 'cancelled'].includes(j.state)) btn('Retry', 'retry', () => act('requeue', j.id), 'Queue it again now, with its attempts reset');
   if (j.state === 'running' && j.claimed_by) {

@@ -70,6 +70,11 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         open_worktree,
         open_job_log,
         ask_hand_off,
+        crate::commands_limits::limits,
+        crate::commands_limits::set_resume_after_limits,
+        crate::commands_limits::set_resume_after_limit,
+        crate::commands_limits::let_go,
+        crate::commands_limits::release_account,
     ]
 }
 
@@ -632,6 +637,29 @@ mod tests {
         assert_ne!(after["id"], first["id"]);
         let s = call(&w, "get_settings", json!({})).unwrap();
         assert_eq!(s["settings"]["dispatch_enabled"], false);
+    }
+
+    /// The Limits commands on a new queue: nothing held or spent and no cap; the fleet's
+    /// switch is set and read back; a live job takes its own switch, and one not parked is
+    /// not let go; an account held by nothing is not released.
+    #[test]
+    fn limits_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_app, w) = app(dir.path(), Overrides::default());
+        wait_status(&w, "idle");
+        let v = call(&w, "limits", json!({})).unwrap();
+        assert_eq!(
+            (&v["accounts"], &v["day"]["spent_usd"], &v["limits_paused"]),
+            (&json!([]), &json!(0.0), &json!(false))
+        );
+        assert_eq!(call(&w, "set_resume_after_limits", json!({"resume": false})).unwrap()["limits_paused"], true);
+        assert_eq!(call(&w, "limits", json!({})).unwrap()["limits_paused"], true);
+        assert_eq!(call(&w, "set_resume_after_limits", json!({"resume": true})).unwrap()["limits_paused"], false);
+        call(&w, "set_dispatch", json!({"enabled": false})).unwrap();
+        let id = call(&w, "enqueue_demo", json!({})).unwrap()["id"].as_i64().unwrap();
+        assert_eq!(call(&w, "set_resume_after_limit", json!({"id": id, "resume": false})).unwrap(), true);
+        assert_eq!(call(&w, "let_go", json!({"id": id})).unwrap(), false);
+        assert_eq!(call(&w, "release_account", json!({"account": "claude:work"})).unwrap(), false);
     }
 
     /// Bad settings come back as a clear error and nothing is saved; the view never carries a

@@ -6,10 +6,13 @@
 //!
 //! # Layout
 //! - [`state`]: [`AppState`], what Tauri manages (the engine, the notifier, the tray host seen).
-//! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in).
+//! - [`commands`]: everything the window may ask for (Tauri commands; the UI has no other way in);
+//!   [`commands_limits`], those about the governor's limits and budgets.
 //! - [`tray`]: the icon (five states), the menu and the hover text, kept current from the engine's status.
 //! - [`tray_host`]: whether a tray host shows the icon at all; without one the window is the face.
 //! - [`tray_text`]: what the tray says (state line, job lines, hover text), as pure functions.
+//! - [`tray_limits`]: the menu's Limits part (accounts held or near a cap, the day's spend, the
+//!   fleet's switch), shown only when it has something to say.
 //! - [`notify`]: notifications per event, coalesced, sent off the async worker threads.
 //! - [`sleep`]: logind's PrepareForSleep: hand off (or pause) before sleep, re-check after wake.
 //! - [`awake`]: with `keep_awake` on, a logind idle-sleep block inhibitor while agents run.
@@ -30,6 +33,7 @@ use tauri::{AppHandle, Manager, Runtime};
 pub mod autostart;
 pub mod awake;
 pub mod commands;
+pub mod commands_limits;
 pub mod display;
 pub mod exit;
 pub mod forward;
@@ -42,6 +46,7 @@ pub mod sleep;
 pub mod state;
 pub mod tray;
 pub mod tray_host;
+pub mod tray_limits;
 pub mod tray_text;
 pub mod window;
 

@@ -15,8 +15,12 @@ pub enum Kind {
     Completed,
     /// A user cancelled a job this machine was running; its agent was stopped.
     Cancelled,
-    /// The agent asked to be tried later (exit 75): not a failure.
+    /// Parked: a usage limit held its account, a spend cap stopped it, or the agent asked to
+    /// be tried later (exit 75). Not a failure.
     Parked,
+    /// A running job passed the warning share (80 %) of a spend cap. Always shown: the user
+    /// set the cap, and this is said once per job (once a day for the day's caps).
+    SpendWarning,
     Failed,
     Dead,
     LeaseLost,
@@ -125,14 +129,12 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
         Event::Cancelled { job } if on.completed => {
             about(job, Kind::Cancelled, format!("Cancelled {}: the agent was stopped", job.label()))
         }
-        Event::Parked { job, .. } if on.failed => about(
-            job,
-            Kind::Parked,
-            format!(
-                "{} is parked: the agent asked to be tried later (a usage limit?); the attempt did not count",
-                job.label()
-            ),
-        ),
+        // Why it is parked is the job's row (notify.rs reads it and calls `parked_text` again);
+        // this is what is said when the queue cannot be read.
+        Event::Parked { job, until_unix_ms } if on.failed => {
+            about(job, Kind::Parked, parked_text(job, *until_unix_ms, ParkReason::Unknown))
+        }
+        Event::SpendWarning { job, text } => about(job, Kind::SpendWarning, format!("{}: {text}", job.label())),
         Event::Failed { job, error, dead: true } if on.dead => {
             about(job, Kind::Dead, format!("{} is dead after its last attempt: {error}", job.label()))
         }
@@ -166,6 +168,46 @@ pub fn notice_for(ev: &Event, on: &NotifySettings) -> Option<Notice> {
             })
         }
         _ => None,
+    }
+}
+
+/// Why a job is parked, as far as the notifier knows: its `last_error` read back from the
+/// queue, or nothing known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParkReason<'a> {
+    /// The queue could not be read.
+    Unknown,
+    /// Its row gives no reason: the agent asked to be tried later (exit 75) and said no more.
+    None,
+    /// Its row's reason ("spend cap: this job spent $2.01 of its $2.00 cap", "the agent's
+    /// account hit a usage limit; claude:work is held on every machine until its reset").
+    Said(&'a str),
+}
+
+/// What a parked job's notice says: "ENG-7 Fix login (#12) stopped at its spend cap: this job
+/// spent $2.01 of its $2.00 cap", "… is parked until 14:05: the agent's account hit a usage
+/// limit; …". `until_ms` is when it is claimable again (a job stopped at its own cap waits for
+/// a person, whatever that says).
+pub fn parked_text(job: &devpilot_app::orchestrator::JobRef, until_ms: i64, reason: ParkReason<'_>) -> String {
+    let label = job.label();
+    let until = crate::tray_text::clock(u64::try_from(until_ms).unwrap_or_default());
+    match reason {
+        ParkReason::Said(r) if r.starts_with("spend cap") => {
+            let what = r.trim_start_matches("spend cap").trim_start_matches([':', ' ']);
+            let next = if what.contains(" of its $") {
+                "it waits for you (Let it go on, on its page)"
+            } else {
+                "it goes on when the day's spend allows"
+            };
+            format!("{label} stopped at its spend cap: {what}; {next}")
+        }
+        ParkReason::Said(r) => format!("{label} is parked until {until}: {r}; the attempt did not count"),
+        ParkReason::None => {
+            format!("{label} is parked until {until}: the agent asked to be tried later; the attempt did not count")
+        }
+        ParkReason::Unknown => {
+            format!("{label} is parked (a usage limit or a spend cap, or the agent asked to be tried later)")
+        }
     }
 }
 
@@ -214,6 +256,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
             Kind::Completed => "DevPilot: job finished",
             Kind::Cancelled => "DevPilot: job cancelled",
             Kind::Parked => "DevPilot: job parked",
+            Kind::SpendWarning => "DevPilot: spend warning",
             Kind::Failed => "DevPilot: job failed",
             Kind::Dead => "DevPilot: job is dead",
             Kind::LeaseLost => "DevPilot: claim lost",
@@ -235,6 +278,7 @@ pub fn render(batch: &[Notice]) -> (String, String) {
         (Kind::Completed, "job finished", "jobs finished"),
         (Kind::Cancelled, "job cancelled", "jobs cancelled"),
         (Kind::Parked, "job parked", "jobs parked"),
+        (Kind::SpendWarning, "spend warning", "spend warnings"),
         (Kind::Claimed, "job started", "jobs started"),
     ] {
         match count(k) {

@@ -159,19 +159,10 @@ impl Notifier {
                         let _ = tx.send(Notice::plain(Kind::Online, "Dispatch carries on.".into()));
                     }
                 }
-                // What came of a finished job is read back first (its PR is opened a moment
-                // after it completes); other notices go at once.
-                Event::Completed { job, .. } | Event::Failed { job, dead: true, .. } => {
-                    if let Some(n) = notice_for(&ev, &on) {
-                        let (engine, tx, id) = (self.engine.clone(), tx.clone(), job.id);
-                        tokio::spawn(async move {
-                            let _ = tx.send(crate::notify_job::with_outcome(&engine, n, id).await);
-                        });
-                    }
-                }
+                // A finished or parked job's notice says what its row says (read back first).
                 other => {
                     if let Some(n) = notice_for(other, &on) {
-                        let _ = tx.send(n);
+                        crate::notify_job::tell(&self.engine, other, n, &tx);
                     }
                 }
             }
@@ -502,6 +493,44 @@ mod tests {
         let quiet = NotifySettings { failed: false, dead: false, ..d };
         assert!(notice_for(&trouble(HealthState::NoKey), &quiet).is_none());
         assert!(notice_for(&Event::SourceOk { source: "eng".into() }, &NotifySettings::default()).is_none());
+    }
+
+    /// A spend warning is told whatever the toggles (the user set the cap), about its job; a
+    /// park says why, from the job's row: a spend cap as such, a usage limit with until when,
+    /// and something generic but not wrong when the row cannot be read.
+    #[test]
+    fn spend_warnings_and_parks_say_why() {
+        use crate::notice::{parked_text, ParkReason};
+        let none = NotifySettings { failed: false, dead: false, completed: false, ..NotifySettings::default() };
+        let text = "80 % of this job's $0.05 cap spent ($0.04)".to_string();
+        let n = notice_for(&Event::SpendWarning { job: job(7), text }, &none).unwrap();
+        assert_eq!((n.kind, n.open.clone()), (Kind::SpendWarning, Some(Open::Job(7))));
+        assert_eq!(
+            render(std::slice::from_ref(&n)),
+            ("T7".into(), "T7 (#7): 80 % of this job's $0.05 cap spent ($0.04)".into())
+        );
+        let parked = |r| parked_text(&job(8), 0, r);
+        assert_eq!(
+            parked(ParkReason::Said("spend cap: this job spent $0.05 of its $0.05 cap")),
+            "T8 (#8) stopped at its spend cap: this job spent $0.05 of its $0.05 cap; it waits for you (Let it go on, on its page)"
+        );
+        let day = parked(ParkReason::Said("spend cap: the fleet spent $20.01 of today's $20.00 cap"));
+        assert!(day.ends_with("today's $20.00 cap; it goes on when the day's spend allows"), "{day}");
+        let limit = parked(ParkReason::Said(
+            "the agent's account hit a usage limit; claude:work is held on every machine until its reset",
+        ));
+        assert!(
+            limit.starts_with("T8 (#8) is parked until ") && limit.contains(": the agent's account hit a usage limit;"),
+            "{limit}"
+        );
+        assert!(!parked(ParkReason::None).contains("limit"));
+        let unknown = notice_for(&Event::Parked { job: job(8), until_unix_ms: 0 }, &NotifySettings::default()).unwrap();
+        assert_eq!(
+            unknown.text,
+            "T8 (#8) is parked (a usage limit or a spend cap, or the agent asked to be tried later)"
+        );
+        let (s, _) = render(&[n, unknown]);
+        assert_eq!(s, "DevPilot: 1 job parked, 1 spend warning");
     }
 
     /// A summary that is markup is shown as text: the body is escaped before it is sent.

@@ -1,15 +1,41 @@
 //! What a notification about one job says and offers, read back from the shared queue: the
 //! facts line ("Draft PR #42 · 12 min on desktop · $0.42"), the buttons beside Open ("Open
-//! PR", "View log", "Retry"), and the jobs other machines finished (`notify.any_machine`).
+//! PR", "View log", "Retry"), why a parked job is parked, and the jobs other machines
+//! finished (`notify.any_machine`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use devpilot_app::orchestrator::{Event, JobRef};
 use devpilot_app::settings::NotifySettings;
 use devpilot_app::Engine;
 use tokio::sync::mpsc;
 
-use crate::notice::{buttons_for, Kind, Notice, Open};
+use crate::notice::{buttons_for, parked_text, Kind, Notice, Open, ParkReason};
+
+/// Sends `n`, the notice of `ev`: at once, or for a job that finished or was parked, once
+/// its row was read back (what came of it, why it is parked), on a task of its own.
+pub fn tell(engine: &Arc<Engine>, ev: &Event, n: Notice, tx: &mpsc::UnboundedSender<Notice>) {
+    let (engine, tx) = (engine.clone(), tx.clone());
+    match ev {
+        // Its PR is opened a moment after it completes.
+        Event::Completed { job, .. } | Event::Failed { job, dead: true, .. } => {
+            let id = job.id;
+            tokio::spawn(async move {
+                let _ = tx.send(with_outcome(&engine, n, id).await);
+            });
+        }
+        Event::Parked { job, until_unix_ms } => {
+            let (job, until) = (job.clone(), *until_unix_ms);
+            tokio::spawn(async move {
+                let _ = tx.send(with_park_reason(&engine, n, &job, until).await);
+            });
+        }
+        _ => {
+            let _ = tx.send(n);
+        }
+    }
+}
 
 /// `n` (about job `id`, completed or dead) with what came of it, read back from the queue:
 /// its facts line and its pull request's button. A completion waits for its pull request to
@@ -18,6 +44,19 @@ pub async fn with_outcome(engine: &Engine, mut n: Notice, id: i64) -> Notice {
     if let Some(o) = engine.outcome(id, devpilot_app::PR_WAIT).await {
         n.facts = Some(o.line).filter(|l| !l.is_empty());
         n.buttons = buttons_for(n.kind, id, o.pr.as_deref());
+    }
+    n
+}
+
+/// `n` (job `job` parked until `until_ms`) saying why, from the job's row: a spend cap, a
+/// usage limit, or the agent's own ask. The queue unreadable: `n` as it was.
+pub async fn with_park_reason(engine: &Engine, mut n: Notice, job: &JobRef, until_ms: i64) -> Notice {
+    match engine.outcome(job.id, Duration::ZERO).await {
+        Some(o) => {
+            let reason = o.job.last_error.as_deref().map_or(ParkReason::None, ParkReason::Said);
+            n.text = parked_text(job, until_ms, reason);
+        }
+        None => tracing::debug!(job = job.id, "cannot read why the job is parked; saying it generically"),
     }
     n
 }

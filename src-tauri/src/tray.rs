@@ -1,6 +1,7 @@
 //! The tray icon and its menu. Linux (libappindicator) never delivers clicks on the icon to
 //! the app, so everything is in the menu. The menu is rebuilt only when what it shows
-//! changes, plus once a minute while jobs run (their running time).
+//! changes, plus once a minute while jobs run (their running time). Its Limits part
+//! (tray_limits.rs) is read from the database when a job moves and every few minutes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -14,6 +15,7 @@ use tauri::tray::{TrayIcon, TrayIconBuilder};
 use tauri::{AppHandle, Manager, Runtime};
 
 use crate::state::AppState;
+use crate::tray_limits;
 use crate::tray_text::{hover_text, job_lines, source_lines, state_line};
 
 pub const TRAY_ID: &str = "devpilot";
@@ -98,6 +100,15 @@ const CLAIM_ITEMS: [(&str, &str); 5] = [
     ("claim_off", "Off"),
 ];
 
+/// Where the Limits part is in the menu (its lines, its switch, a separator), of how many
+/// top-level items: hidden while it has nothing to say.
+const LIMITS_PART: std::ops::Range<usize> = 5..8;
+const MENU_ITEMS: usize = 16;
+
+/// How often the Limits part is read with nothing moving here (another machine's hold, the
+/// end of one, a new day): a database read every five minutes, never more often.
+const LIMITS_EVERY: Duration = Duration::from_secs(300);
+
 /// The menu, built once and then updated in place: replacing a tray menu while a tray host
 /// reads it crashed hosts (and, with libappindicator, the app) under bursts of updates.
 pub struct TrayMenu<R: Runtime> {
@@ -114,6 +125,9 @@ pub struct TrayMenu<R: Runtime> {
     claim_head: MenuItem<R>,
     claim_items: Vec<CheckMenuItem<R>>,
     handoff: MenuItem<R>,
+    /// The Limits part's lines, and the fleet's switch.
+    limits: MenuItem<R>,
+    limits_resume: CheckMenuItem<R>,
 }
 
 /// Which job each slot shows, for its click.
@@ -132,6 +146,12 @@ pub struct TrayCache<R: Runtime> {
     /// The queue at a glance, read when jobs move (never on a timer: an idle tray reads
     /// nothing).
     board: Mutex<Option<devpilot_app::Board>>,
+    /// The fleet's limits, read when jobs move and every [`LIMITS_EVERY`].
+    limits: Mutex<Option<devpilot_app::limits::LimitsView>>,
+    /// Whether the Limits part shows now (`None`: not yet set since it was built).
+    limits_shown: Mutex<Option<bool>>,
+    /// Read the limits again now (the window changed them: [`reread_limits`]).
+    limits_poke: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// Creates the tray icon. A missing tray host or appindicator library is logged and the app
@@ -173,9 +193,13 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
         menu: Mutex::new(menu),
         slots: Mutex::default(),
         board: Mutex::new(None),
+        limits: Mutex::new(None),
+        limits_shown: Mutex::new(None),
+        limits_poke: std::sync::Arc::default(),
     });
     refresh(app, &st);
     spawn_board_reader(app);
+    spawn_limits_reader(app);
     // While jobs run, refresh their running time once a minute.
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
@@ -241,6 +265,122 @@ fn spawn_board_reader<R: Runtime>(app: &AppHandle<R>) {
             tokio::time::sleep(Duration::from_millis(500)).await;
             while events.try_recv().is_ok() {}
         }
+    });
+}
+
+/// Reads the fleet's limits at start, when a job moves here, a spend warning is given or the
+/// settings file changes (a burst is read once), just after a hold it shows ends, and every
+/// [`LIMITS_EVERY`] otherwise; then refreshes the menu. A read that fails leaves the last one
+/// shown (until a first read works, it is tried again every few seconds). With no tray menu
+/// it reads nothing.
+fn spawn_limits_reader<R: Runtime>(app: &AppHandle<R>) {
+    let Some(poke) = app
+        .try_state::<TrayCache<R>>()
+        .filter(|c| c.menu.lock().is_ok_and(|m| m.is_some()))
+        .map(|c| c.limits_poke.clone())
+    else {
+        return;
+    };
+    let app = app.clone();
+    let engine = app.state::<AppState>().engine.clone();
+    let mut events = engine.subscribe();
+    let mut notes = engine.watch_config_note();
+    tauri::async_runtime::spawn(async move {
+        let mut read_once = false;
+        loop {
+            let next = match engine.limits().await {
+                Ok(v) => {
+                    read_once = true;
+                    let next = next_limits_read(&v, crate::tray_text::now_ms() as i64);
+                    // The menu changes only when what it shows does (a timed read mostly finds
+                    // the same).
+                    let changed = app.try_state::<TrayCache<R>>().is_some_and(|cache| {
+                        cache.limits.lock().is_ok_and(|mut slot| {
+                            let changed = slot.as_ref() != Some(&v);
+                            *slot = Some(v);
+                            changed
+                        })
+                    });
+                    if changed {
+                        refresh_now(&app);
+                    }
+                    next
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the fleet's limits for the tray");
+                    Duration::from_secs(if read_once { 60 } else { 5 })
+                }
+            };
+            let timer = tokio::time::sleep(next);
+            tokio::pin!(timer);
+            loop {
+                use devpilot_app::orchestrator::Event as E;
+                tokio::select! {
+                    _ = &mut timer => break,
+                    _ = poke.notified() => break,
+                    changed = notes.changed() => match changed {
+                        Ok(()) => break,
+                        Err(_) => return,
+                    },
+                    ev = events.recv() => match ev {
+                        Ok(E::Claimed { .. } | E::Completed { .. } | E::Parked { .. } | E::Released { .. })
+                        | Ok(E::SpendWarning { .. } | E::Failed { .. } | E::DatabaseOnline) => break,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(_) => return,
+                    },
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            while events.try_recv().is_ok() {}
+            notes.borrow_and_update();
+        }
+    });
+}
+
+/// Has the Limits part read again now: the window changed what it shows (the fleet's
+/// switch, a hold ended by hand).
+pub fn reread_limits<R: Runtime>(app: &AppHandle<R>) {
+    if let Some(cache) = app.try_state::<TrayCache<R>>() {
+        cache.limits_poke.notify_one();
+    }
+}
+
+/// When to read the limits again with nothing moving: just after the first hold shown ends
+/// (its line goes then), at most [`LIMITS_EVERY`] from `now_ms`.
+fn next_limits_read(v: &devpilot_app::limits::LimitsView, now_ms: i64) -> Duration {
+    let ends = v.accounts.iter().filter_map(|a| a.held_until).filter(|&t| t > now_ms).min();
+    let until_end = ends.map(|t| Duration::from_millis((t - now_ms) as u64) + Duration::from_secs(5));
+    until_end.map_or(LIMITS_EVERY, |w| w.min(LIMITS_EVERY))
+}
+
+/// Sets the fleet's switch from the menu: checked, jobs parked on a usage limit resume by
+/// themselves. The item shows what was read back (a refused change is put back).
+fn set_resume_after_limits<R: Runtime>(app: &AppHandle<R>) {
+    let app = app.clone();
+    let engine = app.state::<AppState>().engine.clone();
+    // What the item showed before the click is what the user turned around.
+    let was_paused = app
+        .try_state::<TrayCache<R>>()
+        .and_then(|c| c.limits.lock().ok().and_then(|l| l.as_ref().map(|v| v.limits_paused)))
+        .unwrap_or(false);
+    tauri::async_runtime::spawn(async move {
+        match engine.set_limits_paused(!was_paused).await {
+            Ok(()) if was_paused => tracing::info!("tray: jobs parked on a usage limit resume by themselves"),
+            Ok(()) => tracing::info!("tray: jobs parked on a usage limit wait for a person"),
+            Err(e) => tracing::warn!(error = %e, "cannot set the fleet's limit switch"),
+        }
+        match engine.limits().await {
+            Ok(v) => {
+                if let Some(cache) = app.try_state::<TrayCache<R>>() {
+                    if let Ok(mut slot) = cache.limits.lock() {
+                        *slot = Some(v);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the fleet's limits back"),
+        }
+        refresh_now(&app);
     });
 }
 
@@ -395,14 +535,35 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
     // GTK reads a single & as a mnemonic marker and hides it; && shows one.
     let handoff =
         item("handoff".into(), if cfg!(target_os = "linux") { "Hand off && pause" } else { "Hand off & pause" }, true)?;
+    // The Limits part: hidden until it has something to say (update_menu).
+    let limits = item("limits".into(), "Limits", false)?;
+    let limits_resume =
+        CheckMenuItem::with_id(app, "limits_resume", tray_limits::RESUME_TEXT, true, true, None::<&str>)?;
+    let s_limits = PredefinedMenuItem::separator(app)?;
     let open = item("open".into(), "Open DevPilot", true)?;
     let settings = item("settings".into(), "Settings…", true)?;
     let logs = item("logs".into(), "View logs", true)?;
     let quit = item("quit".into(), "Quit DevPilot", true)?;
     let (s1, s2, s3) =
         (PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?, PredefinedMenuItem::separator(app)?);
-    let items: [&dyn IsMenuItem<R>; 13] =
-        [&status, &jobs_item, &jobs, &recent, &s1, &claiming, &handoff, &s2, &open, &settings, &logs, &s3, &quit];
+    let items: [&dyn IsMenuItem<R>; MENU_ITEMS] = [
+        &status,
+        &jobs_item,
+        &jobs,
+        &recent,
+        &s1,
+        &limits,
+        &limits_resume,
+        &s_limits,
+        &claiming,
+        &handoff,
+        &s2,
+        &open,
+        &settings,
+        &logs,
+        &s3,
+        &quit,
+    ];
     let menu = Menu::with_items(app, &items)?;
     Ok(TrayMenu {
         menu,
@@ -415,6 +576,8 @@ fn build_menu<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<TrayMenu<R>> {
         claim_head,
         claim_items,
         handoff,
+        limits,
+        limits_resume,
     })
 }
 
@@ -477,6 +640,25 @@ fn update_menu<R: Runtime>(app: &AppHandle<R>, tm: &mut TrayMenu<R>, st: &Status
         m.set_checked(id == now)?;
     }
     tm.handoff.set_enabled(can_dispatch)?;
+    update_limits(app, tm, &cache)
+}
+
+/// The Limits part: its lines and switch from the last read, shown only when it has something
+/// to say.
+fn update_limits<R: Runtime>(app: &AppHandle<R>, tm: &TrayMenu<R>, cache: &TrayCache<R>) -> tauri::Result<()> {
+    let view = cache.limits.lock().ok().and_then(|l| l.clone());
+    let part = view.as_ref().filter(|v| tray_limits::worth_showing(v));
+    if let Some(v) = part {
+        tm.limits.set_text(tray_limits::text(v))?;
+        tm.limits_resume.set_checked(!v.limits_paused)?;
+    }
+    let show = part.is_some();
+    let changed = cache.limits_shown.lock().map(|mut s| s.replace(show) != Some(show)).unwrap_or(true);
+    if changed {
+        if let Some(tray) = app.tray_by_id(TRAY_ID) {
+            tray_limits::set_visible(&tray, LIMITS_PART, MENU_ITEMS, show);
+        }
+    }
     Ok(())
 }
 
@@ -522,6 +704,7 @@ pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
         "claim_indef" => set_claiming(app, devpilot_app::Claiming::Paused { minutes: None }),
         "claim_off" => set_claiming(app, devpilot_app::Claiming::Off),
         "queue" => crate::window::open(app, Some("queue")),
+        "limits_resume" => set_resume_after_limits(app),
         slot if slot.starts_with("run_") || slot.starts_with("recent_") => {
             let job = app.try_state::<TrayCache<R>>().and_then(|c| {
                 let s = c.slots.lock().ok()?;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Reads a tray item's menu the way a tray host does: over D-Bus, from the item's
 com.canonical.dbusmenu object (GetLayout), on the session bus. Prints the layout as JSON:
-{"id", "label", "enabled", "visible", "type", "children": [...]} (dbusmenu's defaults filled in:
+{"id", "label", "enabled", "visible", "type", "toggle_state", "children": [...]} (dbusmenu's defaults filled in:
 enabled and visible true, type "standard").
 
 Needs python3-gi (Debian), so run it with /usr/bin/python3.
@@ -21,6 +21,8 @@ def node(item):
         "enabled": props.get("enabled", True),
         "visible": props.get("visible", True),
         "type": props.get("type", "standard"),
+        # A check item's state: 1 checked, 0 not, -1 not a check item.
+        "toggle_state": props.get("toggle-state", -1) if props.get("toggle-type") else -1,
         "children": [node(c) for c in children],
     }
 

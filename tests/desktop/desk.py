@@ -223,6 +223,103 @@ def bus_name_owned(name):
     return "true" in r.stdout
 
 
+# ------------------------------------------------------------------ the tray, as a user sees it
+
+# The six icons' main colour, and the panel's strip of the screen (xfce4-panel.xml).
+ICON_RGB = {"idle": (46, 158, 79), "working": (31, 111, 209), "paused": (217, 142, 4),
+            "off": (138, 138, 138), "attention": (198, 40, 40), "offline": (111, 66, 193)}
+PANEL = (0, 0, 1280, 40)
+
+
+def find_color(png, rgb, region, tol=40):
+    """Pixels of about `rgb` within region (x, y, w, h) of a screenshot; returns their centre
+    and count, or None."""
+    import re
+    x0, y0, w, h = region
+    txt = subprocess.run(["convert", png, "-crop", f"{w}x{h}+{x0}+{y0}", "+repage", "txt:-"],
+                         capture_output=True, text=True, check=True).stdout
+    xs, ys = [], []
+    for line in txt.splitlines()[1:]:
+        m = re.match(r"(\d+),(\d+): \((\d+),(\d+),(\d+)", line)
+        if not m:
+            continue
+        x, y, r, g, b = map(int, m.groups())
+        if abs(r - rgb[0]) < tol and abs(g - rgb[1]) < tol and abs(b - rgb[2]) < tol:
+            xs.append(x)
+            ys.append(y)
+    if len(xs) < 6:
+        return None
+    return (x0 + sum(xs) // len(xs), y0 + sum(ys) // len(ys), len(xs))
+
+
+def root_shot(path):
+    """The whole X screen, as a PNG at `path`."""
+    subprocess.run(["import", "-window", "root", path], check=True)
+    return path
+
+
+def tray_icon_at(scratch):
+    """Where DevPilot's icon is on the panel (its centre), whichever picture it shows; None if
+    it is not there. `scratch` is a PNG path to screenshot into."""
+    shot = root_shot(scratch)
+    return next((p for rgb in ICON_RGB.values() if (p := find_color(shot, rgb, PANEL))), None)
+
+
+def open_tray_menu(at, before, after, log=print):
+    """Opens the tray menu with a real click on the icon at `at` (x, y), screenshotting the
+    screen before and after (PNG paths); retries a click the host missed. Returns how many
+    pixels the menu changed (more than 2000: it is open). Leave it with Escape."""
+    import time
+    changed = 0
+    for attempt in range(3):
+        root_shot(before)
+        subprocess.run(["xdotool", "mousemove", str(at[0]), str(at[1]), "click", "1"], check=True)
+        time.sleep(1.5)
+        root_shot(after)
+        diff = subprocess.run(["compare", "-metric", "AE", "-fuzz", "5%", before, after, "null:"],
+                              capture_output=True, text=True).stderr.strip()
+        changed = float(diff.split()[0]) if diff else 0
+        if changed > 2000:
+            break
+        log(f"the tray menu did not open on attempt {attempt + 1} ({changed} pixels changed); retrying")
+        subprocess.run(["xdotool", "key", "Escape"], check=False)
+        time.sleep(1.0)
+    return changed
+
+
+def sni_item():
+    """(bus name, object path) of DevPilot's StatusNotifierItem, from the watcher's list."""
+    import re
+    for entry in re.findall(r"'([^']+)'", sni_items()):
+        name, _, path = entry.partition("/")
+        if "tray_icon_tray_app_devpilot" in path:
+            return name, "/" + path
+    raise RuntimeError(f"no DevPilot item registered: {sni_items()!r}")
+
+
+def tray_menu_layout():
+    """The tray menu as the host reads it (com.canonical.dbusmenu GetLayout, via dbusmenu.py):
+    {"label", "enabled", "visible", "type", "children"} per item."""
+    import json
+    import re
+    name, path = sni_item()
+    menu = subprocess.run(["gdbus", "call", "--session", "--dest", name, "--object-path", path, "--method",
+                           "org.freedesktop.DBus.Properties.Get", "org.kde.StatusNotifierItem", "Menu"],
+                          capture_output=True, text=True, timeout=10, check=True).stdout
+    menu_path = re.search(r"objectpath '([^']+)'", menu).group(1)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(["/usr/bin/python3", os.path.join(here, "dbusmenu.py"), name, menu_path],
+                         capture_output=True, text=True, timeout=20, check=True).stdout
+    return json.loads(out)
+
+
+def tray_menu_shown():
+    """The tray menu's top-level items a user sees (visible), as (label, toggle state): the
+    state 1 for a checked item, 0 for an unchecked one, -1 for any other."""
+    return [(c["label"], c.get("toggle_state", -1)) for c in tray_menu_layout()["children"]
+            if c["visible"] and c["type"] != "separator"]
+
+
 # The app's profile (its config, data and keychain names): debug builds use their own.
 PROFILE_NAME = "devpilot-dev" if os.environ.get("E2E_PROFILE", "debug") == "debug" else "devpilot"
 

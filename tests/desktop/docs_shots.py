@@ -16,6 +16,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import time
 import urllib.request
 
 import desk  # tests/desktop/desk.py
@@ -163,6 +164,84 @@ def review_loop(url):
     shot("review-loop")
 
 
+# The team's claude account, named alike on both machines, and the fleet's caps.
+GOVERNED = ('\n[agents.claude]\naccount = "work"\n'
+            '\n[limits]\njob_usd = 2.0\nday_usd = 20.0\naccount_day_usd = 10.0\n')
+
+
+def limits(url):
+    """A usage limit the desktop's claude hit holds the team's account "work" on every machine:
+    the laptop's tray menu says until when, with the day's spend against the fleet's cap; the
+    laptop claims none of its jobs meanwhile. Then a job stopped at its spend cap, let go from
+    its page."""
+    now = int(time.time() * 1000)
+    until = (now // 60000 + 65) * 60000
+    spent = sql("SELECT account, COUNT(*), SUM(cost_usd) FROM spend GROUP BY account")
+    log(f"spend so far: {spent}")
+    # The morning's work on the desktop, before this session (the day's spend is the fleet's).
+    for job_id, token, cost, hours in [(2, 1, 3.12, 3), (2, 2, 2.47, 2)]:
+        sql(f"INSERT INTO spend (orchestrator_id, job_id, claim_token, machine, account, cost_usd, at) "
+            f"VALUES ('team', {job_id}, {token}, 'desktop', 'claude:work', {cost}, {now - hours * 3600000})")
+    sql("INSERT INTO account_holds (orchestrator_id, account, until_at, reason, machine, job_id, held_at) "
+        f"VALUES ('team', 'claude:work', {until}, 'Claude usage limit reached', 'desktop', 2, {now})")
+    t = time.localtime(until / 1000)
+    hhmm = time.strftime("%H:%M" if time.strftime("%Y%m%d", t) == time.strftime("%Y%m%d") else "%a %H:%M", t)
+    # The window's switch (already on) has the tray read the limits again at once.
+    v = D.invoke("set_resume_after_limits", {"resume": True})
+    check("the account is held until its reset", any(a["account"] == "claude:work" and a["state"] == "limited" for a in v["accounts"]), v)
+    line = f"claude · work: limited until {hhmm}"
+    shown = wait("the tray menu shows the Limits part with the held account", lambda: (x := desk.tray_menu_shown())
+                 and any(line in l for l, _ in x) and x, timeout=20)
+    log(f"tray menu: {shown}")
+    check("and the fleet's switch, checked", ("Resume jobs after usage limits", 1) in shown, shown)
+    # No machine under the held account claims: the laptop, claiming again, leaves #3 queued.
+    D.invoke("set_claiming", {"claiming": {"mode": "on"}})
+    time.sleep(6)
+    check("the laptop claims nothing under the held account", job(3)["job"]["state"] == "queued", job(3)["job"]["state"])
+    D.exec("location.hash = '#fleet'; refreshFleet();")
+    wait("the Fleet tab's Limits card says it", lambda: line.split(': ', 1)[1] in (D.text("#limits") or "") and D.visible("#limits"), timeout=20)
+    D.painted()
+    D.screenshot(os.path.join(ART, "limits-card.png"))
+    # The window beside the menu (the icon is at the panel's left), both in the picture.
+    subprocess.run(["xdotool", "search", "--name", "^DevPilot$", "windowmove", "%@", "300", "44"], capture_output=True)
+    D.painted()
+    at = wait("the tray icon is on the panel", lambda: desk.tray_icon_at(os.path.join(ART, "limits-panel.png")), timeout=20)
+    screen = os.path.join(ART, "limits-screen.png")
+    changed = desk.open_tray_menu(at, os.path.join(ART, "limits-before.png"), screen, log=log)
+    check("the tray menu opened for the screenshot", changed > 2000, changed)
+    subprocess.run(["xdotool", "key", "Escape"], check=False)
+    subprocess.run(["xdotool", "mousemove", "1200", "780"], check=False)
+    subprocess.run(["xdotool", "search", "--name", "^DevPilot$", "windowmove", "%@", "0", "60"], capture_output=True)
+    # The panel, the menu and the window's top half: the screen's black edges cut off.
+    png = os.path.join(ART, "docs-limits.png")
+    subprocess.run(["convert", screen, "-crop", "1224x500+0+0", "+repage", png], check=True)
+    check("docs-limits.png was taken", os.path.getsize(png) > 20000 and desk.colours(png) > 200, png)
+    log(f"screenshot: {png}")
+    D.invoke("set_claiming", {"claiming": {"mode": "paused", "minutes": None}})
+
+    # A job stopped at its own cap waits for a person: its page says so and lets it go on.
+    jid = int(subprocess.run([CLI, "enqueue", "--orchestrator", "team", "--title", "Upgrade the tests to Node 22", "--repo", "webapp",
+                              "--prompt", "Move the test suite to Node 22 and fix what breaks."],
+                             env=env_of(HOME, "http://127.0.0.1:9", url), capture_output=True, text=True, check=True).stdout.strip())
+    sql(f"UPDATE dispatch_queue SET last_error = 'spend cap: this job spent $2.04 of its $2.00 cap', parked_for = 'job_cap', "
+        f"account = 'claude:work' WHERE id = {jid}")
+    for token, cost, machine in [(1, 1.21, "desktop"), (2, 0.83, "laptop")]:
+        sql(f"INSERT INTO spend (orchestrator_id, job_id, claim_token, machine, account, cost_usd, at) "
+            f"VALUES ('team', {jid}, {token}, '{machine}', 'claude:work', {cost}, {now - (3 - token) * 1200000})")
+    D.exec(f"location.hash = '#queue'; showJob({jid});")
+    wait("its page says it stopped at its spend cap", lambda: (D.text("#detail-verdict") or "").startswith("Stopped at its spend cap"), timeout=20)
+    check("its Spend section lists both attempts against the cap", "$2.04 of this job's $2.00 cap" in (D.text("#detail-spend") or "")
+          and len(D.exec("return [...document.querySelectorAll('#detail-spend-rows tr')]") or []) == 2, D.text("#detail-spend"))
+    D.click("#detail-no-resume")
+    wait("Don't resume after a usage limit is the job's", lambda: sql(f"SELECT resume_after_limit FROM dispatch_queue WHERE id = {jid}")[0][0] == 0, timeout=10)
+    D.exec("document.getElementById('detail-spend').scrollIntoView({block: 'center'});")
+    D.painted()
+    D.screenshot(os.path.join(ART, "limits-job-capped.png"))
+    D.click("#detail-actions button.let-go")
+    wait("Let it go on: claimable again", lambda: sql(f"SELECT parked_for FROM dispatch_queue WHERE id = {jid}")[0][0] is None, timeout=10)
+    wait("and the page no longer offers it", lambda: not D.exec("return !!document.querySelector('#detail-actions button.let-go')"), timeout=10)
+
+
 def admin_get(url, path):
     with urllib.request.urlopen(url + path, timeout=20) as r:
         return json.loads(r.read() or b"null")
@@ -205,6 +284,8 @@ def main():
     ]
     model = model_server([t if "hold_ms" not in t else {"wait_ms": t["hold_ms"]} for t in turns])
     source = '\n[sources.webapp]\nkind = "github"\nrepo = "acme/webapp"\nlabel = "agent"\nmaps_to = "webapp"\ninterval = "15s"\n'
+    # Both machines run claude as the team's account "work", under the fleet's budgets.
+    source += GOVERNED
     settings(HOME, "laptop", tables=source, app=TRAY_APP)
     if TRAY_APP != "devpilot":
         # The laptop's CLI (it enqueues #3) reads the release profile's file: the same queue.
@@ -299,6 +380,9 @@ def main():
     D.set("#nj-labels", "linux")
     D.set("#nj-key", "GH-57")
     shot("new-job-form")
+
+    # 7. The governor: a held account in the tray menu, and a job stopped at its cap.
+    limits(url)
     log(f"docs: ALL {len(CHECKS.results)} CHECKS PASSED")
 
 

@@ -228,7 +228,7 @@ def tray_menu_layout():
 
 
 def tray_menu_labels():
-    return [c["label"] for c in tray_menu_layout()["children"] if c["type"] != "separator"]
+    return [c["label"] for c in tray_menu_layout()["children"] if c["type"] != "separator" and c["visible"]]
 
 
 def claiming_now():
@@ -415,6 +415,9 @@ def main():
     items = wait("tray item registered with StatusNotifierWatcher", lambda: (s := sni_items()) and "/" in s and s, timeout=20)
     log(f"registered items: {items.strip()}")
     tray_icon("idle")
+    labels = tray_menu_labels()
+    check("a new user's tray menu has no Limits part (nothing held, spent or capped)",
+          not any(l.startswith("Limits") or l == "Resume jobs after usage limits" for l in labels), labels)
 
     # 3. Switch claiming OFF from the tray menu's one claiming control.
     check("the claiming control says on", claiming_now() == "Now: on", tray_submenu("Claiming"))

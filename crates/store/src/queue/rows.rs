@@ -127,6 +127,13 @@ pub struct JobRow {
     pub commits: Option<i32>,
     /// The follow-ups its pull request's review queued so far.
     pub follow_ups: i32,
+    /// The account its latest attempt ran as (the governor's holds and spend name it).
+    pub account: Option<String>,
+    /// Why a governed park holds it: `limit`, `day_cap` or `job_cap` (`ParkedFor`); None
+    /// for any other state or park.
+    pub parked_for: Option<String>,
+    /// 1: it resumes by itself when its account's hold ends; 0: it waits for a person.
+    pub resume_after_limit: i32,
     /// What the agent CLI of its last attempt reported.
     #[sea_orm(nested)]
     pub agent: AgentRun,
@@ -187,6 +194,9 @@ impl JobRow {
             pushed_remote: None,
             commits: None,
             follow_ups: 0,
+            account: None,
+            parked_for: None,
+            resume_after_limit: 1,
             agent: AgentRun::default(),
             issue: None,
             issue_url: None,
@@ -334,7 +344,8 @@ pub struct Pruned {
 pub(super) const JOB_COLUMNS: &str = "id, orchestrator_id, title, state, attempts, claimed_by, claim_token, \
      created_at, claimed_at, heartbeat_at, completed_at, last_error, max_attempts, unique_key, priority, run_at, \
      summary, result_url, cancel_requested_by, finished_at, repo, requires, resume_branch, resumed_from, worktree, \
-     release_requested_by, pushed_remote, commits, follow_ups, agent, agent_session, cost_usd, tokens_in, tokens_out, session_from";
+     release_requested_by, pushed_remote, commits, follow_ups, account, parked_for, resume_after_limit, agent, agent_session, \
+     cost_usd, tokens_in, tokens_out, session_from";
 
 /// Every row of `rows` as a `T`.
 pub(super) fn decode<T: FromQueryResult>(rows: &[QueryResult]) -> Result<Vec<T>> {
