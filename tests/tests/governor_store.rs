@@ -313,6 +313,10 @@ async fn the_days_cap_stops_claims_and_the_next_day_claims_again(backend: Backen
     assert_eq!(db.queue.spent_since(&orch, day, None).await.unwrap(), 0.0);
     assert_eq!(db.queue.governor_view(&orch, day).await.unwrap().by_account, []);
     assert_eq!(claim(&db.queue, &orch, "laptop", 2, &fleet_cap(WORK, 10.0)).await, [c4], "a new day");
+    // The quarter hours' totals follow every write to `spend`: moved, then deleted.
+    assert_eq!(db.queue.spent_since(&orch, day - DAY - HOUR, Some(WORK)).await.unwrap(), 12.0, "counted yesterday");
+    db.exec(&format!("DELETE FROM spend WHERE orchestrator_id = '{orch}'")).await;
+    assert_eq!(db.queue.spent_since(&orch, 0, None).await.unwrap(), 0.0, "a deleted row leaves the totals");
 }
 
 /// A park on the job's own cap is not claimable even when due, until a person lets it go,

@@ -249,9 +249,11 @@ impl Queue {
                 now = d.now
             )
         });
+        // An account whose spend moved out of the day (a total back at zero) spent nothing.
         static BY_ACCOUNT: Sql = Sql::new(|_| {
-            "SELECT account, SUM(cost_usd) AS spent_usd FROM spend WHERE orchestrator_id = $1 AND at >= $2
-              GROUP BY account ORDER BY account"
+            "SELECT NULLIF(account, '') AS account, SUM(cost_usd) AS spent_usd FROM spend_quarters
+              WHERE orchestrator_id = $1 AND quarter_at >= $2 AND account <> '*'
+              GROUP BY account HAVING SUM(cost_usd) > 0.0000005 ORDER BY account"
                 .to_string()
         });
         static PAUSED: Sql =
@@ -273,8 +275,8 @@ impl Queue {
     /// The spend since `day_start_ms`: the fleet's, or `account`'s.
     pub async fn spent_since(&self, orchestrator_id: &str, day_start_ms: i64, account: Option<&str>) -> Result<f64> {
         static SPENT: Sql = Sql::new(|_| {
-            "SELECT SUM(cost_usd) AS total FROM spend
-              WHERE orchestrator_id = $1 AND at >= $2 AND ($3 IS NULL OR account = $3)"
+            "SELECT SUM(cost_usd) AS total FROM spend_quarters
+              WHERE orchestrator_id = $1 AND quarter_at >= $2 AND account = COALESCE($3, '*')"
                 .to_string()
         });
         let values = vec![orchestrator_id.into(), day_start_ms.into(), account.map(str::to_string).into()];

@@ -155,17 +155,21 @@ impl Governor {
                 now = d.now
             ));
         }
+        // From the quarter hours' running totals (`spend_quarters`, kept by triggers on
+        // `spend`): at most 96 rows a day, however many attempts spent.
         let spent = |day: &str, whose: &str| {
-            format!("(SELECT COALESCE(SUM(s.cost_usd), 0) FROM spend s WHERE s.orchestrator_id = {o} AND s.at >= {day}{whose})")
+            format!(
+                "(SELECT COALESCE(SUM(t.cost_usd), 0) FROM spend_quarters t
+                   WHERE t.orchestrator_id = {o} AND t.account = {whose} AND t.quarter_at >= {day})"
+            )
         };
         if self.day_usd.is_some() || (self.account_day_usd.is_some() && account.is_some()) {
             let day = param(self.day_start_ms.into());
             if let Some(cap) = self.day_usd {
-                out.push_str(&format!(" AND {} < {}", spent(&day, ""), param(cap.into())));
+                out.push_str(&format!(" AND {} < {}", spent(&day, "'*'"), param(cap.into())));
             }
             if let (Some(cap), Some(a)) = (self.account_day_usd, &account) {
-                let whose = format!(" AND s.account = {a}");
-                out.push_str(&format!(" AND {} < {}", spent(&day, &whose), param(cap.into())));
+                out.push_str(&format!(" AND {} < {}", spent(&day, a), param(cap.into())));
             }
         }
         out
