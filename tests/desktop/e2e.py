@@ -264,28 +264,11 @@ def hhmm(unix_s):
     return time.strftime("%H:%M" if same_day else "%a %H:%M", t)
 
 
-def find_color(png, rgb, region, tol=40):
-    """Pixels of about `rgb` within region (x, y, w, h) of a screenshot; returns their centre."""
-    x0, y0, w, h = region
-    txt = subprocess.run(["convert", png, "-crop", f"{w}x{h}+{x0}+{y0}", "+repage", "txt:-"],
-                         capture_output=True, text=True, check=True).stdout
-    xs, ys = [], []
-    for line in txt.splitlines()[1:]:
-        m = re.match(r"(\d+),(\d+): \((\d+),(\d+),(\d+)", line)
-        if not m:
-            continue
-        x, y, r, g, b = map(int, m.groups())
-        if abs(r - rgb[0]) < tol and abs(g - rgb[1]) < tol and abs(b - rgb[2]) < tol:
-            xs.append(x)
-            ys.append(y)
-    if len(xs) < 6:
-        return None
-    return (x0 + sum(xs) // len(xs), y0 + sum(ys) // len(ys), len(xs))
+# Pixels of about a colour in a region of a screenshot: desk.py's, shared with the docs shots.
+find_color = desk.find_color
 
 
-ICON_RGB = {"idle": (46, 158, 79), "working": (31, 111, 209), "paused": (217, 142, 4),
-            "off": (138, 138, 138), "attention": (198, 40, 40), "offline": (111, 66, 193)}
-PANEL = (0, 0, 1280, 40)
+ICON_RGB, PANEL = desk.ICON_RGB, desk.PANEL
 
 
 def tray_icon(state, timeout=20):

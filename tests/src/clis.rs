@@ -4,10 +4,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use devpilot_store::job::JobState;
+use devpilot_store::queue::JobRow;
 
 use serde_json::json;
 
-use crate::{devpilot, fast_flags, write_config, ModelServer, Runner, TestDb};
+use crate::{devpilot, fast_flags, wait_for, write_config, ModelServer, Runner, TestDb};
 
 /// Where the pinned CLIs are (`scripts/agent_clis.sh` installs them; CI runs it first).
 pub fn clis() -> PathBuf {
@@ -103,4 +107,18 @@ pub fn gemini_settings(cli_home: &Path) {
     std::fs::create_dir_all(&dir).unwrap();
     let settings = json!({"general": {"maxAttempts": 2}, "security": {"auth": {"selectedType": "gemini-api-key"}}});
     std::fs::write(dir.join("settings.json"), settings.to_string()).unwrap();
+}
+
+/// Job `id` as the database has it now.
+pub async fn job(db: &TestDb, id: i64) -> JobRow {
+    db.queue.job(id).await.unwrap().unwrap().0
+}
+
+/// Job `id` once it is in one of `states`, within `limit` (else the test fails, saying where
+/// it is and why).
+pub async fn wait_state(db: &TestDb, id: i64, states: &[JobState], limit: Duration) -> JobRow {
+    let done = wait_for(limit, || async { states.contains(&job(db, id).await.state) }).await;
+    let row = job(db, id).await;
+    assert!(done, "job {id} is {:?}, not one of {states:?}: {:?}", row.state, row.last_error);
+    row
 }

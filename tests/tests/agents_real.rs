@@ -9,22 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
-use devpilot_store::queue::JobRow;
-use devpilot_tests::clis::{cli_root, codex_config, Machine};
+use devpilot_tests::clis::{cli_root, codex_config, job, wait_state, Machine};
 use devpilot_tests::model_server::Recorded;
 use devpilot_tests::*;
 use serde_json::json;
-
-async fn job(db: &TestDb, id: i64) -> JobRow {
-    db.queue.job(id).await.unwrap().unwrap().0
-}
-
-async fn wait_state(db: &TestDb, id: i64, states: &[JobState], limit: Duration) -> JobRow {
-    let done = wait_for(limit, || async { states.contains(&job(db, id).await.state) }).await;
-    let row = job(db, id).await;
-    assert!(done, "job {id} is {:?}, not one of {states:?}: {:?}", row.state, row.last_error);
-    row
-}
 
 /// Every text the model was sent in one request, flattened.
 fn texts(r: &Recorded) -> String {

@@ -12,25 +12,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{JobOptions, JobRow, MachineStatus, PollExtras, Route, SourceSpec, Usage};
-use devpilot_tests::clis::{cli_root, Machine};
+use devpilot_store::queue::{JobOptions, MachineStatus, PollExtras, Route, SourceSpec, Usage};
+use devpilot_tests::clis::{cli_root, job, wait_state, Machine};
 use devpilot_tests::model_server::TurnGate;
 use devpilot_tests::*;
 use serde_json::json;
 
 /// The model the capped machines run claude with (priced at $3 a million input tokens).
 const SONNET: &str = "claude-sonnet-4-5";
-
-async fn job(db: &TestDb, id: i64) -> JobRow {
-    db.queue.job(id).await.unwrap().unwrap().0
-}
-
-async fn wait_state(db: &TestDb, id: i64, states: &[JobState], limit: Duration) -> JobRow {
-    let done = wait_for(limit, || async { states.contains(&job(db, id).await.state) }).await;
-    let row = job(db, id).await;
-    assert!(done, "job {id} is {:?}, not one of {states:?}: {:?}", row.state, row.last_error);
-    row
-}
 
 /// A job on repo `webapp` with `prompt`, added by a producer.
 fn add_job(db: &TestDb, orch: &str, title: &str, prompt: &str) -> i64 {
