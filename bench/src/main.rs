@@ -17,6 +17,12 @@
 //! - [`versus`]: (v) issue 25's comparisons, in alternated rounds: the agent path against the
 //!   machine's spawn limit and Graphile Worker, the no-op drains and pickup against Graphile.
 //! - [`report_versus`]: the report's section (v), its targets and every run.
+//! - [`governor`]: (l) the claim with the governor (issue 42) against without, alternated
+//!   rounds, its plans and a herd check; the `governor` subcommand measures it alone into an
+//!   existing report.
+//! - [`governor_db`], [`governor_run`], [`governor_plans`]: (l)'s databases and routes, its
+//!   timed runs and herd check, and the plans PostgreSQL ran.
+//! - [`report_governor`]: the report's section (l).
 //! - [`sandbox`]: (s) the agent sandbox's cost, confined against `--sandbox off`; the
 //!   `sandbox` subcommand measures it alone into an existing report.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
@@ -30,10 +36,15 @@ mod agent_path;
 mod cluster;
 mod common;
 mod fleet;
+mod governor;
+mod governor_db;
+mod governor_plans;
+mod governor_run;
 mod measure;
 mod peers;
 mod report;
 mod report_fmt;
+mod report_governor;
 mod report_peers;
 mod report_versus;
 mod sandbox;
@@ -65,6 +76,15 @@ enum Cmd {
     /// Measure (s), the agent sandbox's cost, alone, into the existing report.json, and
     /// re-render REPORT.md.
     Sandbox {
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// A much shorter run, to check the machinery (figures not meaningful).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Measure (l), the claim with the governor against without, alone, into the existing
+    /// report.json, and re-render REPORT.md.
+    Governor {
         #[arg(long, default_value = "bench")]
         out: PathBuf,
         /// A much shorter run, to check the machinery (figures not meaningful).
@@ -108,6 +128,23 @@ fn main() {
             std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
             report::render(&json, &out);
             eprintln!("wrote (s) into {}/report.json and REPORT.md", out.display());
+            for dir in cleanup {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        Cmd::Governor { out, quick } => {
+            let path = out.join("report.json");
+            let mut json: serde_json::Value = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_else(|| serde_json::json!({}));
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            let (l, cleanup) = rt.block_on(measure::governor_only(quick));
+            json["governor"] = l;
+            std::fs::create_dir_all(&out).expect("out dir");
+            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+            report::render(&json, &out);
+            eprintln!("wrote (l) into {}/report.json and REPORT.md", out.display());
             for dir in cleanup {
                 let _ = std::fs::remove_dir_all(dir);
             }

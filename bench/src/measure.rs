@@ -5,8 +5,9 @@
 //! - `drain`: (d) the full job cycle and (e) the same with `/bin/true` as the agent.
 //! - `latency`: (f) pickup latency. `idle`: (g) the idle cost of one machine.
 //!
-//! The agent path as a user runs it, the peers, the fleet and (v) are in [`crate::agent_path`],
-//! [`crate::peers`], [`crate::fleet`] and [`crate::versus`]; (h) repeats b to f on SQLite.
+//! The agent path as a user runs it, the peers, the fleet, (v) and (l) are in
+//! [`crate::agent_path`], [`crate::peers`], [`crate::fleet`], [`crate::versus`] and
+//! [`crate::governor`]; (h) repeats b to f on SQLite.
 
 mod claims;
 pub(crate) mod drain;
@@ -83,6 +84,8 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
         return (out, vec![env.pg.dir.clone(), env.tmp.clone()]);
     }
     claims_on_postgres(&env, &plan, &mut out).await;
+    log("(l) the claim with the governor: on against off, alternated rounds");
+    out["governor"] = crate::governor::measure(&env, &plan).await;
     drains_on_postgres(&env, &plan, &mut out).await;
     log("(f) pickup latency");
     out["f"] = json!({
@@ -130,6 +133,23 @@ pub async fn sandbox_only(quick: bool) -> (Value, Vec<PathBuf>) {
     s["date"] = json!(now_utc());
     env.pg.stop();
     (s, vec![env.pg.dir.clone(), env.tmp.clone()])
+}
+
+/// (l) alone, on a cluster of its own: the `governor` subcommand. Returns the section and
+/// the directories to remove.
+pub async fn governor_only(quick: bool) -> (Value, Vec<PathBuf>) {
+    let plan = if quick { QUICK } else { FULL };
+    let started = Instant::now();
+    let (env, version) = start().await;
+    log("(l) the claim with the governor: on against off, alternated rounds");
+    let mut l = crate::governor::measure(&env, &plan).await;
+    l["date"] = json!(now_utc());
+    l["postgres"] = json!(version);
+    l["secs"] = json!(started.elapsed().as_secs_f64());
+    l["loadavg"] = json!(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+    env.admin.clone().close().await.ok();
+    env.pg.stop();
+    (l, vec![env.pg.dir.clone(), env.tmp.clone()])
 }
 
 async fn start() -> (Env, String) {

@@ -27,6 +27,7 @@ fn markdown(j: &Value, out: &Path) -> String {
     intro(&mut m, j);
     crate::report_versus::section(&mut m, j);
     sandbox_section(&mut m, j);
+    crate::report_governor::section(&mut m, j);
     targets(&mut m, j);
     claims_section(&mut m, j);
     pick_section(&mut m, j);
@@ -148,6 +149,7 @@ fn targets(m: &mut String, j: &Value) {
         f(&g["unscaled_statements_per_min"]),
         verdict(spp <= 1.0 + 1e-9)
     );
+    crate::report_governor::target_row(m, j);
     if j["peers"].is_object() {
         crate::report_peers::targets(m, j);
         crate::report_peers::section(m, j);
