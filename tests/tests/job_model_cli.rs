@@ -107,7 +107,8 @@ async fn bad_job_model_inputs_exit_non_zero_and_write_nothing(backend: Backend) 
     let id = db.queue.enqueue(&orch, &json!({})).await.unwrap();
     let (code, _, err) = run_cli(home, url, &["requeue", &id.to_string()], None);
     assert_eq!(code, 4, "nothing to do");
-    assert!(err.contains(&format!("#{id} is queued: only dead, failed or cancelled jobs can be requeued")), "{err}");
+    let said = format!("#{id} is queued: only dead, failed or cancelled jobs, or jobs parked at a spend cap or on a usage limit, can be requeued");
+    assert!(err.contains(&said), "{err}");
 }
 
 /// Machine "laptop" (a `devpilot run` process) runs a long agent; `devpilot cancel` from
