@@ -391,7 +391,20 @@ pub fn refresh_now<R: Runtime>(app: &AppHandle<R>) {
     refresh_inner(app, &st, true);
 }
 
+/// Every change to the icon and the menu is made on the main thread: queued from a task,
+/// never waited for. A tray or menu call from a task blocks its tokio worker until the main
+/// thread runs it; two such waits at start (the board and the limits read back before the
+/// event loop ran) took both workers of a 2-core machine while setup's tray-host check waited
+/// on them, and the tray hung before its icon registered.
 fn refresh_inner<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
+    let (here, st) = (app.clone(), st.clone());
+    if let Err(e) = app.run_on_main_thread(move || refresh_here(&here, &st, force)) {
+        tracing::debug!(error = %e, "cannot queue a tray refresh (the app is quitting?)");
+    }
+}
+
+/// [`refresh_inner`], on the main thread.
+fn refresh_here<R: Runtime>(app: &AppHandle<R>, st: &Status, force: bool) {
     let Some(tray) = app.tray_by_id(TRAY_ID) else { return };
     let Some(cache) = app.try_state::<TrayCache<R>>() else { return };
     let red = app.state::<AppState>().engine.last_hand_off().is_some_and(|v| !v.safe);
