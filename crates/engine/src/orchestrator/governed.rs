@@ -4,6 +4,7 @@
 //! runs, its spend read from what the CLI streams, with the 80 % warning given once and the
 //! stop at a cap.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -148,6 +149,9 @@ impl Watch<'_> {
         let mut tail = Tail::new(span.path.clone(), span.start);
         let (mut day, mut day_read) = (self.governed.day(), None::<(tokio::time::Instant, f64, f64)>);
         let mut tick = tokio::time::interval(METER_EVERY);
+        // The warnings the queue has answered for (given now or before, by any machine): not
+        // asked again while the spend sits between 80 % and the cap.
+        let mut answered = BTreeSet::new();
         loop {
             tick.tick().await;
             let live = {
@@ -167,7 +171,11 @@ impl Watch<'_> {
             let s = Spending { job: self.spent_before + live, day: fleet + live, account_day: mine + live };
             match self.governed.caps().judge(&s) {
                 Verdict::Under => {}
-                Verdict::Warn(cap) => self.warn(cap, &s, day.0).await,
+                Verdict::Warn(cap) => {
+                    if !answered.contains(&(cap, day.0)) && self.warn(cap, &s, day.0).await {
+                        answered.insert((cap, day.0));
+                    }
+                }
                 Verdict::Over(cap) => return self.stop(cap, &s, day.1, live),
             }
         }
@@ -187,8 +195,10 @@ impl Watch<'_> {
     }
 
     /// The 80 % warning of `cap`, once: per job for its own cap, per day for the day's.
-    async fn warn(&self, cap: Cap, s: &Spending, day_start: i64) {
-        let Some(limit) = self.governed.caps().limit(cap) else { return };
+    /// Gives the warning for `cap` unless the queue says it was given; whether the queue
+    /// answered (a failed write is tried again at the next reading).
+    async fn warn(&self, cap: Cap, s: &Spending, day_start: i64) -> bool {
+        let Some(limit) = self.governed.caps().limit(cap) else { return true };
         let text = describe(cap, spent_of(cap, s), limit);
         let first = match cap {
             Cap::Job => self.store.warn_spend_once(&self.job.fence(), &text).await,
@@ -198,9 +208,13 @@ impl Watch<'_> {
             Ok(true) => {
                 tracing::warn!(job = self.job.id, "{text}");
                 let _ = self.events.send(Event::SpendWarning { job: self.job.clone(), text });
+                true
             }
-            Ok(false) => {}
-            Err(e) => tracing::debug!(job = self.job.id, error = %e, "could not record the spend warning"),
+            Ok(false) => true,
+            Err(e) => {
+                tracing::debug!(job = self.job.id, error = %e, "could not record the spend warning");
+                false
+            }
         }
     }
 
