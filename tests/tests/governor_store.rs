@@ -27,6 +27,7 @@ devpilot_tests::on_every_backend!(
     a_job_that_must_not_resume_stays_parked,
     the_days_cap_stops_claims_and_the_next_day_claims_again,
     a_job_cap_park_waits_for_a_person,
+    a_requeued_parked_job_is_claimed_again,
     the_spend_warning_is_given_once,
     spend_rows_per_attempt,
 );
@@ -374,6 +375,34 @@ async fn a_job_cap_park_waits_for_a_person(backend: Backend) {
         [k],
         "a day's cap park is claimable when due"
     );
+}
+
+/// A job cancelled while parked at its own cap, then requeued by a person, is claimed again
+/// (its park is over) and its cap counts from what it had spent, as a let-go's does.
+async fn a_requeued_parked_job_is_claimed_again(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("gov-requeue");
+    let j = db.queue.enqueue(&orch, &json!({"title": "a"})).await.unwrap();
+    let c = start(&db.queue, &orch, "laptop", Some(WORK)).await;
+    assert!(db.queue.record_agent_usage(&c.fence, &cost(Some(6.0))).await.unwrap());
+    assert!(db.queue.warn_spend_once(&c.fence, "laptop", "80 % of its $7 cap").await.unwrap());
+    let now = db.queue.now_ms().await.unwrap();
+    let park = GovernedPark {
+        parked_for: ParkedFor::JobCap,
+        until_ms: now,
+        reason: "its $7 cap",
+        hold: None,
+        resume_branch: None,
+    };
+    db.queue.park_governed(&c.fence, "laptop", &park).await.unwrap().unwrap();
+    assert!(db.queue.cancel(j, "me").await.unwrap().is_some(), "the parked job is cancelled");
+    assert_eq!(parked_for(&db, j).await.as_deref(), Some("job_cap"), "cancelling leaves the park's reason");
+
+    assert!(db.queue.requeue(j, "me").await.unwrap());
+    assert_eq!(parked_for(&db, j).await, None);
+    let c = db.queue.claim_next(&orch, "desktop", 1).await.unwrap();
+    assert_eq!(c.iter().map(|c| (c.fence.job, c.spent_usd)).collect::<Vec<_>>(), [(j, 0.0)], "claimed, its cap afresh");
+    assert!(db.queue.warn_spend_once(&c[0].fence, "desktop", "80 % again").await.unwrap(), "and it may warn again");
 }
 
 /// The warning of a job's cap is given once however many machines give it, with one

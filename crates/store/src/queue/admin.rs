@@ -118,14 +118,18 @@ impl Queue {
 
     /// Puts a dead, failed or cancelled job back in the queue with a fresh attempt budget,
     /// claimable now. `Ok(false)`: the job is in no state to be requeued. A job whose key is
-    /// live again (a newer job with the same key) is refused with a clear error.
+    /// live again (a newer job with the same key) is refused with a clear error. A job that
+    /// was cancelled while parked by the governor is let go as [`Queue::let_go`] does: its
+    /// park is over and its own cap counts from what it has spent (else no machine would ever
+    /// claim it again).
     pub async fn requeue(&self, id: i64, by: &str) -> Result<bool> {
         /// Job $1 back in the queue.
         static REQUEUE: Sql = Sql::new(|d| {
             format!(
                 "UPDATE dispatch_queue
                     SET state = 'queued', attempts = 0, claimed_at = NULL, dead_at = NULL, finished_at = NULL,
-                        run_at = {now}, cancel_requested_at = NULL, cancel_requested_by = NULL
+                        run_at = {now}, cancel_requested_at = NULL, cancel_requested_by = NULL,
+                        parked_for = NULL, cap_base_usd = COALESCE(cost_usd, 0), spend_warned = 0
                   WHERE id = $1 AND {requeueable}
                  RETURNING id, orchestrator_id, claim_token, claimed_by, state",
                 now = d.now,
