@@ -303,6 +303,16 @@ impl Tail {
         }
     }
 
+    /// Feeds `meter` the log's last line when it has no newline (the agent stopped mid-line,
+    /// or its CLI ended without one): call it once the agent has ended.
+    pub fn finish(&mut self, meter: &mut Meter) {
+        if !self.skipping && !self.partial.is_empty() {
+            meter.feed(&String::from_utf8_lossy(&self.partial));
+        }
+        self.partial.clear();
+        self.skipping = false;
+    }
+
     /// Splits `bytes` into lines, the first continuing the last read's partial line.
     fn take(&mut self, bytes: &[u8], meter: &mut Meter) {
         let mut pieces = bytes.split(|b| *b == b'\n').peekable();

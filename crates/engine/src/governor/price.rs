@@ -57,18 +57,20 @@ pub struct Tokens {
 impl Tokens {
     /// Everything sent to the model: plain, cache-written and cache-read input.
     pub fn sent(&self) -> i64 {
-        self.input + self.cache_write + self.cache_read
+        self.input.saturating_add(self.cache_write).saturating_add(self.cache_read)
     }
 
     pub fn is_zero(&self) -> bool {
         *self == Tokens::default()
     }
 
+    /// Adds `other`, saturating: the counts come from the agent's output, which may say
+    /// anything (an overflow would panic in a debug build and turn negative in a release).
     pub fn add(&mut self, other: &Tokens) {
-        self.input += other.input;
-        self.output += other.output;
-        self.cache_write += other.cache_write;
-        self.cache_read += other.cache_read;
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
     }
 }
 

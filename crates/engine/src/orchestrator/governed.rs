@@ -5,7 +5,6 @@
 //! stop at a cap.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, OnceCell};
@@ -105,10 +104,37 @@ impl Governed {
     }
 
     /// A meter for this machine's preset, if it runs one.
-    pub fn meter(&self) -> Option<Arc<Mutex<Meter>>> {
+    fn meter(&self) -> Option<Meter> {
         let AgentSpec::Preset { preset, settings } = &self.agent else { return None };
         let model = model_of(*preset, &settings.args);
-        Some(Arc::new(Mutex::new(Meter::new(*preset, model, self.limits.prices.clone()))))
+        Some(Meter::new(*preset, model, self.limits.prices.clone()))
+    }
+
+    /// What the agent's attempt in `span` cost by its streamed usage, read whole once it has
+    /// ended (the cap's watch reads only while it runs, and only with a cap set, so it misses
+    /// the last lines: gemini's cost is all in its last): the cost the CLI reported, else its
+    /// tokens priced. `None` when it says nothing, or the log cannot be read (logged).
+    pub async fn price_log(&self, span: &LogSpan) -> Option<f64> {
+        let mut meter = self.meter()?;
+        let mut tail = Tail::new(span.path.clone(), span.start);
+        // Off the runtime: a long run's log is many megabytes.
+        let read = tokio::task::spawn_blocking(move || {
+            tail.read_new(&mut meter)?;
+            tail.finish(&mut meter);
+            Ok::<_, std::io::Error>(meter.spent().usd)
+        })
+        .await;
+        match read {
+            Ok(Ok(usd)) => Some(usd).filter(|c| *c > 0.0),
+            Ok(Err(e)) => {
+                tracing::warn!(log = %span.path.display(), error = %e, "could not read the agent's log for its spend");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not price the agent's log");
+                None
+            }
+        }
     }
 }
 
@@ -122,10 +148,21 @@ pub async fn account_for(q: &Queue, orch: &str, agent: &AgentSpec, machine: &str
     Ok(Some(account_of(*preset, settings, &env, &home, machine, key.bytes())?))
 }
 
-/// The model a preset runs with, when its settings' args say (`--model X` or `-m X`).
-fn model_of(_preset: Preset, args: &[String]) -> Option<String> {
-    let at = args.iter().position(|a| a == "--model" || a == "-m")?;
-    args.get(at + 1).cloned().or_else(|| args.iter().find_map(|a| a.strip_prefix("--model=").map(str::to_string)))
+/// The model a preset runs with, when its settings' args say: `--model X`, `--model=X`, or
+/// `-m X` where `-m` is the model (codex's and gemini's; aider's `-m` is a message). The last
+/// one given wins, as with the CLIs' own parsers.
+fn model_of(preset: Preset, args: &[String]) -> Option<String> {
+    let short = matches!(preset, Preset::Codex | Preset::Gemini);
+    let mut found = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--model" || (short && a == "-m") {
+            found = it.next().cloned().or(found);
+        } else if let Some(model) = a.strip_prefix("--model=") {
+            found = Some(model.to_string());
+        }
+    }
+    found.filter(|m| !m.is_empty())
 }
 
 /// What a running agent's watch needs.
@@ -141,8 +178,8 @@ pub(super) struct Watch<'a> {
 impl Watch<'_> {
     /// Reads the agent's spend from its log every second until a cap is reached (then says
     /// why), giving each 80 % warning once. Never ends when no cap is set.
-    pub(super) async fn until_capped(&self, span: Option<LogSpan>, meter: Option<Arc<Mutex<Meter>>>) -> CapStop {
-        let (Some(span), Some(meter), true) = (span, meter, self.governed.capped()) else {
+    pub(super) async fn until_capped(&self, span: Option<LogSpan>) -> CapStop {
+        let (Some(span), Some(mut meter), true) = (span, self.governed.meter(), self.governed.capped()) else {
             return std::future::pending().await;
         };
         let account = self.governed.known_account();
@@ -154,13 +191,10 @@ impl Watch<'_> {
         let mut answered = BTreeSet::new();
         loop {
             tick.tick().await;
-            let live = {
-                let mut m = meter.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = tail.read_new(&mut m) {
-                    tracing::debug!(job = self.job.id, error = %e, "could not read the agent's log for its spend");
-                }
-                m.spent().usd
-            };
+            if let Err(e) = tail.read_new(&mut meter) {
+                tracing::debug!(job = self.job.id, error = %e, "could not read the agent's log for its spend");
+            }
+            let live = meter.spent().usd;
             if self.governed.day() != day {
                 (day, day_read) = (self.governed.day(), None);
             }
@@ -333,5 +367,52 @@ async fn parked(store: &MachineStore, job: JobRef, park: &GovernedPark<'_>) -> O
             tracing::error!(job = job.id, error = %e, "gave up writing the park; the sweep hands the job on");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::preset::PresetSettings;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The model is read wherever `--model=X` stands, `-m` is the model only where the CLI
+    /// says so (codex, gemini; aider's `-m` is a message), and the last one given wins.
+    #[test]
+    fn model_of_reads_each_spelling() {
+        assert_eq!(model_of(Preset::Codex, &args(&["--model=gpt-5", "--full-auto"])).as_deref(), Some("gpt-5"));
+        assert_eq!(model_of(Preset::Gemini, &args(&["-m", "gemini-2.5-pro", "-y"])).as_deref(), Some("gemini-2.5-pro"));
+        assert_eq!(model_of(Preset::Aider, &args(&["-m", "fix it", "--model", "sonnet"])).as_deref(), Some("sonnet"));
+        assert_eq!(model_of(Preset::Aider, &args(&["-m", "fix it"])), None);
+        assert_eq!(model_of(Preset::Claude, &args(&["--model", "a", "--model=b"])).as_deref(), Some("b"));
+        assert_eq!(model_of(Preset::Codex, &args(&["--model"])), None);
+    }
+
+    /// An attempt is priced from its whole log once it ended, with no cap set and its last
+    /// line unended (gemini's cost is all in its result line): from the attempt's first byte,
+    /// not counting an earlier attempt's.
+    #[tokio::test]
+    async fn price_log_reads_the_whole_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.log");
+        let earlier = r#"{"type":"result","status":"success","stats":{"input_tokens":999000,"output_tokens":9}}"#;
+        let init = r#"{"type":"init","session_id":"g-2","model":"gemini-2.5-flash"}"#;
+        let result = r#"{"type":"result","status":"success","stats":{"input_tokens":120000,"output_tokens":7000}}"#;
+        let head = format!("{earlier}\n");
+        std::fs::write(&path, format!("{head}{init}\n{result}")).unwrap();
+        let spec = AgentSpec::Preset { preset: Preset::Gemini, settings: PresetSettings::default() };
+        let governed = Governed::new(LimitSettings::default(), &spec, "laptop");
+        assert!(!governed.capped(), "no cap set");
+        let span = LogSpan { path: path.clone(), start: head.len() as u64 };
+        let usd = governed.price_log(&span).await.unwrap();
+        // gemini-2.5-flash: $0.30 per million in, $2.50 per million out.
+        assert!((usd - (120_000.0 * 0.3 + 7_000.0 * 2.5) / 1e6).abs() < 1e-9, "{usd}");
+        let none = LogSpan { path: dir.path().join("missing.log"), start: 0 };
+        assert_eq!(governed.price_log(&none).await, None, "no log, no cost");
+        let plain = Governed::new(LimitSettings::default(), &AgentSpec::Command(vec!["true".into()]), "laptop");
+        assert_eq!(plain.price_log(&span).await, None, "a plain command is not metered");
     }
 }

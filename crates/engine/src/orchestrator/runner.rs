@@ -56,14 +56,6 @@ struct Place {
     sandbox: Option<crate::sandbox::Plan>,
 }
 
-/// A preset's meter of its spend, read by the cap's watch while it runs and at its end.
-type Metered = Arc<std::sync::Mutex<crate::governor::meter::Meter>>;
-
-/// What the meter says the run cost so far.
-fn metered_usd(m: &Metered) -> f64 {
-    m.lock().unwrap_or_else(|p| p.into_inner()).spent().usd
-}
-
 /// Runs `claim` to its end and reports it.
 pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     let job = JobRef::of(&claim);
@@ -94,7 +86,6 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     let span = agent.log().cloned();
     let tail = span.clone().map(|s| spawn_log_tail(&ctx, fence, s));
-    let meter = ctx.governed.meter();
     let watch = super::governed::Watch {
         governed: &ctx.governed,
         store: &ctx.store,
@@ -102,7 +93,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         job: &job,
         spent_before: claim.spent_usd,
     };
-    let capped = watch.until_capped(span.clone(), meter.clone());
+    let capped = watch.until_capped(span.clone());
     let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), talk.as_ref(), fence.job, capped).await;
     let refused = agent.refused_hosts();
     drop(agent);
@@ -117,10 +108,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         }
     }
     let outcome = match outcome {
-        Outcome::Exited(exit, result) => {
-            let talked = talk.as_ref().map(|t| (t, meter.as_ref()));
-            held(&ctx, fence, talked, span.as_ref(), exit, result).await
-        }
+        Outcome::Exited(exit, result) => held(&ctx, fence, talk.as_ref(), span.as_ref(), exit, result).await,
         Outcome::Stopped(exit, result) => held(&ctx, fence, None, span.as_ref(), exit, result).await,
         cancelled => cancelled,
     };
@@ -147,7 +135,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
 async fn held(
     ctx: &JobCtx,
     fence: Fence,
-    talk: Option<(&conversation::Talk, Option<&Metered>)>,
+    talk: Option<&conversation::Talk>,
     span: Option<&LogSpan>,
     exit: AgentExit,
     result: Option<AgentResult>,
@@ -155,7 +143,7 @@ async fn held(
     match standing(ctx, fence).await {
         Standing::Held => {
             let (exit, result) = match talk {
-                Some((t, meter)) => reported(ctx, t, meter, fence, span, exit, result).await,
+                Some(t) => reported(ctx, t, fence, span, exit, result).await,
                 None => (exit, result),
             };
             Outcome::Exited(exit, with_summary(result, span))
@@ -187,7 +175,6 @@ fn carries(outcome: &Outcome, tracked: bool) -> bool {
 async fn reported(
     ctx: &JobCtx,
     talk: &conversation::Talk,
-    meter: Option<&Metered>,
     fence: Fence,
     span: Option<&LogSpan>,
     exit: AgentExit,
@@ -196,8 +183,8 @@ async fn reported(
     let mut report = talk.read(span, &exit);
     // A CLI that says no cost (codex, gemini) is priced from its tokens, so the day's
     // spend counts it too.
-    if report.usage.cost_usd.is_none() {
-        report.usage.cost_usd = meter.map(metered_usd).filter(|c| *c > 0.0);
+    if let (None, Some(span)) = (report.usage.cost_usd, span) {
+        report.usage.cost_usd = ctx.governed.price_log(span).await;
     }
     if report.usage != Default::default() {
         let write = || ctx.store.record_agent_usage(&fence, &report.usage);
