@@ -115,44 +115,37 @@ fn main() {
                 let _ = std::fs::remove_dir_all(dir);
             }
         }
-        Cmd::Sandbox { out, quick } => {
-            let path = out.join("report.json");
-            let mut json: serde_json::Value = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_else(|| serde_json::json!({}));
-            let rt = tokio::runtime::Runtime::new().expect("runtime");
-            let (s, cleanup) = rt.block_on(measure::sandbox_only(quick));
-            json["sandbox"] = s;
-            std::fs::create_dir_all(&out).expect("out dir");
-            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
-            report::render(&json, &out);
-            eprintln!("wrote (s) into {}/report.json and REPORT.md", out.display());
-            for dir in cleanup {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-        Cmd::Governor { out, quick } => {
-            let path = out.join("report.json");
-            let mut json: serde_json::Value = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_else(|| serde_json::json!({}));
-            let rt = tokio::runtime::Runtime::new().expect("runtime");
-            let (l, cleanup) = rt.block_on(measure::governor_only(quick));
-            json["governor"] = l;
-            std::fs::create_dir_all(&out).expect("out dir");
-            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
-            report::render(&json, &out);
-            eprintln!("wrote (l) into {}/report.json and REPORT.md", out.display());
-            for dir in cleanup {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
+        Cmd::Sandbox { out, quick } => one_section(&out, "sandbox", "(s)", measure::sandbox_only(quick)),
+        Cmd::Governor { out, quick } => one_section(&out, "governor", "(l)", measure::governor_only(quick)),
         Cmd::Render { out } => {
             let json: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
             report::render(&json, &out);
         }
+    }
+}
+
+/// Measures one section alone and writes it into the existing report.json under `key`
+/// (the other sections kept), then renders REPORT.md again.
+fn one_section(
+    out: &std::path::Path,
+    key: &str,
+    name: &str,
+    measure: impl std::future::Future<Output = (serde_json::Value, Vec<PathBuf>)>,
+) {
+    let path = out.join("report.json");
+    let mut json: serde_json::Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| serde_json::json!({}));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (section, cleanup) = rt.block_on(measure);
+    json[key] = section;
+    std::fs::create_dir_all(out).expect("out dir");
+    std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    report::render(&json, out);
+    eprintln!("wrote {name} into {}/report.json and REPORT.md", out.display());
+    for dir in cleanup {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

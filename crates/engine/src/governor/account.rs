@@ -4,8 +4,9 @@
 //!
 //! The name never holds a secret. A key or a login's id is known only by a fingerprint,
 //! HMAC-SHA256 under the fleet's MAC key (kept in the shared database): machines with the
-//! same key agree on it, and someone who reads the database (or a log, or the tray) holds
-//! nothing a key can be guessed against offline without that MAC key too.
+//! same key agree on it, and a log, the tray or a status print holds nothing a key can be
+//! recovered from or guessed against. (Someone who reads the whole database holds the MAC
+//! key too, so could test a guessed key; the fingerprint cannot be reversed.)
 
 use std::fmt;
 use std::path::{Path, PathBuf};
