@@ -299,14 +299,22 @@ impl<R: Renewer + Clone> Keeper<R> {
     /// Runs until the machine drops its sender.
     pub async fn run(mut self, mut orders: mpsc::UnboundedReceiver<Order>) {
         let mut renewals: JoinSet<Renewal> = JoinSet::new();
-        // A fixed grid of ticks: orders and answers arriving between ticks must not push the
-        // next look at the deadlines further out.
+        // A fixed grid of ticks while a lease is held: orders and answers arriving between
+        // ticks must not push the next look at the deadlines further out. With no lease there
+        // is nothing to look at, and no tick: an idle machine (the tray, most of the day)
+        // must not wake every second. The grid starts again with the first lease.
         let mut next_tick = tokio::time::Instant::now() + self.timing.tick();
         loop {
             tokio::select! {
                 biased;
                 o = orders.recv() => match o {
-                    Some(o) => self.order(o, &mut renewals),
+                    Some(o) => {
+                        let idle = self.leases.is_empty();
+                        self.order(o, &mut renewals);
+                        if idle && !self.leases.is_empty() {
+                            next_tick = tokio::time::Instant::now() + self.timing.tick();
+                        }
+                    }
                     None => return,
                 },
                 Some(done) = renewals.join_next(), if !renewals.is_empty() => {
@@ -314,10 +322,10 @@ impl<R: Renewer + Clone> Keeper<R> {
                         self.answered(r);
                     }
                 }
-                _ = tokio::time::sleep_until(next_tick) => {
+                _ = tokio::time::sleep_until(next_tick), if !self.leases.is_empty() => {
                     next_tick += self.timing.tick();
-                    if self.leases.is_empty() {
-                        continue;
+                    if let Some(stats) = &self.sent {
+                        stats.lease_ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     self.expire();
                     if !self.leases.is_empty() && self.clock.now() >= self.next_renewal {
@@ -440,6 +448,29 @@ mod tests {
         advance(Duration::from_millis(10)).await;
         assert!(drain(&mut news).iter().all(|n| *n == News::Reached));
         assert_eq!(stats.heartbeats.load(std::sync::atomic::Ordering::Relaxed), 20, "each renewal is counted");
+    }
+
+    /// A keeper with no lease never wakes (an idle tray must not tick every second), and
+    /// the first lease after a long idle spell starts the tick grid again: one renewal a
+    /// heartbeat later, not a burst of missed ticks.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_keeper_does_not_tick() {
+        let clock = TestClock::new();
+        let stats: Arc<super::super::stats::Stats> = Arc::default();
+        let (r, orders, _news) = start_counting(&clock, stats.clone());
+        let ticks = || stats.lease_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        advance(Duration::from_secs(600)).await;
+        assert_eq!(ticks(), 0, "no lease, no tick");
+        orders.send(Order::Hold { fence: f(4, 1), sent: clock.now() }).unwrap();
+        advance(Duration::from_millis(1050)).await;
+        assert_eq!(r.count(), 1, "one renewal a heartbeat after the hold");
+        assert_eq!(ticks(), 2, "two ticks in a heartbeat: the grid starts at the hold");
+        r.answer(0, vec![f(4, 1)]);
+        orders.send(Order::Forget(f(4, 1))).unwrap();
+        advance(Duration::from_millis(10)).await;
+        let after = ticks();
+        advance(Duration::from_secs(600)).await;
+        assert_eq!(ticks(), after, "the last lease forgotten, the ticks stop");
     }
 
     /// An answer that no longer names the pair is a loss of exactly that pair.

@@ -15,6 +15,8 @@ pub struct Stats {
     pub sweep_failures: AtomicU64,
     pub presence_writes: AtomicU64,
     pub heartbeats: AtomicU64,
+    /// Times the lease keeper woke to look at its deadlines (only while it holds a lease).
+    pub lease_ticks: AtomicU64,
     pub lost_races: AtomicU64,
     /// Completions written by the poll that filled their slot ([`super::runner::Rider`]).
     pub completions_carried: AtomicU64,
