@@ -119,7 +119,9 @@ impl<'a> Exchange<'a> {
             return self.answer(refused);
         }
         if let Some(gate) = self.shared.take_gate(op) {
-            gate.pass();
+            if !gate.pass() {
+                return self.answer(Reply::error(502, "Server Error"));
+            }
         }
         let reply = {
             let ctx = self.context(request, op, body, (access, login));
