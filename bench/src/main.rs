@@ -23,6 +23,10 @@
 //! - [`governor_db`], [`governor_run`], [`governor_plans`]: (l)'s databases and routes, its
 //!   timed runs and herd check, and the plans PostgreSQL ran.
 //! - [`report_governor`]: the report's section (l).
+//! - [`user_latency`]: (w) what a user feels, from a label to the agent and from the agent's
+//!   exit to the comment and the pull request, through two `devpilot run` processes and the
+//!   GitHub stand-in; the `latency` subcommand measures it alone into an existing report.
+//! - [`report_latency`]: the report's section (w).
 //! - [`sandbox`]: (s) the agent sandbox's cost, confined against `--sandbox off`; the
 //!   `sandbox` subcommand measures it alone into an existing report.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
@@ -45,9 +49,11 @@ mod peers;
 mod report;
 mod report_fmt;
 mod report_governor;
+mod report_latency;
 mod report_peers;
 mod report_versus;
 mod sandbox;
+mod user_latency;
 mod versus;
 mod worker;
 
@@ -91,6 +97,15 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Measure (w), the user's latencies (label to agent, agent to comment and PR), alone,
+    /// into the existing report.json, and re-render REPORT.md.
+    Latency {
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// A much shorter run, to check the machinery (figures not meaningful).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Re-render REPORT.md and throughput.png from an existing report.json.
     Render {
         #[arg(long, default_value = "bench")]
@@ -117,6 +132,7 @@ fn main() {
         }
         Cmd::Sandbox { out, quick } => one_section(&out, "sandbox", "(s)", measure::sandbox_only(quick)),
         Cmd::Governor { out, quick } => one_section(&out, "governor", "(l)", measure::governor_only(quick)),
+        Cmd::Latency { out, quick } => one_section(&out, "user_latency", "(w)", measure::latency_only(quick)),
         Cmd::Render { out } => {
             let json: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
@@ -145,6 +161,10 @@ fn one_section(
     std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
     report::render(&json, out);
     eprintln!("wrote {name} into {}/report.json and REPORT.md", out.display());
+    if std::env::var_os("DEVPILOT_BENCH_KEEP").is_some() {
+        eprintln!("kept {cleanup:?} (DEVPILOT_BENCH_KEEP)");
+        return;
+    }
     for dir in cleanup {
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -102,6 +102,9 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     out["versus"] = crate::versus::measure(&env, &plan).await;
     log("(s) the agent sandbox's cost: confined against --sandbox off, alternated rounds");
     out["sandbox"] = crate::sandbox::measure(&env, &plan).await;
+    log("(w) what a user feels: label to agent, agent to comment and PR, two machines");
+    out["user_latency"] = crate::user_latency::measure(&env, quick).await;
+    out["user_latency"]["date"] = json!(now_utc());
     let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
     log("(i) one PostgreSQL, thousands of machines: an idle pooled fleet");
     out["fleet_idle"] = crate::fleet::idle(&env, fleet_plan).await;
@@ -133,6 +136,20 @@ pub async fn sandbox_only(quick: bool) -> (Value, Vec<PathBuf>) {
     s["date"] = json!(now_utc());
     env.pg.stop();
     (s, vec![env.pg.dir.clone(), env.tmp.clone()])
+}
+
+/// (w) alone, on a cluster of its own: the `latency` subcommand. Returns the section and the
+/// directories to remove.
+pub async fn latency_only(quick: bool) -> (Value, Vec<PathBuf>) {
+    let (env, version) = start().await;
+    let started = Instant::now();
+    let mut w = crate::user_latency::measure(&env, quick).await;
+    w["date"] = json!(now_utc());
+    w["postgres"] = json!(version);
+    w["secs"] = json!(started.elapsed().as_secs_f64());
+    env.admin.clone().close().await.ok();
+    env.pg.stop();
+    (w, vec![env.pg.dir.clone(), env.tmp.clone()])
 }
 
 /// (l) alone, on a cluster of its own: the `governor` subcommand. Returns the section and

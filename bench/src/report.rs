@@ -25,6 +25,7 @@ pub fn render(j: &Value, out: &Path) {
 fn markdown(j: &Value, out: &Path) -> String {
     let mut m = String::new();
     intro(&mut m, j);
+    crate::report_latency::section(&mut m, j);
     crate::report_versus::section(&mut m, j);
     sandbox_section(&mut m, j);
     crate::report_governor::section(&mut m, j);
