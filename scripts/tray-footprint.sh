@@ -8,7 +8,12 @@
 # Results: bench/TRAY_FOOTPRINT.md and bench/TRAY_FOOTPRINT.json.
 # Env: CARGO_TARGET_DIR (default /root/.cache/devpilot-target), FOOTPRINT_RUNS (default 3),
 #      FOOTPRINT_SECS (default 60), FOOTPRINT_SETTLE (default 10), FOOTPRINT_OUT (path stem),
-#      FOOTPRINT_NO_BUILD=1 to measure the binary already built.
+#      FOOTPRINT_NO_BUILD=1 to measure the binary already built, FOOTPRINT_SOURCES=1 for a GitHub
+#      and a Linear source on the harness's stand-ins, FOOTPRINT_BASELINE (a former .json) to
+#      compare with. Issue 43's run:
+#        FOOTPRINT_SOURCES=1 FOOTPRINT_RUNS=1 FOOTPRINT_SECS=600 FOOTPRINT_SETTLE=140 \
+#        FOOTPRINT_OUT=bench/TRAY_FOOTPRINT_SOURCES FOOTPRINT_BASELINE=bench/TRAY_FOOTPRINT_SETTLED.json \
+#        bash scripts/tray-footprint.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +26,10 @@ if [[ "${1:-}" != "--inner" ]]; then
   if [[ -z "${FOOTPRINT_NO_BUILD:-}" ]]; then
     echo "== cargo build --release -p devpilot-tray"
     (cd "$ROOT" && cargo build --release -p devpilot-tray)
+  fi
+  if [[ "${FOOTPRINT_SOURCES:-}" == 1 ]]; then
+    echo "== cargo build -p devpilot-tests --bin github-standin --bin linear-standin"
+    (cd "$ROOT" && cargo build -p devpilot-tests --bin github-standin --bin linear-standin)
   fi
   export FOOTPRINT_TRAY_BIN="${FOOTPRINT_TRAY_BIN:-$CARGO_TARGET_DIR/release/devpilot-tray}"
   [[ -x "$FOOTPRINT_TRAY_BIN" ]] || { echo "footprint: no $FOOTPRINT_TRAY_BIN" >&2; exit 2; }

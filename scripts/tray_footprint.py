@@ -36,6 +36,11 @@ RUNS = int(ENV.get("FOOTPRINT_RUNS", "3"))
 SETTLE = float(ENV.get("FOOTPRINT_SETTLE", "10"))
 TICK = os.sysconf("SC_CLK_TCK")
 TARGETS = {"pss_mb": 100.0, "cpu_pct": 0.2, "wakeups_per_s": 1.0}
+# FOOTPRINT_SOURCES=1: a GitHub and a Linear source configured, on the harness's stand-ins
+# (tests/src/bin, built by tray-footprint.sh), at their default interval, so the idle tray
+# also runs its intake turns, its outbox and its tracker clients.
+SOURCES = ENV.get("FOOTPRINT_SOURCES") == "1"
+STANDINS = {}  # kind -> (process, url), started once for every run
 
 
 def log(msg):
@@ -214,6 +219,45 @@ def wait_for(what, fn, timeout=60):
 
 # ------------------------------------------------------------------ runs
 
+def standin(kind, binary, var, secret, pattern):
+    """Starts a tracker stand-in; its URL, from the one line it prints."""
+    import re
+    p = subprocess.Popen([binary], env=dict(ENV, **{var: secret}), stdout=subprocess.PIPE,
+                         stderr=open(os.path.join(WORK, f"{kind}-standin.log"), "w"), text=True)
+    m = re.search(pattern, p.stdout.readline())
+    if not m:
+        raise SystemExit(f"footprint: the {kind} stand-in did not start")
+    STANDINS[kind] = (p, m.group(1), secret)
+    return m.group(1)
+
+
+def start_standins():
+    """The GitHub and Linear stand-ins, with a repository and Linear's default team, and
+    their credentials made up for this run (given to the app in its environment)."""
+    import urllib.request
+    bins = os.path.join(ENV.get("CARGO_TARGET_DIR", "/root/.cache/devpilot-target"), "debug")
+    gh = standin("github", os.path.join(bins, "github-standin"), "GITHUB_STANDIN_TOKEN",
+                 "ghp_footprint" + os.urandom(8).hex(), r"listening on (http://127\.0\.0\.1:\d+)")
+    standin("linear", os.path.join(bins, "linear-standin"), "LINEAR_STANDIN_KEY",
+            "lin_api_footprint" + os.urandom(8).hex(), r"listening on (http://127\.0\.0\.1:\d+/graphql)")
+    req = urllib.request.Request(gh + "/_admin/repos", data=json.dumps({"repo": "acme/webapp"}).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=20).read()
+    log(f"stand-ins: {', '.join(k + ' ' + v[1] for k, v in STANDINS.items())}")
+
+
+def sources_config(base):
+    """The settings file naming both sources (their default interval, 60 s)."""
+    d = os.path.join(base, "config", "devpilot")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.toml"), "w") as f:
+        f.write('orchestrator_id = "footprint"\n'
+                f'[sources.gh]\nkind = "github"\nrepo = "acme/webapp"\nlabel = "agent"\n'
+                f'api_url = "{STANDINS["github"][1]}"\nno_repo = true\n'
+                f'[sources.eng]\nkind = "linear"\nteams = ["ENG"]\nlabel = "agent"\n'
+                f'api_url = "{STANDINS["linear"][1]}"\nno_repo = true\n')
+
+
 def app_env(run):
     e = dict(ENV)
     base = os.path.join(WORK, f"run{run}")
@@ -226,6 +270,10 @@ def app_env(run):
         "NO_AT_BRIDGE": "1",
     })
     e.pop("DEVPILOT_AGENT", None)
+    if SOURCES:
+        sources_config(base)
+        e.update({"GITHUB_TOKEN": STANDINS["github"][2], "LINEAR_API_KEY": STANDINS["linear"][2],
+                  "DEVPILOT_GITHUB_API_URL": STANDINS["github"][1]})
     return e
 
 
@@ -272,7 +320,13 @@ def median_total(runs, state, key):
 
 
 def main():
-    runs = [one_run(i + 1) for i in range(RUNS)]
+    if SOURCES:
+        start_standins()
+    try:
+        runs = [one_run(i + 1) for i in range(RUNS)]
+    finally:
+        for p, _, _ in STANDINS.values():
+            p.terminate()
     summary = {}
     for state in ("closed", "open"):
         summary[state] = {k: median_total(runs, state, k) for k in ("pss_mb", "rss_mb", "cpu_pct", "wakeups_per_s")}
@@ -281,7 +335,7 @@ def main():
         "cpu_pct": summary["closed"]["cpu_pct"] < TARGETS["cpu_pct"],
         "wakeups_per_s": summary["closed"]["wakeups_per_s"] <= TARGETS["wakeups_per_s"],
     }
-    data = {"binary": TRAY, "seconds": SECS, "runs": RUNS, "cores": os.cpu_count(),
+    data = {"binary": TRAY, "seconds": SECS, "sources": SOURCES, "runs": RUNS, "cores": os.cpu_count(),
             "load_avg_at_end": os.getloadavg(), "summary_median": summary, "targets_closed": TARGETS,
             "met": verdict, "detail": runs}
     with open(OUT + ".json", "w") as f:
@@ -289,6 +343,10 @@ def main():
     write_md(data)
     log(f"wrote {OUT}.json and {OUT}.md")
     log(json.dumps(summary))
+
+
+SOURCES_NOTE = (", a GitHub and a Linear source configured on the harness's stand-ins at their default "
+                "interval (60 s), no issue labelled, so the outbox is empty (`FOOTPRINT_SOURCES=1`)")
 
 
 def write_md(d):
@@ -299,7 +357,8 @@ def write_md(d):
     variant = " with WebKit's defaults (DEVPILOT_WEBKIT_DEFAULTS=1: the fixes below off)" if os.environ.get("DEVPILOT_WEBKIT_DEFAULTS") else ""
     L.append(f"Binary: `{d['binary']}`, {build} build{variant}.\n")
     L.append(f"Generated by `scripts/tray-footprint.sh` (headless Xvfb + xfce4-panel tray host + dunst + "
-             f"gnome-keyring session, fresh temp SQLite profile with the demo agent and an empty queue). "
+             f"gnome-keyring session, fresh temp SQLite profile with the demo agent and an empty queue"
+             f"{SOURCES_NOTE if d.get('sources') else ''}). "
              f"{d['runs']} run(s) of {d['seconds']:.0f} s per state on a {d['cores']}-core machine; figures are the median "
              f"over runs of the totals over the app and all its WebKit helper processes. Load average at the end: "
              f"{', '.join(f'{x:.1f}' for x in d['load_avg_at_end'])} (other benchmarks share the machine; CPU % is this "
@@ -317,6 +376,17 @@ def write_md(d):
     L.append(f"| average CPU | < 0.2 % | {s['closed']['cpu_pct']:.3f} % | {'met' if met['cpu_pct'] else 'MISSED'} |")
     L.append(f"| wakeups | ≤ 1 /s | {s['closed']['wakeups_per_s']:.2f} /s | {'met' if met['wakeups_per_s'] else 'MISSED'} |")
     L.append("")
+    base = ENV.get("FOOTPRINT_BASELINE")
+    if base and read(base):
+        b = json.loads(read(base))["summary_median"]["closed"]
+        L.append(f"## Against the last measurement (`{os.path.relpath(base)}`, window closed)\n")
+        L.append("| figure | last | now | now ÷ last |")
+        L.append("|---|---|---|---|")
+        for k, name, unit in (("pss_mb", "PSS total", " MB"), ("rss_mb", "RSS total", " MB"),
+                              ("cpu_pct", "CPU avg", " %"), ("wakeups_per_s", "wakeups", " /s")):
+            ratio = f"{s['closed'][k] / b[k]:.2f}" if b[k] else "n/a"
+            L.append(f"| {name} | {b[k]}{unit} | {s['closed'][k]}{unit} | {ratio} |")
+        L.append("")
     L.append("## Per process (last run)\n")
     last = d["detail"][-1]
     for st in ("closed", "open"):
