@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The DevPilot dispatch benchmark: one command, one throwaway PostgreSQL, every measurement
 # (a-h of issue 4, the peers and the fleet of issue 11, issue 25's alternated rounds) side by side. Builds in release mode,
-# then writes bench/REPORT.md, bench/report.json and the charts. Takes about 30 minutes on
+# then writes bench/REPORT.md, bench/report.json and the charts. Takes about 50 minutes on
 # 2 cores.
 #
 #   scripts/bench.sh            # the full run

@@ -40,7 +40,7 @@ TARGETS = {"pss_mb": 100.0, "cpu_pct": 0.2, "wakeups_per_s": 1.0}
 # (tests/src/bin, built by tray-footprint.sh), at their default interval, so the idle tray
 # also runs its intake turns, its outbox and its tracker clients.
 SOURCES = ENV.get("FOOTPRINT_SOURCES") == "1"
-STANDINS = {}  # kind -> (process, url), started once for every run
+STANDINS = {}  # kind -> (process, url, secret), started once for every run
 
 
 def log(msg):
@@ -320,9 +320,9 @@ def median_total(runs, state, key):
 
 
 def main():
-    if SOURCES:
-        start_standins()
     try:
+        if SOURCES:
+            start_standins()
         runs = [one_run(i + 1) for i in range(RUNS)]
     finally:
         for p, _, _ in STANDINS.values():
@@ -377,6 +377,8 @@ def write_md(d):
     L.append(f"| wakeups | ≤ 1 /s | {s['closed']['wakeups_per_s']:.2f} /s | {'met' if met['wakeups_per_s'] else 'MISSED'} |")
     L.append("")
     base = ENV.get("FOOTPRINT_BASELINE")
+    if base and not read(base):
+        log(f"cannot read the baseline {base}: no comparison")
     if base and read(base):
         b = json.loads(read(base))["summary_median"]["closed"]
         L.append(f"## Against the last measurement (`{os.path.relpath(base)}`, window closed)\n")
@@ -384,8 +386,10 @@ def write_md(d):
         L.append("|---|---|---|---|")
         for k, name, unit in (("pss_mb", "PSS total", " MB"), ("rss_mb", "RSS total", " MB"),
                               ("cpu_pct", "CPU avg", " %"), ("wakeups_per_s", "wakeups", " /s")):
-            ratio = f"{s['closed'][k] / b[k]:.2f}" if b[k] else "n/a"
-            L.append(f"| {name} | {b[k]}{unit} | {s['closed'][k]}{unit} | {ratio} |")
+            was, now = b.get(k), s["closed"][k]
+            ratio = f"{now / was:.2f}" if was else "n/a"
+            shown = lambda x: "–" if x is None else f"{x:.3g}"
+            L.append(f"| {name} | {shown(was)}{unit} | {shown(now)}{unit} | {ratio} |")
         L.append("")
     L.append("## Per process (last run)\n")
     last = d["detail"][-1]

@@ -36,7 +36,7 @@ pub fn section(m: &mut String, j: &Value) {
          Two `devpilot run` processes (a laptop and a desktop, each with its own clone, the default poll intervals and \
          the sandbox on) take issues labelled on the harness's GitHub stand-in, run a shell agent that changes a file, \
          push the branch to a real bare repository, open the pull request and comment. The source polls every {interval:.0} s \
-         ({}); issues are labelled at random moments over three intervals, so each waits for the next intake \
+         ({}); issues are labelled at random moments over three intervals (one with both machines up), so each waits for the next intake \
          turn as a user's would. *Stopped*: the laptop is SIGSTOPped, as a closed lid. *Killed*: the finishing machine \
          gets SIGKILL the moment its completion comment is on the wire (the stand-in drops that request), and the \
          other machine delivers it when the delivery lease ({lease:.0} s) has run out. Measured {} with \

@@ -201,6 +201,7 @@ impl Fleet {
     async fn phase(&mut self, p: &Phase) -> Vec<Sample> {
         let laptop = self.machines[0].as_ref().unwrap().pid();
         if p.asleep {
+            self.wait_present().await;
             devpilot_tests::signal_tree(laptop, libc::SIGSTOP);
         }
         let numbers = self.open_issues(p.issues);
@@ -227,23 +228,37 @@ impl Fleet {
             devpilot_tests::signal_tree(laptop, libc::SIGCONT);
         }
         self.fill(&mut samples).await;
-        log(format!(
-            "(w) {}: {} issues, {} commented",
-            p.name,
-            samples.len(),
-            samples.iter().filter(|s| s.comment.is_some()).count()
-        ));
+        let commented = samples.iter().filter(|s| s.comment.is_some()).count();
+        log(format!("(w) {}: {} issues, {commented} commented", p.name, samples.len()));
+        // A comment still on its way would be caught by the next phase's gate.
+        assert_eq!(commented, samples.len(), "(w) {}: every issue is commented before the next phase", p.name);
         samples
     }
 
-    /// When each issue's first comment after "Started on" and its pull request appeared.
+    /// Waits until both machines have started (each has written its presence row), so the
+    /// laptop is never stopped in the middle of its start (a migration, a write).
+    async fn wait_present(&self) {
+        let t0 = Instant::now();
+        loop {
+            let db = connect(&self.url, 1).await;
+            let n = crate::common::scalar(&db, "SELECT COUNT(*) AS n FROM machines").await;
+            db.close().await.ok();
+            if n >= MACHINES.len() as i64 {
+                return;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(120), "(w) the machines never started");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// When each issue's completion comment and its pull request appeared.
     fn observe(&self, samples: &mut [Sample]) {
         let pulls = self.gh.pulls(REPO);
         let now = epoch();
         for s in samples.iter_mut() {
             if s.comment.is_none() {
                 let comments = self.gh.comments(REPO, s.number);
-                if comments.iter().any(|c| !c.body.starts_with("Started on ")) {
+                if comments.iter().any(|c| c.body.starts_with("Completed on ")) {
                     s.comment = Some(now);
                 }
             }

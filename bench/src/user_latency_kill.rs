@@ -3,8 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use sea_orm::{ConnectionTrait, Statement};
+
 use super::{epoch, Fleet, Sample, MACHINES, REPO};
-use crate::common::log;
+use crate::common::{connect, log};
 
 /// How long the phase waits for the other machine's delivery: past any lease (160 s).
 const LIMIT: Duration = Duration::from_secs(420);
@@ -38,9 +40,13 @@ impl Fleet {
             assert!(t0.elapsed() < LIMIT, "(w) killed: the completion comment never came");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        // The machine whose delivery the gate holds (either may take the row), which must be
+        // the one that ran the agent: otherwise this is not the case measured.
+        let holder = self.outbox_holder(id).await;
         let finisher =
             self.agent.records().iter().rev().find(|r| r.job == id && r.kind == "end").map(|r| r.machine.clone());
-        let i = MACHINES.iter().position(|m| Some(*m) == finisher.as_deref()).expect("the finishing machine");
+        assert_eq!(holder, finisher, "(w) killed: the held comment is not the finishing machine's delivery");
+        let i = MACHINES.iter().position(|m| Some(*m) == holder.as_deref()).expect("the finishing machine");
         let mut dead = self.machines[i].take().unwrap();
         dead.child.kill().unwrap();
         dead.child.wait().unwrap();
@@ -58,5 +64,14 @@ impl Fleet {
         self.fill(std::slice::from_mut(&mut s)).await;
         self.machines[i] = Some(self.spawn(i));
         s
+    }
+
+    /// The machine holding job `id`'s undelivered outbox row (the one at the gate).
+    async fn outbox_holder(&self, id: i64) -> Option<String> {
+        let db = connect(&self.url, 1).await;
+        let sql = format!("SELECT claimed_by FROM outbox WHERE job_id = {id} AND done_at IS NULL ORDER BY id LIMIT 1");
+        let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap();
+        db.close().await.ok();
+        row.and_then(|r| r.try_get::<Option<String>>("", "claimed_by").unwrap())
     }
 }
