@@ -205,6 +205,13 @@ impl TestDb {
         row.try_get_by_index::<Option<i64>>(0).expect("an integer")
     }
 
+    /// One text (or NULL) that `sql` selects.
+    pub async fn text(&self, sql: &str) -> Option<String> {
+        let stmt = sea_orm::Statement::from_string(self.queue.backend(), sql);
+        let row = self.admin.query_one_raw(stmt).await.expect("test query")?;
+        row.try_get_by_index::<Option<String>>(0).expect("a text")
+    }
+
     /// A unique orchestrator id.
     pub fn orch(&self, name: &str) -> String {
         format!("{name}-{}", DB_SEQ.fetch_add(1, Ordering::SeqCst))

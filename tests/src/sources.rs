@@ -48,10 +48,24 @@ fn github_com_env(home: &Path, env: &[(&str, &str)], args: &[&str]) -> Option<St
 /// `devpilot run` for `orch` as `name` in `home` with `agent`, and `env` (the credentials,
 /// for the runner only: no agent is given them). Its log is the runner's `log`.
 pub fn machine(home: &Path, db: &TestDb, orch: &str, name: &str, agent: &Path, env: &[(&str, &str)]) -> Runner {
+    machine_with(home, db, orch, name, agent, env, &crate::fast_flags())
+}
+
+/// [`machine`] with these `flags` in place of the tests' fast intervals (a test of what a
+/// user waits for at the default poll intervals).
+pub fn machine_with(
+    home: &Path,
+    db: &TestDb,
+    orch: &str,
+    name: &str,
+    agent: &Path,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> Runner {
     let log_path = home.join(format!("runner-{name}.log"));
     let log = std::fs::File::create(&log_path).unwrap();
     let mut c = devpilot(home, &db.raw_url);
-    c.args(["run", "--orchestrator", orch, "--machine", name]).args(crate::fast_flags());
+    c.args(["run", "--orchestrator", orch, "--machine", name]).args(flags);
     // The tests' agents record what they did next to their script: theirs to write.
     if let Some(dir) = agent.parent() {
         c.arg("--allow-write").arg(dir);

@@ -158,7 +158,9 @@ async fn the_outbox_row_commits_with_the_state_change(backend: Backend) {
 
 /// Two machines take deliveries: each row goes to one of them, a job's rows go in order
 /// (its second waits while its first is undelivered), a held row is free again only after
-/// its lease, and the stalled holder's finish is refused once another took the row.
+/// its lease, and the stalled holder's finish is refused once another took the row. A
+/// machine that found nothing to take learns when it may look again: the holder's lease end,
+/// or the retry's due time.
 async fn one_machine_delivers_each_row_in_order_fenced(backend: Backend) {
     let db = TestDb::new(backend).await;
     let orch = db.orch("deliver");
@@ -174,6 +176,9 @@ async fn one_machine_delivers_each_row_in_order_fenced(backend: Backend) {
     let first = db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().unwrap();
     assert_eq!((first.job_id, first.event.as_str(), first.tries), (job, "claimed", 1));
     assert!(other.take_delivery(&orch, &[sid], "desktop", lease).await.unwrap().is_none(), "held, and the next waits");
+    let due = other.next_delivery_in(&orch, &[sid], lease).await.unwrap().expect("a row waits");
+    assert!(due > lease - Duration::from_secs(10) && due <= lease, "free when the holder's lease ends: {due:?}");
+    assert_eq!(other.next_delivery_in(&orch, &[sid + 1000], lease).await.unwrap(), None, "not its source");
 
     db.exec(&format!("UPDATE outbox SET claimed_at = claimed_at - 121000 WHERE id = {}", first.id)).await;
     let again = other.take_delivery(&orch, &[sid], "desktop", lease).await.unwrap().unwrap();
@@ -182,6 +187,8 @@ async fn one_machine_delivers_each_row_in_order_fenced(backend: Backend) {
     let retry = DeliveryEnd::Retry { after: Duration::from_secs(30), error: "Linear could not be reached".into() };
     assert!(other.finish_delivery(&again, &retry).await.unwrap());
     assert!(db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().is_none(), "backing off");
+    let due = db.queue.next_delivery_in(&orch, &[sid], lease).await.unwrap().expect("the retry waits");
+    assert!(due > Duration::from_secs(20) && due <= Duration::from_secs(30), "due at its retry: {due:?}");
     db.exec(&format!("UPDATE outbox SET next_at = next_at - 31000 WHERE id = {}", first.id)).await;
     let third = db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().unwrap();
     assert!(db.queue.finish_delivery(&third, &DeliveryEnd::Delivered).await.unwrap());
@@ -197,6 +204,7 @@ async fn one_machine_delivers_each_row_in_order_fenced(backend: Backend) {
     assert_eq!(outcomes, [Some("delivered"), Some("gave_up"), Some("delivered")]);
     assert!(rows[1].last_error.as_deref().unwrap().contains("Entity not found"), "its error is kept");
     assert!(db.queue.take_delivery(&orch, &[sid], "laptop", lease).await.unwrap().is_none());
+    assert_eq!(db.queue.next_delivery_in(&orch, &[sid], lease).await.unwrap(), None, "nothing waits");
 }
 
 /// An issue edited while its job waits updates the job (title, prompt, route columns, a

@@ -97,7 +97,8 @@ pub(super) struct Inbox {
     pub(super) done: mpsc::UnboundedReceiver<JobDone>,
     pub(super) news: mpsc::UnboundedReceiver<News>,
     pub(super) net: mpsc::UnboundedReceiver<Net>,
-    pub(super) swept: mpsc::UnboundedReceiver<()>,
+    /// Poll now: a sweep released claims, or this machine's intake wrote jobs.
+    pub(super) poll_now: mpsc::UnboundedReceiver<()>,
 }
 
 pub(super) struct Machine {
@@ -180,7 +181,7 @@ impl Machine {
                 Some(done) = inbox.done.recv() => self.job_done(done),
                 Some(news) = inbox.news.recv() => self.lease_news(news),
                 Some(net) = inbox.net.recv() => self.net(net),
-                Some(()) = inbox.swept.recv() => self.poller.now(),
+                Some(()) = inbox.poll_now.recv() => self.poller.now(),
                 _ = tokio::time::sleep_until(soft_stop_ends.unwrap_or(never)), if soft_stop_ends.is_some() => {
                     // The soft stop's grace is over: hard stop.
                     if let Some(s) = &mut self.stop {

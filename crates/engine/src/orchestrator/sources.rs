@@ -49,12 +49,14 @@ fn tick_of(cfg: &SourcesCfg) -> Duration {
 
 impl Sources {
     /// Starts the service on `queue`. It hears this machine's `events` to deliver at once,
-    /// and shows how each source is doing in `status` (`Status::sources`).
+    /// shows how each source is doing in `status` (`Status::sources`), and tells the machine
+    /// to `poll_now` after a turn that wrote jobs.
     pub fn spawn(
         queue: Queue,
         cfg: SourcesCfg,
         events: broadcast::Sender<Event>,
         status: watch::Sender<Status>,
+        poll_now: mpsc::UnboundedSender<()>,
     ) -> Self {
         let (asks, ask_rx) = mpsc::channel(1);
         let (cfgs, cfg_rx) = mpsc::unbounded_channel();
@@ -69,9 +71,11 @@ impl Sources {
             github_key: None,
             refused: BTreeMap::new(),
             next_try: BTreeMap::new(),
+            next_delivery: None,
             events,
             status,
             health,
+            poll_now,
         };
         service.publish();
         tokio::spawn(service.run(ask_rx, cfg_rx, heard));
@@ -128,10 +132,15 @@ struct Service {
     refused: BTreeMap<String, ApiKey>,
     /// When this machine next tries each source's turn (when it is due, plus a spread).
     next_try: BTreeMap<String, Instant>,
+    /// When the outbox next has a row this machine could take (a retry falls due, another
+    /// machine's delivery lease ends), as its last pass learnt.
+    next_delivery: Option<Instant>,
     events: broadcast::Sender<Event>,
     status: watch::Sender<Status>,
     /// How each source is doing here, as `status` shows it.
     health: Vec<SourceHealth>,
+    /// The machine's "poll now".
+    poll_now: mpsc::UnboundedSender<()>,
 }
 
 impl Service {
@@ -149,7 +158,8 @@ impl Service {
             // (and at once when it starts).
             let later = if first { Duration::ZERO } else { tick_of(&self.cfg) };
             first = false;
-            let wake = self.next_try.values().min().copied().unwrap_or_else(|| Instant::now() + later);
+            let wake = self.next_try.values().chain(&self.next_delivery).min().copied();
+            let wake = wake.unwrap_or_else(|| Instant::now() + later);
             let ask = tokio::select! {
                 a = asks.recv() => match a { Some(a) => a, None => return },
                 e = heard.recv() => match e {
@@ -166,6 +176,7 @@ impl Service {
                 self.github_key = None;
                 self.refused.clear();
                 self.next_try.clear();
+                self.next_delivery = None;
                 self.health = initial_health(&self.cfg);
                 self.publish();
             }
@@ -178,7 +189,8 @@ impl Service {
                 self.turns().await;
             }
             let interval = self.cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or_default();
-            if ask == Ask::Deliver || last_outbox.is_none_or(|l| l.elapsed() >= interval) {
+            let due = self.next_delivery.is_some_and(|t| t <= Instant::now());
+            if ask == Ask::Deliver || due || last_outbox.is_none_or(|l| l.elapsed() >= interval) {
                 last_outbox = Some(Instant::now());
                 self.deliveries().await;
             }
@@ -301,15 +313,22 @@ impl Service {
             let interval = source.settings.interval.get();
             let next_in = match tried {
                 Ok(Tried { report, next_in, turn }) => {
-                    if let Some(turn) = turn {
-                        self.watch_reviews(&source, turn).await;
-                    }
                     if let Some(report) = report {
+                        // This machine may take what the turn wrote now, not at its next
+                        // backed-off poll: the job's label is already a turn old.
+                        if !report.added.is_empty() || !report.updated.is_empty() {
+                            let _ = self.poll_now.send(());
+                        }
                         for line in report.lines() {
                             tracing::info!(source = %name, "{line}");
                         }
                         self.recovered(&name);
                         self.set_health(&name, |h| h.last_poll = Some(report));
+                    }
+                    // The review loop's reads (every watched pull request) come after the
+                    // jobs are written and the machine told: they may take seconds.
+                    if let Some(turn) = turn {
+                        self.watch_reviews(&source, turn).await;
                     }
                     next_in
                 }
@@ -337,13 +356,17 @@ impl Service {
             .values()
             .filter_map(|b| self.clients.get(&b.name).map(|(c, _)| (b.clone(), c.clone())))
             .collect();
+        self.next_delivery = None;
         if ready.is_empty() {
             return;
         }
         let github = self.github_tokens().await;
-        if let Err((source, e)) = deliver_pending(&self.queue, &self.cfg, &ready, &github).await {
-            if let Some(b) = self.bound.get(&source).cloned() {
-                self.tracker_failed(&b, &e).await;
+        match deliver_pending(&self.queue, &self.cfg, &ready, &github).await {
+            Ok(next) => self.next_delivery = next.map(|d| Instant::now() + d),
+            Err((source, e)) => {
+                if let Some(b) = self.bound.get(&source).cloned() {
+                    self.tracker_failed(&b, &e).await;
+                }
             }
         }
     }

@@ -63,11 +63,14 @@ pub fn spawn_into(
     tokio::spawn(
         Keeper::new(store.clone(), clock.clone(), cfg.timing(), news_tx).counting(stats.clone()).run(orders_rx),
     );
-    let (swept_tx, swept_rx) = mpsc::unbounded_channel();
+    // "Poll now": a sweep released claims, or an intake turn wrote jobs. Without it a machine
+    // whose own sources service added a job waits for its backed-off poll (no NOTIFY on
+    // SQLite or through a pooler).
+    let (poll_now_tx, poll_now_rx) = mpsc::unbounded_channel();
     let every = (cfg.sweep_every, cfg.prune_every);
     let (maintenance, sweep_cfg) =
-        Maintenance::spawn(sweep_cfg(&store, &cfg), every, events.clone(), stats.clone(), swept_tx);
-    let sources = Sources::spawn(store.queue().clone(), cfg.sources_cfg(), events.clone(), status.clone());
+        Maintenance::spawn(sweep_cfg(&store, &cfg), every, events.clone(), stats.clone(), poll_now_tx.clone());
+    let sources = Sources::spawn(store.queue().clone(), cfg.sources_cfg(), events.clone(), status.clone(), poll_now_tx);
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let (net_tx, net_rx) = mpsc::unbounded_channel();
     let problem = cfg.agent.check().err().map(|e| Problem::new(&e, cfg.problem_recheck()));
@@ -97,8 +100,9 @@ pub fn spawn_into(
         net_tx,
         done_tx,
     };
-    let join =
-        tokio::spawn(m.run(Inbox { cmd: cmd_rx, done: done_rx, news: news_rx, net: net_rx, swept: swept_rx }, hints));
+    let join = tokio::spawn(
+        m.run(Inbox { cmd: cmd_rx, done: done_rx, news: news_rx, net: net_rx, poll_now: poll_now_rx }, hints),
+    );
     (handle, join)
 }
 

@@ -32,24 +32,26 @@ const PER_PASS: usize = 50;
 pub use super::keys::GithubTokens;
 
 /// Delivers the due rows of the `ready` sources (those this machine has a client for);
-/// `github`: this machine's GitHub tokens by API host, for the pull requests. A failure of the tracker
-/// itself (a refused key, no answer, a rate limit) ends the pass, with the source it
-/// happened on.
+/// `github`: this machine's GitHub tokens by API host, for the pull requests. `Ok`: how
+/// long until the next row can be taken, if one waits (a retry, or another machine's
+/// lease). A failure of the tracker itself (a refused key, no answer, a rate limit) ends
+/// the pass, with the source it happened on.
 pub async fn deliver_pending(
     queue: &Queue,
     cfg: &SourcesCfg,
     ready: &[(Bound, TrackerClient)],
     github: &GithubTokens,
-) -> Result<(), (String, TrackerError)> {
+) -> Result<Option<Duration>, (String, TrackerError)> {
     let ids: Vec<i64> = ready.iter().map(|(b, _)| b.id).collect();
     let slowest = ready.iter().map(|(b, _)| b.settings.timeout.get()).max().unwrap_or_default();
+    let lease = lease_for(slowest);
     for _ in 0..PER_PASS {
-        let d = match queue.take_delivery(&cfg.orchestrator_id, &ids, &cfg.machine, lease_for(slowest)).await {
+        let d = match queue.take_delivery(&cfg.orchestrator_id, &ids, &cfg.machine, lease).await {
             Ok(Some(d)) => d,
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(next_due(queue, cfg, &ids, lease).await),
             Err(e) => {
                 tracing::warn!(error = %e, "could not take an outbox row");
-                return Ok(());
+                return Ok(None);
             }
         };
         let Some((source, client)) = ready.iter().find(|(b, _)| b.id == d.source_id) else { continue };
@@ -63,7 +65,22 @@ pub async fn deliver_pending(
             return Err((source.name.clone(), e));
         }
     }
-    Ok(())
+    // A full pass: the rest go on the next, at once.
+    Ok(Some(Duration::ZERO))
+}
+
+/// When the pass that found nothing to take should look again; `None`: nothing waits, or
+/// the database could not say (the next interval's pass looks anyway).
+async fn next_due(queue: &Queue, cfg: &SourcesCfg, ids: &[i64], lease: Duration) -> Option<Duration> {
+    match queue.next_delivery_in(&cfg.orchestrator_id, ids, lease).await {
+        // A row due now that this pass could not take is another machine's, taken this
+        // instant: a second's rest, not a spin.
+        Ok(due) => due.map(|d| d.max(Duration::from_secs(1))),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read when the next outbox row is due");
+            None
+        }
+    }
 }
 
 /// One row: what to do with it next, and the tracker's error if it should end the pass.

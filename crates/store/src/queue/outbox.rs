@@ -137,13 +137,7 @@ impl Queue {
         let d = self.dialect();
         let [o, m, l] = d.params(1);
         let mut values: Vec<Value> = vec![orchestrator_id.into(), machine.into(), millis(lease).into()];
-        let list: Vec<String> = sources
-            .iter()
-            .map(|s| {
-                values.push((*s).into());
-                d.p(values.len())
-            })
-            .collect();
+        let list = source_list(d, &mut values, sources);
         let free = format!("(claimed_at IS NULL OR claimed_at <= {now} - {l})", now = d.now);
         let sql = format!(
             "UPDATE outbox SET token = token + 1, tries = tries + 1, claimed_by = {m}, claimed_at = {now}
@@ -156,11 +150,44 @@ impl Queue {
                 AND done_at IS NULL AND {free}
              RETURNING id, token, job_id, source_id, event, machine, claim_token, detail, tries, created_at",
             now = d.now,
-            list = list.join(", "),
             free_o = free.replace("claimed_at", "o.claimed_at"),
             skip = d.skip_locked,
         );
         decode_first(&self.query(&sql, values).await?)
+    }
+
+    /// How long until a row of `sources` can be taken: its retry is due, or the lease of the
+    /// machine delivering it ends (that machine may have died holding it). `None`: nothing
+    /// is undelivered. A pass that ends sleeps until then, so a dead deliverer's row goes out
+    /// at its lease's end, not at the next pass a source interval brings.
+    pub async fn next_delivery_in(
+        &self,
+        orchestrator_id: &str,
+        sources: &[i64],
+        lease: Duration,
+    ) -> Result<Option<Duration>> {
+        if sources.is_empty() {
+            return Ok(None);
+        }
+        let d = self.dialect();
+        let [o, l] = d.params(1);
+        let mut values: Vec<Value> = vec![orchestrator_id.into(), millis(lease).into()];
+        let list = source_list(d, &mut values, sources);
+        let sql = format!(
+            "SELECT MIN(CASE WHEN o.claimed_at IS NOT NULL AND o.claimed_at + {l} > o.next_at
+                             THEN o.claimed_at + {l} ELSE o.next_at END) - {now} AS n
+               FROM outbox o
+              WHERE o.orchestrator_id = {o} AND o.done_at IS NULL AND o.source_id IN ({list})
+                AND NOT EXISTS (SELECT 1 FROM outbox e
+                                 WHERE e.job_id = o.job_id AND e.id < o.id AND e.done_at IS NULL)",
+            now = d.now,
+        );
+        let rows = self.query(&sql, values).await?;
+        let ms = match rows.first() {
+            Some(r) => r.try_get::<Option<i64>>("", "n")?,
+            None => None,
+        };
+        Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
     }
 
     /// Ends a delivery. `Ok(false)`: this machine's lease on the row had expired and another
@@ -196,4 +223,16 @@ impl Queue {
     pub async fn outbox_of(&self, job: i64) -> Result<Vec<OutboxRow>> {
         decode(&self.query(self.sql(&OF_JOB), vec![job.into()]).await?)
     }
+}
+
+/// `sources` as a list of parameters appended to `values`: `$4, $5, …`.
+fn source_list(d: &super::dialect::Dialect, values: &mut Vec<Value>, sources: &[i64]) -> String {
+    let list: Vec<String> = sources
+        .iter()
+        .map(|s| {
+            values.push((*s).into());
+            d.p(values.len())
+        })
+        .collect();
+    list.join(", ")
 }

@@ -1,0 +1,135 @@
+//! What a user waits for, between a labelled issue and its agent, and between the agent's end
+//! and its comment: real `devpilot run` processes at the default poll intervals (where a
+//! machine's own intake must wake it), and a finishing machine killed with its comment on the
+//! wire (where the other must deliver it when the lease ends, not a source interval later).
+//! Every test runs on PostgreSQL and on SQLite; time passes by moving timestamps.
+
+// A test says "this must hold" by unwrapping: a panic is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use devpilot_engine::sources::DELIVERY_LEASE;
+use devpilot_store::job::JobState;
+use devpilot_tests::github::IssueSeed;
+use devpilot_tests::sources::{jobs, machine, machine_with, next_turn, turns, WAIT};
+use devpilot_tests::{wait_for, write_config, Backend, GitHubStandIn, RecordingAgent, TestDb};
+
+devpilot_tests::on_both_backends!(
+    a_job_the_intake_writes_is_claimed_at_once_not_at_the_next_backed_off_poll,
+    a_comment_whose_deliverer_died_goes_out_when_its_lease_ends,
+);
+
+const TOKEN: &str = "ghp_TESTSECRET_5c6d7e8f9a0b";
+const REPO: &str = "acme/webapp";
+
+/// A machine's home with the GitHub source `gh` on the stand-in at `interval`; its calls
+/// time out after 10 s, so its delivery lease is [`DELIVERY_LEASE`].
+fn home(root: &Path, name: &str, orch: &str, api_url: &str, interval: &str) -> PathBuf {
+    let home = root.join(name);
+    std::fs::create_dir_all(&home).unwrap();
+    write_config(
+        &home,
+        &format!(
+            "orchestrator_id = \"{orch}\"\n\
+             [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"{interval}\"\n\
+             timeout = \"10s\"\napi_url = \"{api_url}\"\nno_repo = true\n"
+        ),
+    );
+    home
+}
+
+/// The one job of issue #`number`, if the intake wrote it.
+async fn job_of(db: &TestDb, orch: &str, number: u64) -> Option<devpilot_store::queue::JobRow> {
+    let key = format!("github:{REPO}#{number}");
+    jobs(db, orch).await.into_iter().find(|j| j.unique_key.as_deref() == Some(key.as_str()))
+}
+
+/// A machine at the default poll interval (2 s) is idle, so its poll backs off; its own
+/// intake turn then writes a job. The machine claims it within seconds of the turn, as
+/// PostgreSQL's NOTIFY would have it, on SQLite too: the sources service tells its machine
+/// "poll now". Before, a SQLite machine waited for its backed-off poll (here a minute).
+async fn a_job_the_intake_writes_is_claimed_at_once_not_at_the_next_backed_off_poll(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("poll-now");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let home = home(db.dir.path(), "laptop", &orch, &gh.url(), "15s");
+    // A minute between polls stands for a poll that has backed off from the default 2 s:
+    // the first poll (at start) finds nothing, the next is 48–72 s later.
+    let flags = ["--poll-interval", "60s", "--sweep-interval", "200ms", "--heartbeat", "300ms"];
+    let _m = machine_with(&home, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)], &flags);
+    assert!(wait_for(WAIT, || async { turns(&db, &orch).await >= 1 }).await, "the first turn");
+    let number = gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    next_turn(&db, &orch).await;
+    let job = job_of(&db, &orch, number).await.expect("the turn wrote the issue's job");
+    let claimed = || async { job_of(&db, &orch, number).await.is_some_and(|j| j.state != JobState::Queued) };
+    assert!(
+        wait_for(Duration::from_secs(10), claimed).await,
+        "job #{} was not claimed within 10 s of the turn that wrote it: {:?}",
+        job.id,
+        job_of(&db, &orch, number).await,
+    );
+}
+
+/// Two machines; the one that finished a job is killed while its completion comment is on
+/// the wire (the stand-in holds the request, then drops it unapplied). The other machine's
+/// pass, run for its own work before the dead machine's delivery lease ended, learnt when
+/// it ends and comes back then: the comment goes out at the lease's end. The source's
+/// interval is ten minutes, so no interval pass can stand in for that wake-up. Before, the
+/// row waited for the next interval pass.
+async fn a_comment_whose_deliverer_died_goes_out_when_its_lease_ends(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("lease-end");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let number = gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    let go = db.dir.path().join("go");
+    let agent = RecordingAgent::new(db.dir.path(), &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()));
+    let env = [("GITHUB_TOKEN", TOKEN)];
+    let names = ["laptop", "desktop"];
+    let mut runners: Vec<Option<devpilot_tests::Runner>> = names
+        .iter()
+        .map(|m| {
+            let h = home(db.dir.path(), m, &orch, &gh.url(), "10m");
+            Some(machine(&h, &db, &orch, m, &agent.script, &env))
+        })
+        .collect();
+    // The agent runs and the claim's comment is on the issue: hold the next comment.
+    let started = || async {
+        job_of(&db, &orch, number).await.is_some_and(|j| j.state == JobState::Running)
+            && !gh.comments(REPO, number).is_empty()
+    };
+    assert!(wait_for(WAIT, started).await, "the job started and its claim was commented");
+    let id = job_of(&db, &orch, number).await.unwrap().id;
+    let gate = gh.gate("issues/create-comment");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_for(WAIT, || async { gate.arrived() }).await, "the completion comment came");
+    let holder = db
+        .text(&format!("SELECT claimed_by FROM outbox WHERE job_id = {id} AND done_at IS NULL ORDER BY id LIMIT 1"))
+        .await
+        .expect("the undelivered row's holder");
+    let dead = names.iter().position(|m| *m == holder).unwrap();
+    let mut runner = runners[dead].take().unwrap();
+    runner.child.kill().unwrap();
+    runner.child.wait().unwrap();
+    gate.drop_request();
+    // Its lease ends 8 s from its take, not 120 s: the row ages, the clocks do not.
+    let aged = (DELIVERY_LEASE - Duration::from_secs(8)).as_millis();
+    db.exec(&format!("UPDATE outbox SET claimed_at = claimed_at - {aged} WHERE job_id = {id} AND done_at IS NULL"))
+        .await;
+    // The survivor's own work runs a pass now, which finds the row held.
+    let nudge = db.queue.enqueue(&orch, &serde_json::json!({"title": "nudge"})).await.unwrap();
+    let finished = || async { jobs(&db, &orch).await.iter().any(|j| j.id == nudge && j.state == JobState::Completed) };
+    assert!(wait_for(WAIT, finished).await, "the survivor ran its own job");
+    let commented = || async { gh.comments(REPO, number).iter().any(|c| c.body.starts_with("Completed on ")) };
+    assert!(
+        wait_for(Duration::from_secs(30), commented).await,
+        "the completion comment did not go out when {holder}'s lease ended"
+    );
+    let bodies: Vec<String> = gh.comments(REPO, number).into_iter().map(|c| c.body).collect();
+    assert_eq!(bodies.len(), 2, "one claim and one completion, the dropped one never applied: {bodies:?}");
+    assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
+}
