@@ -18,11 +18,12 @@
 //! comment and the pull request from polling the stand-in every 25 ms.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use devpilot_tests::github::IssueSeed;
-use devpilot_tests::{git, write_config, GitHubStandIn, GitRemote, RecordingAgent, Runner};
+use devpilot_tests::review::github_clone;
+use devpilot_tests::{write_config, GitHubStandIn, GitRemote, RecordingAgent, Runner};
 use rand::Rng;
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{json, Value};
@@ -31,7 +32,6 @@ use crate::common::{connect, log, pct, Backend, Env, ORCH};
 
 const TOKEN: &str = "ghp_bench_latency_token";
 const REPO: &str = "acme/webapp";
-const GITHUB_URL: &str = "https://github.com/acme/webapp.git";
 /// The source's interval: the default, and the minimum for a quick run.
 const INTERVAL: (u64, u64) = (60, 15);
 /// The source's call timeout (the default): the delivery lease is the longer of 120 s and
@@ -67,6 +67,8 @@ struct Fleet {
     gh: GitHubStandIn,
     agent: RecordingAgent,
     url: String,
+    /// The bench's own connection, for its reads (every 25 ms in the killed phase).
+    db: sea_orm::DatabaseConnection,
     dir: PathBuf,
     homes: Vec<PathBuf>,
     machines: Vec<Option<Runner>>,
@@ -151,11 +153,12 @@ impl Fleet {
         let mut homes = vec![];
         for m in MACHINES {
             let home = dir.join(m);
-            let clone = github_clone(&remote, &dir, &home, m);
+            let clone = github_clone(&remote, &dir, m);
             write_config(&home, &config(&gh.url(), &clone, interval));
             homes.push(home);
         }
-        let mut fleet = Fleet { gh, agent, url, dir, homes, machines: vec![], next_issue: 0 };
+        let db = connect(&url, 1).await;
+        let mut fleet = Fleet { gh, agent, url, db, dir, homes, machines: vec![], next_issue: 0 };
         fleet.machines = (0..MACHINES.len()).map(|i| Some(fleet.spawn(i))).collect();
         fleet
     }
@@ -165,20 +168,14 @@ impl Fleet {
         let home = &self.homes[i];
         let log_path = home.join(format!("runner-{}.log", MACHINES[i]));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
-        let bin = std::env::current_exe().unwrap().with_file_name("devpilot");
-        let child = Command::new(bin)
-            .env("DEVPILOT_DATABASE_URL", &self.url)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_DATA_HOME", home.join("data"))
+        let child = devpilot_tests::devpilot(home, &self.url)
             .env("DEVPILOT_LOG", "info")
             .env("GITHUB_TOKEN", TOKEN)
             .env("DEVPILOT_GITHUB_API_URL", self.gh.url())
-            .env_remove("DEVPILOT_ORCHESTRATOR")
             .args(["run", "--orchestrator", ORCH, "--machine", MACHINES[i], "--allow-write"])
             .arg(&self.dir)
             .arg("--")
             .arg(&self.agent.script)
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -240,9 +237,7 @@ impl Fleet {
     async fn wait_present(&self) {
         let t0 = Instant::now();
         loop {
-            let db = connect(&self.url, 1).await;
-            let n = crate::common::scalar(&db, "SELECT COUNT(*) AS n FROM machines").await;
-            db.close().await.ok();
+            let n = crate::common::scalar(&self.db, "SELECT COUNT(*) AS n FROM machines").await;
             if n >= MACHINES.len() as i64 {
                 return;
             }
@@ -288,7 +283,7 @@ impl Fleet {
     /// (id, unique key, created and first claimed in epoch ms) of every job: the claim from
     /// its history row (the row's own `claimed_at` is cleared when the job ends).
     async fn jobs(&self) -> Vec<(i64, String, i64, Option<i64>)> {
-        let db = connect(&self.url, 1).await;
+        let db = &self.db;
         let rows = db
             .query_all_raw(Statement::from_string(
                 db.get_database_backend(),
@@ -297,8 +292,7 @@ impl Fleet {
             ))
             .await
             .unwrap();
-        let out = rows
-            .iter()
+        rows.iter()
             .map(|r| {
                 let get = |c: &str| r.try_get::<i64>("", c).unwrap();
                 (
@@ -308,24 +302,9 @@ impl Fleet {
                     r.try_get("", "claimed_at").unwrap(),
                 )
             })
-            .collect();
-        db.close().await.ok();
-        out
+            .collect()
     }
 }
 
 #[path = "user_latency_kill.rs"]
 mod kill;
-
-/// A clone of `remote` for machine `m` whose `origin` says github.com: the machine's global
-/// git config (in `home`) rewrites that URL to the bare repository, so pushes land and
-/// DevPilot sees a GitHub remote (as the tests' `github_clone`).
-fn github_clone(remote: &GitRemote, dir: &Path, home: &Path, m: &str) -> PathBuf {
-    let clone = remote.clone_to(&dir.join(format!("clone-{m}")));
-    git(&clone, &["remote", "set-url", "origin", GITHUB_URL]);
-    let global = home.join("config").join("git");
-    std::fs::create_dir_all(&global).unwrap();
-    let key = format!("url.{}.insteadOf", remote.bare.display());
-    git(&clone, &["config", "--file", &global.join("config").to_string_lossy(), &key, GITHUB_URL]);
-    clone
-}

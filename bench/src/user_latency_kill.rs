@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, Statement};
 
 use super::{epoch, Fleet, Sample, MACHINES, REPO};
-use crate::common::{connect, log};
+use crate::common::log;
 
 /// How long the phase waits for the other machine's delivery: past any lease (160 s).
 const LIMIT: Duration = Duration::from_secs(420);
@@ -68,10 +68,9 @@ impl Fleet {
 
     /// The machine holding job `id`'s undelivered outbox row (the one at the gate).
     async fn outbox_holder(&self, id: i64) -> Option<String> {
-        let db = connect(&self.url, 1).await;
+        let db = &self.db;
         let sql = format!("SELECT claimed_by FROM outbox WHERE job_id = {id} AND done_at IS NULL ORDER BY id LIMIT 1");
         let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.unwrap();
-        db.close().await.ok();
         row.and_then(|r| r.try_get::<Option<String>>("", "claimed_by").unwrap())
     }
 }

@@ -223,8 +223,11 @@ pub fn devpilot_bin() -> PathBuf {
     if let Ok(p) = std::env::var("DEVPILOT_BIN") {
         return PathBuf::from(p);
     }
+    // A test binary is in `<profile>/deps/`; a binary of the workspace (the benchmark) is
+    // beside `devpilot` in `<profile>/`.
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let dir = exe.parent().expect("the binary's dir");
+    let dir = if dir.ends_with("deps") { dir.parent().expect("target dir") } else { dir };
     let bin = dir.join("devpilot");
     assert!(bin.exists(), "{} is missing: run `cargo build --workspace --bins` first", bin.display());
     bin

@@ -13,6 +13,7 @@ use devpilot_store::job::JobState;
 use devpilot_store::queue::JobRow;
 use devpilot_tests::github::{Access, Fault, FaultKind, IssueSeed};
 use devpilot_tests::linear::IssueSeed as LinearSeed;
+use devpilot_tests::review::github_clone;
 use devpilot_tests::sources::{self, assert_no_secret, jobs, machine, next_turn, turns, WAIT};
 use devpilot_tests::{git, write_config, Backend, GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, TestDb};
 
@@ -32,7 +33,6 @@ devpilot_tests::on_both_backends!(
 const TOKEN: &str = "ghp_TESTSECRET_0a1b2c3d4e5f";
 const LINEAR_KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
 const REPO: &str = "acme/webapp";
-const GITHUB_URL: &str = "https://github.com/acme/webapp.git";
 
 /// A machine's home whose config names the GitHub source `gh` on the stand-in (plus `extra`
 /// TOML lines in `[sources.gh]` and `rest` after it). Calls time out after 10 s unless
@@ -60,21 +60,6 @@ fn cli(home: &Path, db: &TestDb, token: &str, args: &[&str]) -> (i32, String, St
 async fn job_of(db: &TestDb, orch: &str, number: u64) -> Option<JobRow> {
     let key = format!("github:{REPO}#{number}");
     jobs(db, orch).await.into_iter().find(|j| j.unique_key.as_deref() == Some(key.as_str()))
-}
-
-/// A real bare remote and a clone of it for `machine` whose `origin` says github.com: the
-/// machine's global git config (`$XDG_CONFIG_HOME/git/config`; DevPilot refuses the
-/// rewrite in a repository's own config) rewrites that URL to the bare repository
-/// (`url.<bare>.insteadOf`), so pushes really land, and DevPilot sees a GitHub remote.
-fn github_clone(remote: &GitRemote, root: &Path, machine: &str) -> PathBuf {
-    let clone = remote.clone_to(&root.join(format!("clone-{machine}")));
-    git(&clone, &["remote", "set-url", "origin", GITHUB_URL]);
-    let global = root.join(machine).join("config").join("git");
-    std::fs::create_dir_all(&global).unwrap();
-    let file = global.join("config");
-    let key = format!("url.{}.insteadOf", remote.bare.display());
-    git(&clone, &["config", "--file", &file.to_string_lossy(), &key, GITHUB_URL]);
-    clone
 }
 
 /// `[repos.webapp]` at `clone`, pushing completed jobs, with `extra` lines.
