@@ -96,17 +96,25 @@ pub fn notice_of_elsewhere(o: &devpilot_app::Outcome, on: &NotifySettings) -> Op
 pub const FLEET_EVERY: Duration = Duration::from_secs(10);
 
 /// With `notify.any_machine`, tells the jobs from this machine's sources (or handed off from
-/// here) that other machines finished, read from the shared queue. Off, it reads nothing (an idle tray stays quiet).
+/// here) that other machines finished, read from the shared queue. Off, it reads nothing and
+/// has no timer: it waits for the settings to change (an idle tray stays quiet).
 pub async fn watch_fleet(engine: Arc<Engine>, handed: Arc<Mutex<Vec<i64>>>, tx: mpsc::UnboundedSender<Notice>) {
     let mut w = devpilot_app::FleetWatch::default();
+    let mut settings = engine.watch_settings();
     loop {
+        if !settings.borrow_and_update().notify.any_machine {
+            w = devpilot_app::FleetWatch::default();
+            if settings.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
         tokio::time::sleep(FLEET_EVERY).await;
         for id in handed.lock().map(|mut h| std::mem::take(&mut *h)).unwrap_or_default() {
             w.handed_off(id);
         }
         let on = engine.settings().notify;
         if !on.any_machine {
-            w = devpilot_app::FleetWatch::default();
             continue;
         }
         match engine.finished_elsewhere(&mut w).await {

@@ -21,8 +21,14 @@ use crate::state::AppState;
 const WATCHER: &str = "org.kde.StatusNotifierWatcher";
 /// How long the check at start may take before we assume there is no host.
 const START_CHECK: Duration = Duration::from_secs(3);
-/// XEmbed has no signal on the bus; its tray is looked for this often.
+/// XEmbed has no signal on the bus; while no tray shows the icon, one is looked for this
+/// often (the window is open meanwhile, so an appearing tray is taken up soon).
 const XEMBED_POLL: Duration = Duration::from_secs(5);
+/// While a tray shows the icon, it is looked at this often: each look is a D-Bus round trip
+/// and an Xlib call on the main thread, most of an idle tray's wake-ups at 5 s. The bus's
+/// signals still say at once when a StatusNotifier host goes; an XEmbed tray that goes is
+/// noticed within this, and the window opens then.
+const XEMBED_PRESENT_POLL: Duration = Duration::from_secs(30);
 /// With only the bus to watch, a poll this slow is a safety net for a missed signal.
 const BUS_POLL: Duration = Duration::from_secs(30);
 /// A host that restarts (a panel reloading) comes back within this; do not react before.
@@ -217,8 +223,12 @@ async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) 
             if probe.x11 { XEMBED_POLL } else { BUS_POLL }
         );
     }
-    let poll = if probe.x11 { XEMBED_POLL } else { BUS_POLL };
     loop {
+        let poll = match (probe.x11, present) {
+            (true, false) => XEMBED_POLL,
+            (true, true) => XEMBED_PRESENT_POLL,
+            (false, _) => BUS_POLL,
+        };
         tokio::select! {
             Some(()) = async { match changes.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {
                 tokio::time::sleep(SETTLE).await;
