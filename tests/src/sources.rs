@@ -4,7 +4,7 @@
 // Harness code says "this must hold" by unwrapping: a panic is the test's failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -43,6 +43,25 @@ fn github_com_env(home: &Path, env: &[(&str, &str)], args: &[&str]) -> Option<St
         .collect();
     urls.dedup();
     (urls.len() == 1).then(|| urls.remove(0))
+}
+
+/// A machine's home whose config names the GitHub source `gh` for `acme/webapp` on the
+/// stand-in at `api_url` (plus `extra` TOML lines in `[sources.gh]` and `rest` after it):
+/// repo-less jobs, every 15 s and calls timing out after 10 s unless `extra` says otherwise.
+pub fn github_home(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, rest: &str) -> PathBuf {
+    let timeout = if extra.contains("timeout") { "" } else { "timeout = \"10s\"\n" };
+    let interval = if extra.contains("interval") { "" } else { "interval = \"15s\"\n" };
+    let home = root.join(name);
+    std::fs::create_dir_all(&home).unwrap();
+    crate::write_config(
+        &home,
+        &format!(
+            "orchestrator_id = \"{orch}\"\n\
+             [sources.gh]\nkind = \"github\"\nrepo = \"acme/webapp\"\nlabel = \"agent\"\n\
+             {interval}{timeout}api_url = \"{api_url}\"\nno_repo = true\n{extra}\n{rest}\n"
+        ),
+    );
+    home
 }
 
 /// `devpilot run` for `orch` as `name` in `home` with `agent`, and `env` (the credentials,

@@ -34,22 +34,9 @@ const TOKEN: &str = "ghp_TESTSECRET_0a1b2c3d4e5f";
 const LINEAR_KEY: &str = "lin_api_TESTSECRET_9f8e7d6c5b4a";
 const REPO: &str = "acme/webapp";
 
-/// A machine's home whose config names the GitHub source `gh` on the stand-in (plus `extra`
-/// TOML lines in `[sources.gh]` and `rest` after it). Calls time out after 10 s unless
-/// `extra` sets `timeout`.
+/// A machine's home with the GitHub source `gh` (see [`sources::github_home`]).
 fn home_with(root: &Path, name: &str, orch: &str, api_url: &str, extra: &str, rest: &str) -> PathBuf {
-    let timeout = if extra.contains("timeout") { "" } else { "timeout = \"10s\"\n" };
-    let home = root.join(name);
-    std::fs::create_dir_all(&home).unwrap();
-    write_config(
-        &home,
-        &format!(
-            "orchestrator_id = \"{orch}\"\n\
-             [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"15s\"\n\
-             {timeout}api_url = \"{api_url}\"\nno_repo = true\n{extra}\n{rest}\n"
-        ),
-    );
-    home
+    sources::github_home(root, name, orch, api_url, extra, rest)
 }
 
 /// The CLI in `home` with `GITHUB_TOKEN`: (exit code, stdout, stderr).

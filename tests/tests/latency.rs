@@ -13,8 +13,8 @@ use std::time::Duration;
 use devpilot_engine::sources::DELIVERY_LEASE;
 use devpilot_store::job::JobState;
 use devpilot_tests::github::IssueSeed;
-use devpilot_tests::sources::{jobs, machine, machine_with, next_turn, turns, WAIT};
-use devpilot_tests::{wait_for, write_config, Backend, GitHubStandIn, RecordingAgent, TestDb};
+use devpilot_tests::sources::{github_home, jobs, machine, machine_with, next_turn, turns, WAIT};
+use devpilot_tests::{wait_for, Backend, GitHubStandIn, RecordingAgent, TestDb};
 
 devpilot_tests::on_both_backends!(
     a_job_the_intake_writes_is_claimed_at_once_not_at_the_next_backed_off_poll,
@@ -27,17 +27,7 @@ const REPO: &str = "acme/webapp";
 /// A machine's home with the GitHub source `gh` on the stand-in at `interval`; its calls
 /// time out after 10 s, so its delivery lease is [`DELIVERY_LEASE`].
 fn home(root: &Path, name: &str, orch: &str, api_url: &str, interval: &str) -> PathBuf {
-    let home = root.join(name);
-    std::fs::create_dir_all(&home).unwrap();
-    write_config(
-        &home,
-        &format!(
-            "orchestrator_id = \"{orch}\"\n\
-             [sources.gh]\nkind = \"github\"\nrepo = \"{REPO}\"\nlabel = \"agent\"\ninterval = \"{interval}\"\n\
-             timeout = \"10s\"\napi_url = \"{api_url}\"\nno_repo = true\n"
-        ),
-    );
-    home
+    github_home(root, name, orch, api_url, &format!("interval = \"{interval}\""), "")
 }
 
 /// The one job of issue #`number`, if the intake wrote it.
