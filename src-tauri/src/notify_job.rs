@@ -107,6 +107,9 @@ pub async fn watch_fleet(engine: Arc<Engine>, handed: Arc<Mutex<Vec<i64>>>, tx: 
             if settings.changed().await.is_err() {
                 return;
             }
+            // Hand-offs made while it was off are not followed (as before, when each tick
+            // dropped them).
+            handed.lock().map(|mut h| h.clear()).unwrap_or_default();
             continue;
         }
         tokio::time::sleep(FLEET_EVERY).await;

@@ -220,7 +220,7 @@ async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) 
     if changes.is_none() {
         tracing::info!(
             "not following the tray host's bus signals; looking again every {:?}",
-            if probe.x11 { XEMBED_POLL } else { BUS_POLL }
+            if probe.x11 { (XEMBED_POLL, XEMBED_PRESENT_POLL) } else { (BUS_POLL, BUS_POLL) }
         );
     }
     loop {

@@ -36,8 +36,8 @@ async fn job_of(db: &TestDb, orch: &str, number: u64) -> Option<devpilot_store::
     jobs(db, orch).await.into_iter().find(|j| j.unique_key.as_deref() == Some(key.as_str()))
 }
 
-/// A machine at the default poll interval (2 s) is idle, so its poll backs off; its own
-/// intake turn then writes a job. The machine claims it within seconds of the turn, as
+/// An idle machine's poll backs off from the default 2 s (here it polls once a minute);
+/// its own intake turn then writes a job. The machine claims it within seconds of the turn, as
 /// PostgreSQL's NOTIFY would have it, on SQLite too: the sources service tells its machine
 /// "poll now". Before, a SQLite machine waited for its backed-off poll (here a minute).
 async fn a_job_the_intake_writes_is_claimed_at_once_not_at_the_next_backed_off_poll(backend: Backend) {
@@ -66,7 +66,7 @@ async fn a_job_the_intake_writes_is_claimed_at_once_not_at_the_next_backed_off_p
 
 /// Two machines; the one that finished a job is killed while its completion comment is on
 /// the wire (the stand-in holds the request, then drops it unapplied). The other machine's
-/// pass, run for its own work before the dead machine's delivery lease ended, learnt when
+/// pass, run for its own work while the dead machine's delivery lease held, learnt when
 /// it ends and comes back then: the comment goes out at the lease's end. The source's
 /// interval is ten minutes, so no interval pass can stand in for that wake-up. Before, the
 /// row waited for the next interval pass.
@@ -106,17 +106,23 @@ async fn a_comment_whose_deliverer_died_goes_out_when_its_lease_ends(backend: Ba
     runner.child.kill().unwrap();
     runner.child.wait().unwrap();
     gate.drop_request();
-    // Its lease ends 8 s from its take, not 120 s: the row ages, the clocks do not.
-    let aged = (DELIVERY_LEASE - Duration::from_secs(8)).as_millis();
+    // Its lease ends 20 s from its take, not 120 s: the row ages, the clocks do not.
+    let left = Duration::from_secs(20);
+    let aged = (DELIVERY_LEASE - left).as_millis();
     db.exec(&format!("UPDATE outbox SET claimed_at = claimed_at - {aged} WHERE job_id = {id} AND done_at IS NULL"))
         .await;
+    let ends = std::time::Instant::now() + left;
     // The survivor's own work runs a pass now, which finds the row held.
     let nudge = db.queue.enqueue(&orch, &serde_json::json!({"title": "nudge"})).await.unwrap();
     let finished = || async { jobs(&db, &orch).await.iter().any(|j| j.id == nudge && j.state == JobState::Completed) };
     assert!(wait_for(WAIT, finished).await, "the survivor ran its own job");
     let commented = || async { gh.comments(REPO, number).iter().any(|c| c.body.starts_with("Completed on ")) };
+    // The passes of its own job came while the lease held: what delivers the comment later
+    // is the wake-up they learnt, not one of them.
+    assert!(std::time::Instant::now() < ends, "the survivor's own job ended after the lease did: no test");
+    assert!(!commented().await, "the comment went out while {holder}'s lease held");
     assert!(
-        wait_for(Duration::from_secs(30), commented).await,
+        wait_for(left + Duration::from_secs(20), commented).await,
         "the completion comment did not go out when {holder}'s lease ended"
     );
     let bodies: Vec<String> = gh.comments(REPO, number).into_iter().map(|c| c.body).collect();

@@ -73,8 +73,8 @@ pub async fn deliver_pending(
 /// the database could not say (the next interval's pass looks anyway).
 async fn next_due(queue: &Queue, cfg: &SourcesCfg, ids: &[i64], lease: Duration) -> Option<Duration> {
     match queue.next_delivery_in(&cfg.orchestrator_id, ids, lease).await {
-        // A row due now that this pass could not take is another machine's, taken this
-        // instant: a second's rest, not a spin.
+        // A row due now that this pass could not take was taken (or locked) by another
+        // machine this instant, or fell due since: a second's rest, not a spin.
         Ok(due) => due.map(|d| d.max(Duration::from_secs(1))),
         Err(e) => {
             tracing::warn!(error = %e, "could not read when the next outbox row is due");

@@ -157,8 +157,8 @@ impl Queue {
     }
 
     /// How long until a row of `sources` can be taken: its retry is due, or the lease of the
-    /// machine delivering it ends (that machine may have died holding it). `None`: nothing
-    /// is undelivered. A pass that ends sleeps until then, so a dead deliverer's row goes out
+    /// machine delivering it ends (that machine may have died holding it). `None`: no row
+    /// of `sources` waits to be taken. A pass that ends sleeps until then, so a dead deliverer's row goes out
     /// at its lease's end, not at the next pass a source interval brings.
     pub async fn next_delivery_in(
         &self,
