@@ -17,6 +17,7 @@
 //! claim from the job's `claimed_at`, the agent's start and exit from its own record, the
 //! comment and the pull request from polling the stand-in every 25 ms.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -105,6 +106,14 @@ pub async fn measure(env: &Env, quick: bool) -> Value {
     json!({ "interval_s": interval, "timeout_s": TIMEOUT_S, "delivery_lease_s": lease, "backends": backends })
 }
 
+/// Whether process `pid` is stopped (by a signal, or a tracer).
+fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's closing parenthesis.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    matches!(state, Some("T" | "t"))
+}
+
 /// p50, p95 and the count of each span, in seconds.
 fn summary(samples: &[Sample]) -> Value {
     let span = |f: &dyn Fn(&Sample) -> Option<f64>| {
@@ -168,8 +177,15 @@ impl Fleet {
         let home = &self.homes[i];
         let log_path = home.join(format!("runner-{}.log", MACHINES[i]));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
-        let child = devpilot_tests::devpilot(home, &self.url)
-            .env("DEVPILOT_LOG", "info")
+        let mut cmd = devpilot_tests::devpilot(home, &self.url);
+        // A process group of its own. A stopped machine in the benchmark's group would be
+        // hung up and continued by the kernel when that group is orphaned (the shell that
+        // started the benchmark exits: SIGHUP, then SIGCONT, to a group with a stopped
+        // member): the "asleep" laptop then woke early, or died of the SIGHUP.
+        cmd.process_group(0);
+        let child = cmd
+            // DEVPILOT_BENCH_LOG (a `DEVPILOT_LOG` filter) to look closer at a run.
+            .env("DEVPILOT_LOG", std::env::var("DEVPILOT_BENCH_LOG").unwrap_or_else(|_| "info".into()))
             .env("GITHUB_TOKEN", TOKEN)
             .env("DEVPILOT_GITHUB_API_URL", self.gh.url())
             .args(["run", "--orchestrator", ORCH, "--machine", MACHINES[i], "--allow-write"])
@@ -202,9 +218,12 @@ impl Fleet {
             devpilot_tests::signal_tree(laptop, libc::SIGSTOP);
         }
         let numbers = self.open_issues(p.issues);
-        let mut at: Vec<Duration> =
-            (0..p.issues).map(|_| p.window.mul_f64(rand::rng().random_range(0.0..1.0))).collect();
-        at.sort();
+        // One label at a random moment of each of `issues` equal slices of the window: as
+        // uniform over the source's interval as independent moments, without their median's
+        // noise (about ±4 s for 50 labels over a minute, more than the margin measured).
+        let slice = p.window.div_f64(p.issues as f64);
+        let at: Vec<Duration> =
+            (0..p.issues).map(|i| slice.mul_f64(i as f64 + rand::rng().random_range(0.0..1.0))).collect();
         let t0 = Instant::now();
         let mut samples: Vec<Sample> = numbers.iter().map(|&number| Sample { number, ..Sample::default() }).collect();
         let mut labelled = 0;
@@ -216,6 +235,9 @@ impl Fleet {
                 labelled += 1;
             }
             self.observe(&mut samples[..labelled]);
+            if p.asleep {
+                assert!(stopped(laptop), "(w) {}: the laptop woke during its sleep", p.name);
+            }
             if labelled == at.len() && samples.iter().all(|s| s.comment.is_some() && s.pr.is_some()) {
                 break;
             }
@@ -223,6 +245,8 @@ impl Fleet {
         }
         if p.asleep {
             devpilot_tests::signal_tree(laptop, libc::SIGCONT);
+            let exited = self.machines[0].as_mut().unwrap().child.try_wait().ok().flatten();
+            assert!(exited.is_none(), "(w) {}: the laptop did not survive its sleep: {exited:?}", p.name);
         }
         self.fill(&mut samples).await;
         let commented = samples.iter().filter(|s| s.comment.is_some()).count();
