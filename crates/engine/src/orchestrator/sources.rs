@@ -40,11 +40,23 @@ pub struct Sources {
 }
 
 /// A quarter of the shortest interval, at most a minute (the settings keep an interval at
-/// 15 s or more): how often the poll path may ask, how long a service with nothing scheduled
-/// waits, and twice the spread of the machines' tries at a due turn.
+/// 15 s or more): how often the poll path may ask, and how long a service with nothing
+/// scheduled waits.
 fn tick_of(cfg: &SourcesCfg) -> Duration {
     let shortest = cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or(Duration::from_secs(60));
     (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
+}
+
+/// The most a machine's try at a due turn waits past the due time: enough that a fleet's
+/// tries do not meet on the database at one instant (the first one takes the turn, the
+/// others learn the next due time from their zero-row try), and little enough that a label
+/// waits at most a second more than its source's interval says. (Half a tick used to be
+/// the bound: 7.5 s at the default interval, 3.75 s on average for every label.)
+const MAX_SPREAD: Duration = Duration::from_secs(1);
+
+/// A random wait in `[0, MAX_SPREAD)` (shorter with a very short interval: half a tick).
+fn spread(cfg: &SourcesCfg) -> Duration {
+    (tick_of(cfg) / 2).min(MAX_SPREAD).mul_f64(rand::random::<f64>())
 }
 
 impl Sources {
@@ -341,11 +353,10 @@ impl Service {
                     tick_of(&self.cfg)
                 }
             };
-            // Every machine learns the same due time: a random share of half a tick spreads
+            // Every machine learns the same due time: a random wait of up to a second spreads
             // their tries, and the first one takes the turn; the others learn the next due
             // time from their zero-row try. About one statement per machine per interval.
-            let spread = (tick_of(&self.cfg) / 2).mul_f64(rand::random::<f64>());
-            self.next_try.insert(name, Instant::now() + next_in + spread);
+            self.next_try.insert(name, Instant::now() + next_in + spread(&self.cfg));
         }
     }
 
@@ -487,4 +498,36 @@ fn reportable(e: &Event) -> bool {
             | Event::Released { .. }
             | Event::Cancelled { .. }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::{ApiKey, KeyStore};
+
+    fn cfg_every(interval: Duration) -> SourcesCfg {
+        let s = SourceSettings { interval: interval.into(), ..Default::default() };
+        SourcesCfg {
+            orchestrator_id: "o".into(),
+            machine: "m".into(),
+            sources: [("gh".to_string(), s)].into(),
+            max_attempts: 3,
+            keys: KeyStore::Given(ApiKey::given("k")),
+            pull_requests: Default::default(),
+            review_loops: Default::default(),
+            remotes: Default::default(),
+        }
+    }
+
+    /// A machine tries a due turn within a second of its due time at the default interval
+    /// (it used to wait up to half a tick, 7.5 s), and the tries are still spread.
+    #[test]
+    fn a_due_turn_is_tried_within_a_second_of_it() {
+        let cfg = cfg_every(Duration::from_secs(60));
+        let draws: Vec<Duration> = (0..10_000).map(|_| spread(&cfg)).collect();
+        assert!(draws.iter().all(|d| *d < MAX_SPREAD), "{:?}", draws.iter().max());
+        assert!(draws.iter().any(|d| *d > MAX_SPREAD / 2), "the tries are spread");
+        let short = cfg_every(Duration::from_secs(1));
+        assert!((0..1_000).all(|_| spread(&short) < tick_of(&short) / 2), "half a tick when that is less");
+    }
 }
