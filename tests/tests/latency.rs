@@ -1,7 +1,8 @@
 //! What a user waits for, between a labelled issue and its agent, and between the agent's end
 //! and its comment: real `devpilot run` processes at the default poll intervals (where a
 //! machine's own intake must wake it), and a finishing machine killed with its comment on the
-//! wire (where the other must deliver it when the lease ends, not a source interval later).
+//! wire (where the other must deliver it when the lease ends, not a source interval later),
+//! and a turn's slow review-loop reads (which must not hold a comment back).
 //! Every test runs on PostgreSQL and on SQLite; time passes by moving timestamps.
 
 // A test says "this must hold" by unwrapping: a panic is its failure report.
@@ -19,6 +20,7 @@ use devpilot_tests::{wait_for, Backend, GitHubStandIn, RecordingAgent, TestDb};
 devpilot_tests::on_both_backends!(
     a_job_the_intake_writes_is_claimed_at_once_not_at_the_next_backed_off_poll,
     a_comment_whose_deliverer_died_goes_out_when_its_lease_ends,
+    a_comment_does_not_wait_behind_the_review_loops_reads,
 );
 
 const TOKEN: &str = "ghp_TESTSECRET_5c6d7e8f9a0b";
@@ -127,5 +129,39 @@ async fn a_comment_whose_deliverer_died_goes_out_when_its_lease_ends(backend: Ba
     );
     let bodies: Vec<String> = gh.comments(REPO, number).into_iter().map(|c| c.body).collect();
     assert_eq!(bodies.len(), 2, "one claim and one completion, the dropped one never applied: {bodies:?}");
+    assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
+}
+
+/// A turn's review-loop reads (one of them held at the stand-in's gate, as a slow GitHub
+/// would) do not hold the machine's deliveries back: the job that turn wrote runs and ends
+/// while the read is held, and its completion comment goes out within seconds. Before, the
+/// sources service read every watched pull request before it delivered anything.
+async fn a_comment_does_not_wait_behind_the_review_loops_reads(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("review-reads");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    // Calls time out after a minute: the held read is let through by the gate (30 s), not
+    // given up by the client.
+    let extra = "interval = \"15s\"\ntimeout = \"60s\"";
+    let home = github_home(db.dir.path(), "laptop", &orch, &gh.url(), extra, "");
+    let _m = machine(&home, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    // A turn just ended: the next is 15 s away, and all that follows is in place before it.
+    next_turn(&db, &orch).await;
+    let source = db.scalar(&format!("SELECT id FROM sources WHERE orchestrator_id = '{orch}'")).await.unwrap();
+    let watched = db.queue.enqueue(&orch, &serde_json::json!({"title": "an earlier job"})).await.unwrap();
+    let url = format!("https://github.com/{REPO}/pull/7");
+    assert!(db.queue.watch_pull(watched, source, &gh.url(), REPO, 7, &url).await.unwrap(), "a watched pull request");
+    let gate = gh.gate("pulls/get");
+    let number = gh.open_issue(REPO, IssueSeed::new("Fix login", &["agent"]));
+    assert!(wait_for(WAIT, || async { gate.arrived() }).await, "the next turn's review pass read the pull request");
+    let job = job_of(&db, &orch, number).await.expect("the turn wrote the issue's job before its review reads");
+    let done = || async { job_of(&db, &orch, number).await.is_some_and(|j| j.state == JobState::Completed) };
+    assert!(wait_for(WAIT, done).await, "job #{} ran while the review read was held", job.id);
+    let commented = || async { gh.comments(REPO, number).iter().any(|c| c.body.starts_with("Completed on ")) };
+    let out = wait_for(Duration::from_secs(10), commented).await;
+    gate.open();
+    assert!(out, "job #{}'s completion comment waited behind the review loop's read", job.id);
     assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::status::{Event, Status};
 use crate::sources::deliver::{deliver_pending, GithubTokens};
@@ -84,6 +85,7 @@ impl Sources {
             refused: BTreeMap::new(),
             next_try: BTreeMap::new(),
             next_delivery: None,
+            reviews: BTreeMap::new(),
             events,
             status,
             health,
@@ -147,6 +149,11 @@ struct Service {
     /// When the outbox next has a row this machine could take (a retry falls due, another
     /// machine's delivery lease ends), as its last pass learnt.
     next_delivery: Option<Instant>,
+    /// Each source's review-loop pass in flight, on a task of its own: its reads (every
+    /// watched pull request, up to three calls each) can take many seconds on a real
+    /// tracker, and a delivery must not wait behind them. Aborted when the service ends or
+    /// the settings change.
+    reviews: BTreeMap<String, AbortOnDropHandle<()>>,
     events: broadcast::Sender<Event>,
     status: watch::Sender<Status>,
     /// How each source is doing here, as `status` shows it.
@@ -189,6 +196,7 @@ impl Service {
                 self.refused.clear();
                 self.next_try.clear();
                 self.next_delivery = None;
+                self.reviews.clear();
                 self.health = initial_health(&self.cfg);
                 self.publish();
             }
@@ -316,6 +324,13 @@ impl Service {
             if self.next_try.get(&name).is_some_and(|t| *t > Instant::now()) {
                 continue;
             }
+            if self.reviews.get(&name).is_some_and(|p| !p.is_finished()) {
+                // Its last turn's review pass still reads: a newer turn would end that pass at
+                // its next write (each names its turn). The turn waits, as it did when the
+                // pass ran on this task; deliveries do not.
+                self.next_try.insert(name, Instant::now() + Duration::from_secs(1));
+                continue;
+            }
             let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else { continue };
             let (source, client) = (source.clone(), client.clone());
             let c = &self.cfg;
@@ -338,7 +353,7 @@ impl Service {
                         self.set_health(&name, |h| h.last_poll = Some(report));
                     }
                     // The review loop's reads (every watched pull request) come after the
-                    // jobs are written and the machine told: they may take seconds.
+                    // jobs are written and the machine told, beside the service's work.
                     if let Some(turn) = turn {
                         self.watch_reviews(&source, turn).await;
                     }
@@ -402,31 +417,39 @@ impl Service {
 
     /// The review loop's part of a turn this machine took: the source's watched pull
     /// requests read once, and a Linear source's jobs' issues with its client (see
-    /// [`crate::sources::review`]). Its trouble is only logged: the intake's turn went well,
-    /// and the next turn reads again.
+    /// [`crate::sources::review`]), on a task of its own. Its trouble is only logged: the
+    /// intake's turn went well, and the next turn reads again.
     async fn watch_reviews(&mut self, source: &Bound, turn: i64) {
         let tokens = self.github_tokens().await;
-        let cfg = &self.cfg;
-        let w = review::watch::Watching {
-            queue: &self.queue,
-            machine: &cfg.machine,
-            source: source.id,
-            turn,
-            loops: &cfg.review_loops,
-            tokens: &tokens,
-            timeout: source.settings.timeout.get(),
-            orchestrator_id: &cfg.orchestrator_id,
-            name: &source.name,
-            settings: &source.settings,
-            tracker: self.clients.get(&source.name).map(|(c, _)| c),
-        };
-        match review::watch::pass(&w).await {
-            Ok(done) if done.pulls > 0 => tracing::info!(source = %source.name, ?done, "review loop"),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(source = %source.name, error = %e, "the review loop's read failed on the database")
+        let queue = self.queue.clone();
+        let (machine, orchestrator_id) = (self.cfg.machine.clone(), self.cfg.orchestrator_id.clone());
+        let loops = self.cfg.review_loops.clone();
+        let tracker = self.clients.get(&source.name).map(|(c, _)| c.clone());
+        let source = source.clone();
+        let name = source.name.clone();
+        let pass = tokio::spawn(async move {
+            let w = review::watch::Watching {
+                queue: &queue,
+                machine: &machine,
+                source: source.id,
+                turn,
+                loops: &loops,
+                tokens: &tokens,
+                timeout: source.settings.timeout.get(),
+                orchestrator_id: &orchestrator_id,
+                name: &source.name,
+                settings: &source.settings,
+                tracker: tracker.as_ref(),
+            };
+            match review::watch::pass(&w).await {
+                Ok(done) if done.pulls > 0 => tracing::info!(source = %source.name, ?done, "review loop"),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(source = %source.name, error = %e, "the review loop's read failed on the database")
+                }
             }
-        }
+        });
+        self.reviews.insert(name, AbortOnDropHandle::new(pass));
     }
 
     /// github.com's token from the keychain (or `GITHUB_TOKEN`), read once.
