@@ -15,7 +15,9 @@ use devpilot_tests::github::{Access, Fault, FaultKind, IssueSeed};
 use devpilot_tests::linear::IssueSeed as LinearSeed;
 use devpilot_tests::review::github_clone;
 use devpilot_tests::sources::{self, assert_no_secret, jobs, machine, next_turn, turns, WAIT};
-use devpilot_tests::{git, write_config, Backend, GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, TestDb};
+use devpilot_tests::{
+    git, wait_for, write_config, Backend, GitHubStandIn, GitRemote, LinearStandIn, RecordingAgent, TestDb,
+};
 
 devpilot_tests::on_both_backends!(
     two_machines_add_each_issue_once_and_an_idle_poll_is_a_304,
@@ -28,6 +30,7 @@ devpilot_tests::on_both_backends!(
     rate_limits_hold_the_source_and_a_refused_token_is_said,
     an_unmapped_source_runs_in_the_clone_of_its_repository_and_no_changes_open_no_pr,
     an_unmapped_source_with_no_clone_anywhere_waits_and_says_why,
+    a_refused_token_leaves_the_machine_idle_not_spinning,
 );
 
 const TOKEN: &str = "ghp_TESTSECRET_0a1b2c3d4e5f";
@@ -546,4 +549,40 @@ async fn an_unmapped_source_with_no_clone_anywhere_waits_and_says_why(backend: B
     let why = devpilot_store::queue::unroutable(job.repo.as_deref(), &job.requires, &machines);
     assert_eq!(why.as_deref(), Some("no online machine has repo webapp"));
     assert!(gh.rejected().is_empty(), "{:?}", gh.rejected());
+}
+
+/// This process's CPU time so far (user and system), from /proc.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    // utime and stime, fields 14 and 15, in clock ticks of 10 ms.
+    let ticks: u64 = rest.get(11..13).map(|t| t.iter().filter_map(|v| v.parse::<u64>().ok()).sum()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// A token GitHub refuses stops the source on that machine until the key changes, and the
+/// machine then waits quietly: its sources service no longer wakes for the source's due turn
+/// (a due time left in the past woke it again at once, for ever: a core spent reading the key
+/// again and again). The turn's due time lives in the process, so this test lets it pass
+/// (15 s) rather than moving a timestamp.
+async fn a_refused_token_leaves_the_machine_idle_not_spinning(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("refused");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "", "");
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let mut m = machine(&home, &db, &orch, "desktop", &agent.script, &[("GITHUB_TOKEN", "ghp_TESTSECRET_revoked")]);
+    let refused =
+        format!("SELECT COUNT(*) FROM sources WHERE orchestrator_id = '{orch}' AND last_error_at IS NOT NULL");
+    assert!(wait_for(WAIT, || async { db.scalar(&refused).await.unwrap_or(0) > 0 }).await, "the token was refused");
+    let before = cpu_time(m.pid());
+    // The source's next turn falls due within 16 s; a spinning service spends a core from then.
+    let spent = || async { cpu_time(m.pid()).saturating_sub(before) > Duration::from_secs(3) };
+    assert!(
+        !wait_for(Duration::from_secs(30), spent).await,
+        "the machine spent {:?} of CPU in 30 s while idle",
+        cpu_time(m.pid()) - before
+    );
+    assert!(matches!(m.child.try_wait(), Ok(None)), "the machine is still up");
 }

@@ -331,7 +331,13 @@ impl Service {
                 self.next_try.insert(name, Instant::now() + Duration::from_secs(1));
                 continue;
             }
-            let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else { continue };
+            let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else {
+                // No client here (no key, or one the tracker refused): no turn until a key
+                // makes one, and no wake-up for it meanwhile. A due time left in the past
+                // would wake the service again at once, for ever.
+                self.next_try.remove(&name);
+                continue;
+            };
             let (source, client) = (source.clone(), client.clone());
             let c = &self.cfg;
             let tried =
