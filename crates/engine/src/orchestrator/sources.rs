@@ -4,7 +4,7 @@
 //! Failures are logged, kept on the source's row and shown in the machine's [`Status`]; they
 //! never reach the poll path, and a source that fails leaves the others and the jobs alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,8 +51,9 @@ fn tick_of(cfg: &SourcesCfg) -> Duration {
 /// The most a machine's try at a due turn waits past the due time: enough that a fleet's
 /// tries do not meet on the database at one instant (the first one takes the turn, the
 /// others learn the next due time from their zero-row try), and little enough that a label
-/// waits at most a second more than its source's interval says. (Half a tick used to be
-/// the bound: 7.5 s at the default interval, 3.75 s on average for every label.)
+/// waits at most a second more than its source's interval says (when the last turn's review
+/// reads end in time). Half a tick used to be the bound: 7.5 s at the default interval,
+/// 3.75 s on average for every label.
 const MAX_SPREAD: Duration = Duration::from_secs(1);
 
 /// A random wait in `[0, MAX_SPREAD)` (shorter with a very short interval: half a tick).
@@ -76,6 +77,7 @@ impl Sources {
         let me = Self { asks, cfgs, throttle: Arc::new(Mutex::new(None)), every: Arc::new(Mutex::new(tick_of(&cfg))) };
         let health = initial_health(&cfg);
         let heard = events.subscribe();
+        let (pass_ended, passes) = mpsc::unbounded_channel();
         let service = Service {
             queue,
             cfg,
@@ -86,13 +88,15 @@ impl Sources {
             next_try: BTreeMap::new(),
             next_delivery: None,
             reviews: BTreeMap::new(),
+            pass_ended,
+            waiting: BTreeSet::new(),
             events,
             status,
             health,
             poll_now,
         };
         service.publish();
-        tokio::spawn(service.run(ask_rx, cfg_rx, heard));
+        tokio::spawn(service.run(ask_rx, cfg_rx, heard, passes));
         me
     }
 
@@ -150,10 +154,14 @@ struct Service {
     /// machine's delivery lease ends), as its last pass learnt.
     next_delivery: Option<Instant>,
     /// Each source's review-loop pass in flight, on a task of its own: its reads (every
-    /// watched pull request, up to three calls each) can take many seconds on a real
+    /// watched pull request, three calls each at least) can take many seconds on a real
     /// tracker, and a delivery must not wait behind them. Aborted when the service ends or
     /// the settings change.
     reviews: BTreeMap<String, AbortOnDropHandle<()>>,
+    /// Where a pass says it ended (its source's name).
+    pass_ended: mpsc::UnboundedSender<String>,
+    /// The sources whose due turn waits for their last pass to end.
+    waiting: BTreeSet<String>,
     events: broadcast::Sender<Event>,
     status: watch::Sender<Status>,
     /// How each source is doing here, as `status` shows it.
@@ -168,6 +176,7 @@ impl Service {
         mut asks: mpsc::Receiver<Ask>,
         mut cfgs: mpsc::UnboundedReceiver<SourcesCfg>,
         mut heard: broadcast::Receiver<Event>,
+        mut passes: mpsc::UnboundedReceiver<String>,
     ) {
         let mut last_outbox: Option<Instant> = None;
         let mut first = true;
@@ -186,6 +195,14 @@ impl Service {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
+                // A source's due turn that waited for its pass is taken now.
+                ended = passes.recv() => match ended {
+                    Some(name) if self.waiting.remove(&name) => {
+                        self.next_try.insert(name, Instant::now());
+                        Ask::Tick
+                    }
+                    _ => continue,
+                },
                 _ = tokio::time::sleep_until(wake) => Ask::Tick,
             };
             while let Ok(c) = cfgs.try_recv() {
@@ -197,6 +214,7 @@ impl Service {
                 self.next_try.clear();
                 self.next_delivery = None;
                 self.reviews.clear();
+                self.waiting.clear();
                 self.health = initial_health(&self.cfg);
                 self.publish();
             }
@@ -325,10 +343,12 @@ impl Service {
                 continue;
             }
             if self.reviews.get(&name).is_some_and(|p| !p.is_finished()) {
-                // Its last turn's review pass still reads: a newer turn would end that pass at
-                // its next write (each names its turn). The turn waits, as it did when the
-                // pass ran on this task; deliveries do not.
-                self.next_try.insert(name, Instant::now() + Duration::from_secs(1));
+                // Its last turn's review pass still reads: a newer turn would end that pass
+                // at its next recorded read (each names its turn). The turn waits, as it did
+                // when the pass ran on this task, and is taken when the pass says it ended;
+                // deliveries do not wait.
+                self.next_try.remove(&name);
+                self.waiting.insert(name);
                 continue;
             }
             let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else {
@@ -432,7 +452,7 @@ impl Service {
         let loops = self.cfg.review_loops.clone();
         let tracker = self.clients.get(&source.name).map(|(c, _)| c.clone());
         let source = source.clone();
-        let name = source.name.clone();
+        let (name, ended) = (source.name.clone(), self.pass_ended.clone());
         let pass = tokio::spawn(async move {
             let w = review::watch::Watching {
                 queue: &queue,
@@ -454,6 +474,7 @@ impl Service {
                     tracing::warn!(source = %source.name, error = %e, "the review loop's read failed on the database")
                 }
             }
+            let _ = ended.send(source.name.clone());
         });
         self.reviews.insert(name, AbortOnDropHandle::new(pass));
     }

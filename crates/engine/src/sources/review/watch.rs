@@ -1,7 +1,9 @@
 //! The review loop's part of a source's turn: each open pull request of the source's jobs is
 //! read once, its new feedback kept, and a job whose burst of feedback is over is reopened as
-//! a follow-up (or its pull request handed back at a cap). Every write names the turn, so a
-//! machine that stalled past it writes nothing over a newer turn's reads. A Linear source's
+//! a follow-up (or its pull request handed back at a cap). Every read it records (and a
+//! watch it ends) names the turn, so a machine that stalled past it records nothing over a
+//! newer turn's reads; the feedback it keeps is idempotent, and a follow-up is guarded by
+//! the job's state. A Linear source's
 //! job also has the comments on its Linear issue read ([`super::linear`]).
 
 use std::collections::BTreeMap;
