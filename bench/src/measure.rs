@@ -249,7 +249,7 @@ fn cpu_model() -> String {
 }
 
 /// The time now, as the report writes it.
-fn now_utc() -> String {
+pub(crate) fn now_utc() -> String {
     let out = std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

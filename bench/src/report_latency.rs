@@ -36,13 +36,13 @@ pub fn section(m: &mut String, j: &Value) {
          Two `devpilot run` processes (a laptop and a desktop, each with its own clone, the default poll intervals and \
          the sandbox on) take issues labelled on the harness's GitHub stand-in, run a shell agent that changes a file, \
          push the branch to a real bare repository, open the pull request and comment. The source polls every {interval:.0} s \
-         ({}); issues are labelled at random moments over three intervals (one with both machines up), so each waits for the next intake \
-         turn as a user's would. *Stopped*: the laptop is SIGSTOPped, as a closed lid. *Killed*: the finishing machine \
+         ({}); issues are labelled over three intervals (one with both machines up), one at a random moment of each equal \
+         slice, so each waits for the next intake turn as a user's would. *Stopped*: the laptop is SIGSTOPped, as a closed lid. *Killed*: the finishing machine \
          gets SIGKILL the moment its completion comment is on the wire (the stand-in drops that request), and the \
          other machine delivers it when the delivery lease ({lease:.0} s) has run out. Measured {} with \
          `devpilot-bench latency` (or `scripts/bench.sh`).\n",
         if interval == 60.0 { "its default" } else { "a quick run: the default is 60 s" },
-        w["date"].as_str().unwrap_or("?")
+        measured_when(w)
     );
     let _ = writeln!(m, "| backend | phase | issues | span | p50 | p95 | max |");
     let _ = writeln!(m, "|---|---|---:|---|---:|---:|---:|");
@@ -90,4 +90,20 @@ fn targets(m: &mut String, w: &Value, interval: f64, lease: f64) {
         }
     }
     let _ = writeln!(m);
+}
+
+/// When each backend was measured ("sqlite 2026-12-07 08:28 UTC, postgres …"), or the
+/// section's date for a report written before backends carried their own.
+fn measured_when(w: &Value) -> String {
+    let each: Vec<String> = w["backends"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| Some(format!("{} {}", b["backend"].as_str()?, b["date"].as_str()?)))
+        .collect();
+    if each.is_empty() {
+        w["date"].as_str().unwrap_or("?").to_string()
+    } else {
+        each.join(", ")
+    }
 }

@@ -100,6 +100,7 @@ pub async fn measure(env: &Env, quick: bool) -> Value {
             out[p.name] = summary(&samples);
         }
         out["killed"] = summary(&[fleet.killed().await]);
+        out["date"] = json!(crate::measure::now_utc());
         backends.push(out);
     }
     let lease = 120.max(8 * TIMEOUT_S);
@@ -112,6 +113,21 @@ fn stopped(pid: u32) -> bool {
     // The state follows the command's closing parenthesis.
     let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
     matches!(state, Some("T" | "t"))
+}
+
+/// A run of one backend (`DEVPILOT_BENCH_BACKENDS`) keeps the other backend's figures of
+/// the `previous` section, each with the date it was measured.
+pub fn keep_unmeasured(previous: &Value, section: &mut Value) {
+    let measured: Vec<Value> = section["backends"].as_array().cloned().unwrap_or_default();
+    let name = |b: &Value| b["backend"].as_str().map(str::to_string);
+    let kept = previous["backends"].as_array().into_iter().flatten().filter(|old| {
+        let was = name(old);
+        !measured.iter().any(|b| name(b) == was)
+    });
+    let mut all: Vec<Value> = kept.cloned().collect();
+    all.extend(measured.iter().cloned());
+    all.sort_by_key(|b| if name(b).as_deref() == Some("sqlite") { 0 } else { 1 });
+    section["backends"] = Value::Array(all);
 }
 
 /// p50, p95 and the count of each span, in seconds.
@@ -216,6 +232,9 @@ impl Fleet {
         if p.asleep {
             self.wait_present().await;
             devpilot_tests::signal_tree(laptop, libc::SIGSTOP);
+            // kill(2) returns before the process has stopped.
+            let asleep = devpilot_tests::wait_for(Duration::from_secs(5), || async { stopped(laptop) }).await;
+            assert!(asleep, "(w) {}: the laptop did not stop", p.name);
         }
         let numbers = self.open_issues(p.issues);
         // One label at a random moment of each of `issues` equal slices of the window: as
@@ -245,7 +264,14 @@ impl Fleet {
         }
         if p.asleep {
             devpilot_tests::signal_tree(laptop, libc::SIGCONT);
-            let exited = self.machines[0].as_mut().unwrap().child.try_wait().ok().flatten();
+            // A signal that ends it (a SIGHUP held while it was stopped) takes effect now.
+            let laptop = self.machines[0].as_mut().unwrap();
+            let exited = |l: &mut Runner| l.child.try_wait().ok().flatten();
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(1) && exited(laptop).is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let exited = exited(laptop);
             assert!(exited.is_none(), "(w) {}: the laptop did not survive its sleep: {exited:?}", p.name);
         }
         self.fill(&mut samples).await;
