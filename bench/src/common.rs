@@ -207,3 +207,9 @@ pub async fn top_statements(env: &Env, db: &str) -> Value {
         }))
         .collect::<Vec<_>>())
 }
+
+/// The time now, as the report writes it.
+pub fn now_utc() -> String {
+    let out = std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

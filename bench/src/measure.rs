@@ -24,7 +24,7 @@ use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{json, Value};
 
 use crate::cluster;
-use crate::common::{connect, exec, log, Backend, Env, Plan};
+use crate::common::{connect, exec, log, now_utc, Backend, Env, Plan};
 use claims::{claim_matrix, Mode};
 use drain::{drain, drain_matrix};
 use latency::latency;
@@ -246,10 +246,4 @@ fn cpu_model() -> String {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_default()
-}
-
-/// The time now, as the report writes it.
-pub(crate) fn now_utc() -> String {
-    let out = std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

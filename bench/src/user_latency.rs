@@ -100,7 +100,7 @@ pub async fn measure(env: &Env, quick: bool) -> Value {
             out[p.name] = summary(&samples);
         }
         out["killed"] = summary(&[fleet.killed().await]);
-        out["date"] = json!(crate::measure::now_utc());
+        out["date"] = json!(crate::common::now_utc());
         backends.push(out);
     }
     let lease = 120.max(8 * TIMEOUT_S);
