@@ -572,11 +572,15 @@ async fn a_refused_token_leaves_the_machine_idle_not_spinning(backend: Backend) 
     gh.add_repo(REPO);
     let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "", "");
     let agent = RecordingAgent::new(db.dir.path(), "true");
-    let mut m = machine(&home, &db, &orch, "desktop", &agent.script, &[("GITHUB_TOKEN", "ghp_TESTSECRET_revoked")]);
+    // Unhurried intervals: the machine's own idle work stays far below what is measured.
+    let flags = ["--max-poll-interval", "2s", "--sweep-interval", "5s", "--heartbeat", "2s"];
+    let env = [("GITHUB_TOKEN", "ghp_TESTSECRET_revoked")];
+    let mut m = sources::machine_with(&home, &db, &orch, "desktop", &agent.script, &env, &flags);
     let refused =
         format!("SELECT COUNT(*) FROM sources WHERE orchestrator_id = '{orch}' AND last_error_at IS NOT NULL");
     assert!(wait_for(WAIT, || async { db.scalar(&refused).await.unwrap_or(0) > 0 }).await, "the token was refused");
     let before = cpu_time(m.pid());
+    assert!(before > Duration::ZERO, "the machine's CPU time is read from /proc");
     // The source's next turn falls due within 16 s; a spinning service spends a core from then.
     let spent = || async { cpu_time(m.pid()).saturating_sub(before) > Duration::from_secs(3) };
     assert!(

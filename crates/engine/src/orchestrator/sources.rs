@@ -345,19 +345,20 @@ impl Service {
             if self.reviews.get(&name).is_some_and(|p| !p.is_finished()) {
                 // Its last turn's review pass still reads: a newer turn would end that pass
                 // at its next recorded read (each names its turn). The turn waits, as it did
-                // when the pass ran on this task, and is taken when the pass says it ended;
-                // deliveries do not wait.
-                self.next_try.remove(&name);
+                // when the pass ran on this task, and is taken when the pass says it ended
+                // (or a tick later, should that word be lost); deliveries do not wait.
+                self.next_try.insert(name.clone(), Instant::now() + tick_of(&self.cfg));
                 self.waiting.insert(name);
                 continue;
             }
             let (Some(source), Some((client, _))) = (self.bound.get(&name), self.clients.get(&name)) else {
-                // No client here (no key, or one the tracker refused): no turn until a key
-                // makes one, and no wake-up for it meanwhile. A due time left in the past
-                // would wake the service again at once, for ever.
-                self.next_try.remove(&name);
+                // No client here (no key, or one the tracker refused): tried again a tick
+                // later, when the key is read again. A due time left in the past would wake
+                // the service again at once, for ever.
+                self.next_try.insert(name, Instant::now() + tick_of(&self.cfg));
                 continue;
             };
+            self.waiting.remove(&name);
             let (source, client) = (source.clone(), client.clone());
             let c = &self.cfg;
             let tried =
