@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use devpilot_engine::orchestrator::Carried;
@@ -54,14 +55,17 @@ impl Engine {
                 ended: None,
             })
             .collect();
+        // What was said before this hand-off: the red verdict goes only over that.
+        let seen = self.hand_off_tx.subscribe();
         let me = self.clone();
         let mut task = tokio::spawn(async move { me.prepare_for_sleep().await });
         match tokio::time::timeout(limit, &mut task).await {
             Ok(done) => Some(done.unwrap_or_default()),
             Err(_) => {
                 let v = HandOffVerdict::of(running, true, true);
-                tracing::warn!("{}", v.text);
-                self.hand_off_tx.send_replace(Some(v));
+                if say_late(&self.hand_off_tx, &seen, v.clone()) {
+                    tracing::warn!("{}", v.text);
+                }
                 None
             }
         }
@@ -97,5 +101,56 @@ impl Engine {
     /// Time since the last wake from sleep, if there was one.
     pub fn since_wake(&self) -> Option<Duration> {
         self.woke_at.lock().ok().and_then(|w| w.map(|t| t.elapsed()))
+    }
+}
+
+/// Says the red verdict of a hand-off that outlasted the sleep delay, unless that hand-off
+/// has said its own since `seen` was taken: it can end in the instant the delay runs out,
+/// and a red verdict over its own would stand for good ("not handed off" about work that
+/// was). The look and the write are one step under the value's lock, so no verdict lands
+/// between them. True: said.
+fn say_late(
+    tx: &watch::Sender<Option<HandOffVerdict>>,
+    seen: &watch::Receiver<Option<HandOffVerdict>>,
+    red: HandOffVerdict,
+) -> bool {
+    tx.send_if_modified(|now| {
+        let own_said = seen.has_changed().unwrap_or(false) && now.as_ref().is_some_and(|v| v.before_sleep);
+        if !own_said {
+            *now = Some(red);
+        }
+        !own_said
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stayed(id: i64) -> HandOffVerdict {
+        let why = "the hand-off took longer than 5s before sleep".to_string();
+        let job = HandedOff { id, title: None, carried: Some(Carried::Stayed { why }), ended: None };
+        HandOffVerdict::of(vec![job], true, true)
+    }
+
+    /// A hand-off that ends as the sleep delay runs out keeps its own verdict: the late red
+    /// one is said only over what was there before. (It used to replace the hand-off's safe
+    /// verdict, which was never said again: the app tests' slow hand-off saw it on a loaded
+    /// CI run.) Over older news, or another machine's ask, the red verdict is said.
+    #[test]
+    fn a_late_red_verdict_never_hides_the_hand_offs_own() {
+        let (tx, _) = watch::channel(None);
+        let seen = tx.subscribe();
+        let own = HandOffVerdict::of(vec![], true, true);
+        assert!(own.safe);
+        tx.send_replace(Some(own.clone()));
+        assert!(!say_late(&tx, &seen, stayed(7)), "the hand-off had said its own");
+        assert_eq!(*tx.borrow(), Some(own));
+        let seen = tx.subscribe();
+        assert!(say_late(&tx, &seen, stayed(7)), "nothing new since: said");
+        assert_eq!(*tx.borrow(), Some(stayed(7)));
+        let seen = tx.subscribe();
+        tx.send_replace(Some(HandOffVerdict::of(vec![], false, false)));
+        assert!(say_late(&tx, &seen, stayed(8)), "another machine's ask is no answer to this hand-off");
     }
 }
