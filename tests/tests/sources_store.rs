@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{
-    Backoff, DeliveryEnd, JobOptions, Queue, Retention, RetryAfter, SourceSpec, Turn, TurnEnd,
+    Backoff, DeliveryEnd, Holds, JobOptions, Queue, Retention, RetryAfter, SourceSpec, Turn, TurnEnd,
 };
 use devpilot_tests::{Backend, TestDb};
 use serde_json::json;
@@ -26,6 +26,7 @@ devpilot_tests::on_every_backend!(
     a_waiting_job_takes_its_issues_new_text_and_a_claimed_one_does_not,
     every_reportable_change_writes_its_outbox_row,
     retention_keeps_a_trackers_finished_job,
+    a_try_at_the_turn_says_what_the_source_holds,
 );
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -317,4 +318,49 @@ async fn retention_keeps_a_trackers_finished_job(backend: Backend) {
     let by_key = db.queue.jobs_by_key(&orch, &["linear:ENG-1".to_string()]).await.unwrap();
     assert_eq!(by_key.len(), 1, "the intake still finds the issue's job by its key");
     assert_eq!(by_key[0].state, JobState::Completed);
+}
+
+/// A try at the turn, won or lost (two statements on SQLite, one on PostgreSQL), says whether
+/// the source has an open watched pull request and an undelivered outbox row: an idle
+/// machine skips the review read and the delivery pass on that answer, so it must follow the
+/// rows both ways, and only this source's.
+async fn a_try_at_the_turn_says_what_the_source_holds(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("holds");
+    let sid = source(&db, &orch, "{}").await;
+    let other =
+        db.queue.register_source(&orch, &SourceSpec { name: "gh", kind: "github", filter: "{}", interval: MINUTE });
+    let other = other.await.unwrap();
+    both(&db, sid, Holds::default()).await;
+
+    let opts = JobOptions { key: Some("linear:ENG-1".into()), source: Some(sid), ..Default::default() };
+    let job = db.queue.enqueue_keyed(&orch, &json!({"title": "ENG-1"}), &opts).await.unwrap().id;
+    let claimed = db.queue.claim_next(&orch, "laptop", 1).await.unwrap().remove(0);
+    both(&db, sid, Holds { watched: false, backlog: true }).await;
+    let other_try = db.queue.try_turn(other, "laptop", false).await.unwrap();
+    assert_eq!(other_try.holds, Holds::default(), "another source's rows are not this one's");
+
+    let d = db.queue.take_delivery(&orch, &[sid], "laptop", MINUTE).await.unwrap().unwrap();
+    both(&db, sid, Holds { watched: false, backlog: true }).await;
+    assert!(db.queue.finish_delivery(&d, &DeliveryEnd::Delivered).await.unwrap());
+    both(&db, sid, Holds::default()).await;
+
+    db.queue.complete(&claimed.fence, "laptop").await.unwrap();
+    let url = "https://github.com/acme/webapp/pull/7";
+    assert!(db.queue.watch_pull(job, sid, "https://api.github.com", "acme/webapp", 7, url).await.unwrap());
+    both(&db, sid, Holds { watched: true, backlog: true }).await;
+    while let Some(d) = db.queue.take_delivery(&orch, &[sid], "laptop", MINUTE).await.unwrap() {
+        assert!(db.queue.finish_delivery(&d, &DeliveryEnd::Delivered).await.unwrap());
+    }
+    both(&db, sid, Holds { watched: true, backlog: false }).await;
+}
+
+/// Source `sid`'s next turn tried twice, by the machine that takes it and by one that finds
+/// it taken: each try says `want`.
+async fn both(db: &TestDb, sid: i64, want: Holds) {
+    age_source(db, sid, MINUTE).await;
+    let won = db.queue.try_turn(sid, "laptop", false).await.unwrap();
+    let lost = db.queue.try_turn(sid, "desktop", false).await.unwrap();
+    assert!(won.turn.is_some() && lost.turn.is_none(), "one try wins, the other loses");
+    assert_eq!((won.holds, lost.holds), (want, want));
 }

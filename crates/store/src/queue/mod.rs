@@ -119,7 +119,7 @@ pub use rows::{
     Renewed, Swept,
 };
 pub use session::{NewSession, SavedSession, Usage, SESSION_BUNDLE_CAP, SESSION_CWD_CAP};
-pub use sources::{KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd, TurnTry};
+pub use sources::{Holds, KeyedJob, SourceRow, SourceSpec, Turn, TurnEnd, TurnTry};
 
 // Only for the links of the docs above and below.
 #[cfg(doc)]

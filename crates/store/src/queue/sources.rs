@@ -97,6 +97,27 @@ pub struct TurnTry {
     /// Milliseconds until the next turn may be taken (after this one, if it was taken; 0 or
     /// less: due now). A machine that lost tries again then, not at every tick.
     pub next_in_ms: i64,
+    /// What the source holds beside its turn, read by the same statement: an idle machine
+    /// skips the reads and the delivery pass these say are empty.
+    pub holds: Holds,
+}
+
+/// What a source holds, as a try at its turn saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromQueryResult)]
+pub struct Holds {
+    /// An open watched pull request: the turn's review pass has something to read.
+    pub watched: bool,
+    /// An undelivered outbox row: a delivery pass has something to look at (now, or when
+    /// another machine's lease on it ends).
+    pub backlog: bool,
+}
+
+/// The columns of [`Holds`], for source `s` (`s.id`).
+fn holds(s: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM pr_watch w WHERE w.source_id = {s}.id AND w.state = 'open') AS watched,
+         EXISTS (SELECT 1 FROM outbox o WHERE o.source_id = {s}.id AND o.done_at IS NULL) AS backlog"
+    )
 }
 
 /// When the next turn of a source is due, as SQL over its row (`s`) before any change.
@@ -113,6 +134,8 @@ struct TryRow {
     etag: Option<String>,
     interval_ms: i64,
     next_in_ms: i64,
+    watched: bool,
+    backlog: bool,
 }
 
 /// A source's interval, as a won turn returns it.
@@ -189,8 +212,9 @@ static TAKE_TURN: Sql = Sql::new(|d| {
           WHERE id = $1
             AND ($3 OR ((polled_at IS NULL OR polled_at <= {now} - interval_ms)
                         AND (hold_until IS NULL OR hold_until <= {now})))
-         RETURNING id, turn, cursor, etag, interval_ms",
-        now = d.now
+         RETURNING id, turn, cursor, etag, interval_ms, {holds}",
+        now = d.now,
+        holds = holds("sources")
     )
 });
 
@@ -198,8 +222,9 @@ static TAKE_TURN: Sql = Sql::new(|d| {
 static TRY_TURN: Sql = Sql::new(|d| {
     format!(
         "WITH taken AS ({take})
-         SELECT t.id AS taken, t.turn, t.cursor, t.etag, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
+         SELECT t.id AS taken, t.turn, t.cursor, t.etag, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms, {holds}
            FROM sources s LEFT JOIN taken t ON t.id = s.id WHERE s.id = $1",
+        holds = holds("s"),
         take = TAKE_TURN.of(d),
         now = d.now
     )
@@ -208,8 +233,10 @@ static TRY_TURN: Sql = Sql::new(|d| {
 /// When the next turn of source $1 is due (SQLite's second half of a lost try).
 static NEXT_TURN: Sql = Sql::new(|d| {
     format!(
-        "SELECT NULL AS taken, NULL AS turn, NULL AS cursor, NULL AS etag, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms
+        "SELECT NULL AS taken, NULL AS turn, NULL AS cursor, NULL AS etag, s.interval_ms, {NEXT_DUE} - {now} AS next_in_ms,
+                {holds}
            FROM sources s WHERE s.id = $1",
+        holds = holds("s"),
         now = d.now
     )
 });
@@ -335,8 +362,10 @@ impl Queue {
             decode_first::<TryRow>(&self.query(self.sql(&TRY_TURN), values).await?)?
         } else {
             let rows = self.query(self.sql(&TAKE_TURN), values).await?;
-            match (decode_first::<Turn>(&rows)?, decode_first::<Interval>(&rows)?) {
-                (Some(t), Some(i)) => return Ok(TurnTry { turn: Some(t), next_in_ms: i.interval_ms }),
+            match (decode_first::<Turn>(&rows)?, decode_first::<Interval>(&rows)?, decode_first::<Holds>(&rows)?) {
+                (Some(t), Some(i), Some(holds)) => {
+                    return Ok(TurnTry { turn: Some(t), next_in_ms: i.interval_ms, holds })
+                }
                 _ => decode_first::<TryRow>(&self.query(self.sql(&NEXT_TURN), vec![source.into()]).await?)?,
             }
         };
@@ -348,7 +377,7 @@ impl Queue {
             _ => None,
         };
         let next_in_ms = if turn.is_some() { row.interval_ms } else { row.next_in_ms };
-        Ok(TurnTry { turn, next_in_ms })
+        Ok(TurnTry { turn, next_in_ms, holds: Holds { watched: row.watched, backlog: row.backlog } })
     }
 
     /// Ends `turn` well. `Ok(false)`: a newer turn was taken meanwhile, and its cursor stands.
