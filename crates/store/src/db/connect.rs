@@ -51,6 +51,10 @@ pub async fn connect(url: &DbUrl, pool: &PoolSettings) -> Result<DatabaseConnect
         .acquire_timeout(pool.connect_timeout.max(pool.call_timeout))
         .sqlx_logging(false);
     if url.is_sqlite() {
+        // A file does not hang up, so the pool's ping before every statement (sqlx's
+        // default) only adds a round trip to the connection's worker thread and back: two
+        // thread wake-ups per statement on an idle tray, for nothing.
+        opts.test_before_acquire(false);
         let busy = pool.call_timeout;
         opts.map_sqlx_sqlite_opts(move |o| {
             o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
