@@ -31,6 +31,8 @@ pub const TEST_SETTINGS: &[(&str, &str)] = &[
     ("full_page_writes", "off"),
     ("max_connections", "400"),
     ("shared_buffers", "128MB"),
+    // A test that says how many statements a machine sends counts them here.
+    ("shared_preload_libraries", "pg_stat_statements"),
 ];
 
 /// Whether the tests run as root (as CI does): a test that needs an unprivileged user then

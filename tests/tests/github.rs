@@ -590,3 +590,79 @@ async fn a_refused_token_leaves_the_machine_idle_not_spinning(backend: Backend) 
     );
     assert!(matches!(m.child.try_wait(), Ok(None)), "the machine is still up");
 }
+
+/// Calls PostgreSQL counted (`pg_stat_statements`) in this test's database, of statements
+/// whose text has `like` in it.
+async fn calls(db: &TestDb, like: &str) -> i64 {
+    let sql = format!(
+        "SELECT COALESCE(SUM(calls), 0)::bigint FROM pg_stat_statements
+          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE '%{like}%'"
+    );
+    db.scalar(&sql).await.unwrap_or(-1)
+}
+
+/// An idle machine's intake turn is its try and its end: with no pull request watched and no
+/// outbox row waiting, it sends no review read and no delivery pass (three statements more
+/// a turn before; on SQLite each is two wake-ups of a thread and of the runtime). A row left
+/// undelivered (here held by a machine that went away) brings the pass back at the next
+/// turn, so a dead machine's comment still goes out. PostgreSQL only: it counts statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_turn_sends_only_its_own_statements() {
+    const TAKE_TURN: &str = "UPDATE sources SET polled_at";
+    const OPEN_WATCHES: &str = "WHERE w.source_id = $1 AND w.state = ";
+    const TAKE_DELIVERY: &str = "UPDATE outbox SET token = token +";
+    const NEXT_DELIVERY: &str = "SELECT MIN(CASE WHEN o.claimed_at IS NOT NULL";
+    let db = TestDb::new(Backend::Postgres).await;
+    db.exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await;
+    let orch = db.orch("idle-turn");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let home = home_with(db.dir.path(), "desktop", &orch, &gh.url(), "", "");
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    let _m = machine(&home, &db, &orch, "desktop", &agent.script, &[("GITHUB_TOKEN", TOKEN)]);
+    // The machine's first pass (at its start) looks at the outbox whatever it holds.
+    next_turn(&db, &orch).await;
+    let counted = [TAKE_TURN, OPEN_WATCHES, TAKE_DELIVERY, NEXT_DELIVERY];
+    let snapshot = || async {
+        let mut n = vec![];
+        for s in counted {
+            n.push(calls(&db, s).await);
+        }
+        n
+    };
+    let before = snapshot().await;
+    assert!(before[0] >= 1, "pg_stat_statements counts the machine's statements: {before:?}");
+    // Two turns come on their own, 15 s apart: longer than the interval an old delivery pass
+    // waited for.
+    let at = turns(&db, &orch).await;
+    assert!(wait_for(WAIT * 2, || async { turns(&db, &orch).await >= at + 2 }).await, "two more turns");
+    let idle: Vec<i64> = snapshot().await.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert!(idle[0] >= 2, "the turns were tried: {idle:?}");
+    assert_eq!(idle[1..], [0, 0, 0], "no review read, no delivery pass (in order) while idle: {idle:?}");
+
+    // A job's row held by a machine that went away: the next turn sees it, and the pass
+    // looks.
+    let sid = db.scalar(&format!("SELECT id FROM sources WHERE orchestrator_id = '{orch}'")).await.unwrap();
+    let opts = devpilot_store::queue::JobOptions {
+        key: Some(format!("github:{REPO}#99")),
+        source: Some(sid),
+        start: devpilot_store::queue::Start::After(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    let job = db.queue.enqueue_keyed(&orch, &serde_json::json!({"title": "held"}), &opts).await.unwrap().id;
+    db.exec(&format!(
+        "INSERT INTO outbox (orchestrator_id, job_id, source_id, event, created_at, next_at, claimed_by, claimed_at)
+         VALUES ('{orch}', {job}, {sid}, 'claimed', 0, 0, 'gone', (EXTRACT(EPOCH FROM now()) * 1000)::bigint)"
+    ))
+    .await;
+    // And a pull request watched: the next turn reads it.
+    let url = format!("https://github.com/{REPO}/pull/99");
+    assert!(db.queue.watch_pull(job, sid, &gh.url(), REPO, 99, &url).await.unwrap());
+    let before = snapshot().await;
+    next_turn(&db, &orch).await;
+    let looked = || async { calls(&db, NEXT_DELIVERY).await > before[3] };
+    assert!(wait_for(WAIT, looked).await, "the turn saw the row and the pass looked: {:?}", snapshot().await);
+    let after = snapshot().await;
+    assert!(after[1] > before[1], "the turn read its watched pull request: {before:?} then {after:?}");
+    assert!(after[2] > before[2], "the pass tried to take the row: {before:?} then {after:?}");
+}

@@ -87,6 +87,7 @@ impl Sources {
             refused: BTreeMap::new(),
             next_try: BTreeMap::new(),
             next_delivery: None,
+            outbox_waits: true,
             reviews: BTreeMap::new(),
             pass_ended,
             waiting: BTreeSet::new(),
@@ -153,6 +154,11 @@ struct Service {
     /// When the outbox next has a row this machine could take (a retry falls due, another
     /// machine's delivery lease ends), as its last pass learnt.
     next_delivery: Option<Instant>,
+    /// Whether a try at a turn since the last delivery pass saw an undelivered outbox row
+    /// (or could not say). An idle machine's interval pass (two statements) runs only then;
+    /// every machine tries every source's turn each interval, so a row a dead machine left
+    /// is still seen within one.
+    outbox_waits: bool,
     /// Each source's review-loop pass in flight, on a task of its own: its reads (every
     /// watched pull request, three calls each at least) can take many seconds on a real
     /// tracker, and a delivery must not wait behind them. Aborted when the service ends or
@@ -178,7 +184,6 @@ impl Service {
         mut heard: broadcast::Receiver<Event>,
         mut passes: mpsc::UnboundedReceiver<String>,
     ) {
-        let mut last_outbox: Option<Instant> = None;
         let mut first = true;
         loop {
             // The poll path asks at most once per tick; an idle machine's poll path may rest
@@ -213,6 +218,7 @@ impl Service {
                 self.refused.clear();
                 self.next_try.clear();
                 self.next_delivery = None;
+                self.outbox_waits = true;
                 self.reviews.clear();
                 self.waiting.clear();
                 self.health = initial_health(&self.cfg);
@@ -226,10 +232,8 @@ impl Service {
             if ask == Ask::Tick {
                 self.turns().await;
             }
-            let interval = self.cfg.sources.values().map(|s| s.interval.get()).min().unwrap_or_default();
             let due = self.next_delivery.is_some_and(|t| t <= Instant::now());
-            if ask == Ask::Deliver || due || last_outbox.is_none_or(|l| l.elapsed() >= interval) {
-                last_outbox = Some(Instant::now());
+            if ask == Ask::Deliver || due || self.outbox_waits {
                 self.deliveries().await;
             }
         }
@@ -366,7 +370,8 @@ impl Service {
                     .await;
             let interval = source.settings.interval.get();
             let next_in = match tried {
-                Ok(Tried { report, next_in, turn }) => {
+                Ok(Tried { report, next_in, turn, holds }) => {
+                    self.outbox_waits |= holds.backlog;
                     if let Some(report) = report {
                         // This machine may take what the turn wrote now, not at its next
                         // backed-off poll: the job's label is already a turn old.
@@ -380,13 +385,17 @@ impl Service {
                         self.set_health(&name, |h| h.last_poll = Some(report));
                     }
                     // The review loop's reads (every watched pull request) come after the
-                    // jobs are written and the machine told, beside the service's work.
-                    if let Some(turn) = turn {
+                    // jobs are written and the machine told, beside the service's work; a
+                    // source with none watched has none to read.
+                    if let Some(turn) = turn.filter(|_| holds.watched) {
                         self.watch_reviews(&source, turn).await;
                     }
                     next_in
                 }
                 Err(intake::IntakeError::Tracker(e)) => {
+                    // The turn's statement saw the outbox, but its answer went with the
+                    // error: the next pass looks.
+                    self.outbox_waits = true;
                     self.tracker_failed(&source, &e).await;
                     interval
                 }
@@ -410,6 +419,7 @@ impl Service {
             .filter_map(|b| self.clients.get(&b.name).map(|(c, _)| (b.clone(), c.clone())))
             .collect();
         self.next_delivery = None;
+        self.outbox_waits = false;
         if ready.is_empty() {
             return;
         }

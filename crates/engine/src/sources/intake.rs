@@ -21,7 +21,7 @@ use super::linear;
 use super::settings::SourceSettings;
 use super::tracker::{self, Item, TrackerClient, TurnRead};
 use devpilot_store::job::JobState;
-use devpilot_store::queue::{JobOptions, KeyedJob, Queue, Start, Turn, TurnEnd, WatchState};
+use devpilot_store::queue::{Holds, JobOptions, KeyedJob, Queue, Start, Turn, TurnEnd, WatchState};
 
 /// Below this many requests left in the tracker's window, the source rests until the reset.
 pub const RATE_FLOOR: i64 = 100;
@@ -98,6 +98,9 @@ pub struct Tried {
     pub next_in: Duration,
     /// The turn this machine took (its later writes name it), if it took one.
     pub turn: Option<i64>,
+    /// What the source held when the turn was tried (watched pull requests, an outbox
+    /// backlog), so an idle machine skips the reads that would find nothing.
+    pub holds: Holds,
 }
 
 /// Runs one turn of `source` if it is due (or `force`).
@@ -112,7 +115,8 @@ pub async fn poll(
 ) -> Result<Tried, IntakeError> {
     let tried = queue.try_turn(source.id, machine, force).await?;
     let next_in = Duration::from_millis(tried.next_in_ms.max(0) as u64);
-    let Some(turn) = tried.turn else { return Ok(Tried { report: None, next_in, turn: None }) };
+    let holds = tried.holds;
+    let Some(turn) = tried.turn else { return Ok(Tried { report: None, next_in, turn: None, holds }) };
     let (cursor, etag) = (turn.cursor.as_deref(), turn.etag.as_deref());
     let read = match tracker::read(client, &source.name, &source.settings, cursor, etag).await {
         Ok(read) => read,
@@ -137,7 +141,7 @@ pub async fn poll(
     if !queue.end_turn(&turn, &end).await? {
         tracing::info!(source = %source.name, "a newer intake turn ended first; its cursor stands");
     }
-    Ok(Tried { report: Some(report), next_in, turn: Some(turn.turn) })
+    Ok(Tried { report: Some(report), next_in, turn: Some(turn.turn), holds })
 }
 
 /// Where the next turn reads from: the newest issue read (`None` keeps the current cursor),
