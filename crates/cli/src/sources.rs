@@ -222,7 +222,8 @@ async fn poll_one(
     let key = source_key(s).await.ok_or_else(|| Error::Invalid(sources::keys::no_key_here(s)))?;
     let bound = bind(queue, orchestrator, n, s).await?;
     let client = TrackerClient::for_source(s, key.secret()).map_err(tracker)?;
-    match sources::poll(queue, orchestrator, machine, &bound, &client, max_attempts, true).await {
+    let taker = sources::Taker { queue, orchestrator_id: orchestrator, machine, max_attempts, wrote: None };
+    match sources::poll(&taker, &bound, &client, true).await {
         Ok(sources::Tried { report: Some(report), .. }) => {
             if !as_json {
                 for line in report.lines() {

@@ -64,7 +64,7 @@ fn spread(cfg: &SourcesCfg) -> Duration {
 impl Sources {
     /// Starts the service on `queue`. It hears this machine's `events` to deliver at once,
     /// shows how each source is doing in `status` (`Status::sources`), and tells the machine
-    /// to `poll_now` after a turn that wrote jobs.
+    /// to `poll_now` at each job a turn writes.
     pub fn spawn(
         queue: Queue,
         cfg: SourcesCfg,
@@ -172,7 +172,8 @@ struct Service {
     status: watch::Sender<Status>,
     /// How each source is doing here, as `status` shows it.
     health: Vec<SourceHealth>,
-    /// The machine's "poll now".
+    /// The machine's "poll now", told at each job a turn writes: this machine may take it
+    /// then, not at its next backed-off poll (the job's label is already a turn old).
     poll_now: mpsc::UnboundedSender<()>,
 }
 
@@ -365,19 +366,19 @@ impl Service {
             self.waiting.remove(&name);
             let (source, client) = (source.clone(), client.clone());
             let c = &self.cfg;
-            let tried =
-                intake::poll(&self.queue, &c.orchestrator_id, &c.machine, &source, &client, c.max_attempts, false)
-                    .await;
+            let taker = intake::Taker {
+                queue: &self.queue,
+                orchestrator_id: &c.orchestrator_id,
+                machine: &c.machine,
+                max_attempts: c.max_attempts,
+                wrote: Some(&self.poll_now),
+            };
+            let tried = intake::poll(&taker, &source, &client, false).await;
             let interval = source.settings.interval.get();
             let next_in = match tried {
                 Ok(Tried { report, next_in, turn, holds }) => {
                     self.outbox_waits |= holds.backlog;
                     if let Some(report) = report {
-                        // This machine may take what the turn wrote now, not at its next
-                        // backed-off poll: the job's label is already a turn old.
-                        if !report.added.is_empty() || !report.updated.is_empty() {
-                            let _ = self.poll_now.send(());
-                        }
                         for line in report.lines() {
                             tracing::info!(source = %name, "{line}");
                         }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::sync::mpsc;
 
 use super::approval::{approval_of, with_approval, Verdict, EDITED_AFTER_APPROVAL};
 use super::error::TrackerError;
@@ -103,16 +104,26 @@ pub struct Tried {
     pub holds: Holds,
 }
 
+/// Who takes a turn, and who hears of each job it writes.
+pub struct Taker<'a> {
+    pub queue: &'a Queue,
+    pub orchestrator_id: &'a str,
+    pub machine: &'a str,
+    pub max_attempts: i32,
+    /// Told at each job the turn adds or updates (the machine's "poll now"): a turn that
+    /// writes many jobs lets its machine claim the first while it reads the next issues, and
+    /// on SQLite, which has no NOTIFY, that is the only word a job is there.
+    pub wrote: Option<&'a mpsc::UnboundedSender<()>>,
+}
+
 /// Runs one turn of `source` if it is due (or `force`).
 pub async fn poll(
-    queue: &Queue,
-    orchestrator_id: &str,
-    machine: &str,
+    taker: &Taker<'_>,
     source: &Bound,
     client: &TrackerClient,
-    max_attempts: i32,
     force: bool,
 ) -> Result<Tried, IntakeError> {
+    let Taker { queue, orchestrator_id, machine, max_attempts, wrote } = *taker;
     let tried = queue.try_turn(source.id, machine, force).await?;
     let next_in = Duration::from_millis(tried.next_in_ms.max(0) as u64);
     let holds = tried.holds;
@@ -128,7 +139,7 @@ pub async fn poll(
     if read.truncated {
         tracing::warn!(source = %source.name, "more changed issues than one turn reads; the next turn goes on");
     }
-    let ctx = Ctx { queue, orchestrator_id, source, client, max_attempts };
+    let ctx = Ctx { queue, orchestrator_id, source, client, max_attempts, wrote };
     let report = apply(&ctx, &read.items).await?;
     let (cursor, etag) = next_cursor(&read, &report);
     let end = TurnEnd {
@@ -175,6 +186,16 @@ struct Ctx<'a> {
     source: &'a Bound,
     client: &'a TrackerClient,
     max_attempts: i32,
+    wrote: Option<&'a mpsc::UnboundedSender<()>>,
+}
+
+impl Ctx<'_> {
+    /// A job was written: its machine may claim it now.
+    fn tell(&self) {
+        if let Some(w) = self.wrote {
+            let _ = w.send(());
+        }
+    }
 }
 
 /// Makes the issues read into jobs: add, update or cancel, each at most once per key.
@@ -298,6 +319,7 @@ async fn changed(
     };
     if j.waiting() && ctx.queue.update_waiting(j.id, &payload, &ctx.source.actor()).await? {
         report.updated.push((item.key.clone(), j.id));
+        ctx.tell();
     }
     Ok(())
 }
@@ -349,6 +371,7 @@ async fn add(
         return refuse(ctx, &item.key, added.id, report).await;
     }
     report.added.push((item.key.clone(), added.id));
+    ctx.tell();
     Ok(())
 }
 

@@ -64,7 +64,7 @@ pub mod tracker;
 pub use deliver::DELIVERY_LEASE;
 pub use error::TrackerError;
 pub use health::{HealthState, RepoRemote, SourceHealth, SourcesCfg};
-pub use intake::{poll, Bound, IntakeError, PollReport, Tried};
+pub use intake::{poll, Bound, IntakeError, PollReport, Taker, Tried};
 pub use keys::{ApiKey, KeyStore};
 pub use settings::{ReportSettings, SourceKind, SourceSettings};
 pub use tracker::TrackerClient;
