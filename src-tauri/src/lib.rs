@@ -84,6 +84,7 @@ pub fn run() -> std::process::ExitCode {
         // A development build is another app as far as the OS is concerned.
         ctx.config_mut().identifier = "dev.devpilot.tray.dev".into();
     }
+    let _runtime = one_worker_runtime();
     let engine = Engine::new(paths, PROFILE, Overrides::from_env());
     // The first start opens on the guide; --show opens the window whatever else is true.
     let show_at_start = engine.guide().needed || std::env::args().any(|a| a == "--show");
@@ -111,6 +112,25 @@ pub fn run() -> std::process::ExitCode {
     };
     app.run(exit::on_run_event);
     std::process::ExitCode::SUCCESS
+}
+
+/// The runtime the app's tasks run on (tauri's, the engine's and the sources'), with one
+/// worker thread where tauri's default has one per core. An idle tray's work is a statement
+/// or a request now and then, and with two workers each of them woke both: the one that took
+/// the wake-up woke the other to look for more (measured with strace: about ten eventfd
+/// writes between the two per intake turn). The agents are processes of their own, and
+/// SQLite, blocking reads and the keychain have threads of their own. Kept for the life of
+/// the app; `None` (tauri's default) if it cannot be built.
+fn one_worker_runtime() -> Option<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("devpilot-rt")
+        .enable_all()
+        .build()
+        .inspect_err(|e| tracing::warn!(error = %e, "cannot build the app's runtime; using tauri's default"))
+        .ok()?;
+    tauri::async_runtime::set(rt.handle().clone());
+    Some(rt)
 }
 
 /// Everything that starts with the app. Generic over the runtime so tests can use the mock.
