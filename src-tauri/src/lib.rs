@@ -44,6 +44,7 @@ pub mod notify;
 pub mod notify_job;
 pub mod sleep;
 pub mod state;
+pub mod theme;
 pub mod tray;
 pub mod tray_host;
 pub mod tray_limits;
@@ -135,6 +136,8 @@ fn one_worker_runtime() -> Option<tokio::runtime::Runtime> {
 
 /// Everything that starts with the app. Generic over the runtime so tests can use the mock.
 pub fn setup<R: Runtime>(app: &AppHandle<R>, show_window: bool) {
+    // The desktop's dark or light preference, read now so the first window starts in it.
+    theme::warm();
     let state = app.state::<AppState>();
     let engine = state.engine.clone();
     // Listening first, so nothing the first start says is missed.

@@ -43,6 +43,7 @@ pub fn on_event<R: Runtime>(window: &Window<R>, event: &WindowEvent) {
         return;
     }
     if let WindowEvent::Destroyed = event {
+        crate::theme::stop();
         #[cfg(target_os = "linux")]
         {
             let app = window.app_handle().clone();
@@ -227,9 +228,14 @@ pub fn open<R: Runtime>(app: &AppHandle<R>, section: Option<&str>) {
         .title("DevPilot")
         .inner_size(920.0, 660.0)
         .min_inner_size(640.0, 420.0)
+        // Where the builder's theme is honoured; on Linux `theme::follow` sets it.
+        .theme(crate::theme::last())
         .build()
     {
-        Ok(_) => tracing::info!(section, "window opened"),
+        Ok(_) => {
+            tracing::info!(section, "window opened");
+            crate::theme::follow(app, LABEL);
+        }
         Err(e) => tracing::warn!(error = %e, "cannot open the window"),
     }
 }

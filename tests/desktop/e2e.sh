@@ -115,7 +115,7 @@ pgopts="-p $PGPORT -k $PGDATA_DIR -c listen_addresses=127.0.0.1 -c ssl=on -c ssl
 runuser -u postgres -- "$E2E_PGBIN/pg_ctl" -D "$PGDATA_DIR" -o "$pgopts" -l "$PGDATA_DIR/postgres.log" -w start >/dev/null
 export E2E_PGPORT="$PGPORT" E2E_PGPW_FILE="$WORK/.pgpw" E2E_CA_CERT="$TLS/ca.crt" E2E_OTHER_CA_CERT="$TLS/other-ca.crt"
 
-SCRIPTS=" e2e sleep_test window_cycle_test job_detail_test first_run_test wayland_test "
+SCRIPTS=" e2e sleep_test window_cycle_test theme_test job_detail_test first_run_test wayland_test "
 # Run only when named: the screenshots docs/ shows (scripts/docs_shots.sh).
 ON_DEMAND=" docs_shots "
 for name in ${E2E_ONLY:-}; do
@@ -127,6 +127,8 @@ run e2e
 run sleep_test
 # Closing the window pages its libraries out, and reopening brings it back whole.
 run window_cycle_test
+# The window follows the desktop's dark or light style, against a portal test double.
+run theme_test
 # A job's detail shows what its agent CLI reported (preset, session, cost, tokens, resumed
 # from): screenshot job-detail-resumed.png, an artifact.
 run job_detail_test
