@@ -212,13 +212,16 @@ static TAKE_TURN: Sql = Sql::new(|d| {
           WHERE id = $1
             AND ($3 OR ((polled_at IS NULL OR polled_at <= {now} - interval_ms)
                         AND (hold_until IS NULL OR hold_until <= {now})))
-         RETURNING id, turn, cursor, etag, interval_ms, {holds}",
-        now = d.now,
-        holds = holds("sources")
+         RETURNING id, turn, cursor, etag, interval_ms",
+        now = d.now
     )
 });
 
-/// [`TAKE_TURN`] and, in the same statement, when the next turn is due (PostgreSQL).
+/// [`TAKE_TURN`] saying what the source holds too (SQLite's won try, one statement).
+static TAKE_TURN_HOLDS: Sql = Sql::new(|d| format!("{}, {}", TAKE_TURN.of(d), holds("sources")));
+
+/// [`TAKE_TURN`] and, in the same statement, when the next turn is due and what the source
+/// holds (PostgreSQL).
 static TRY_TURN: Sql = Sql::new(|d| {
     format!(
         "WITH taken AS ({take})
@@ -361,7 +364,7 @@ impl Queue {
         let row = if self.dialect().postgres {
             decode_first::<TryRow>(&self.query(self.sql(&TRY_TURN), values).await?)?
         } else {
-            let rows = self.query(self.sql(&TAKE_TURN), values).await?;
+            let rows = self.query(self.sql(&TAKE_TURN_HOLDS), values).await?;
             match (decode_first::<Turn>(&rows)?, decode_first::<Interval>(&rows)?, decode_first::<Holds>(&rows)?) {
                 (Some(t), Some(i), Some(holds)) => {
                     return Ok(TurnTry { turn: Some(t), next_in_ms: i.interval_ms, holds })
