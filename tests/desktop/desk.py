@@ -200,6 +200,32 @@ class WebDriver:
             self.session = None
 
 
+def tray_env(base, work, orchestrator):
+    """A fresh profile for one tray app under `work`: its own config, data and SQLite queue,
+    the demo agent, info logs."""
+    e = dict(base)
+    e.update({
+        "XDG_CONFIG_HOME": os.path.join(work, "config"),
+        "XDG_DATA_HOME": os.path.join(work, "data"),
+        "DEVPILOT_DATABASE_URL": f"sqlite://{os.path.join(work, 'queue.sqlite')}",
+        "DEVPILOT_ORCHESTRATOR": orchestrator,
+        "DEVPILOT_LOG": "info",
+        "NO_AT_BRIDGE": "1",
+    })
+    e.pop("DEVPILOT_AGENT", None)
+    return e
+
+
+def sigterm_code(proc, timeout=30):
+    """Sends SIGTERM to `proc` and returns its exit code, or None if it is still up after
+    `timeout` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def colours(png):
     """How many distinct colours a PNG has: a painted window has many, a blank surface few."""
     out = subprocess.run(["convert", png, "-format", "%k", "info:"], capture_output=True, text=True)

@@ -13,7 +13,6 @@ listens only while a window exists (src-tauri/src/theme.rs), and the idle cost i
 scripts/tray-footprint.sh.
 """
 import os
-import signal
 import subprocess
 import tempfile
 
@@ -31,17 +30,7 @@ log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 
 
 def env():
-    e = dict(ENV)
-    e.update({
-        "XDG_CONFIG_HOME": os.path.join(WORK, "config"),
-        "XDG_DATA_HOME": os.path.join(WORK, "data"),
-        "DEVPILOT_DATABASE_URL": f"sqlite://{os.path.join(WORK, 'queue.sqlite')}",
-        "DEVPILOT_ORCHESTRATOR": "theme",
-        "DEVPILOT_LOG": "info",
-        "NO_AT_BRIDGE": "1",
-    })
-    e.pop("DEVPILOT_AGENT", None)
-    return e
+    return desk.tray_env(ENV, WORK, "theme")
 
 
 def portal(method, *args):
@@ -97,11 +86,7 @@ def main():
         wait("flipped to dark while closed, the reopened window is dark", lambda: shade("reopened") == "dark",
              timeout=20, every=1)
         check("the app is still up", app.poll() is None)
-        app.send_signal(signal.SIGTERM)
-        try:
-            code = app.wait(30)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = desk.sigterm_code(app)
         check("SIGTERM ends the app cleanly", code == 0, code)
         log("theme: ALL CHECKS PASSED")
     finally:

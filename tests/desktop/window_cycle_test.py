@@ -16,7 +16,6 @@ way a window manager's close button does, WM_DELETE_WINDOW):
 import glob
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -36,16 +35,7 @@ log, check, wait = CHECKS.log, CHECKS.check, CHECKS.wait
 
 
 def env():
-    e = dict(ENV)
-    e.update({
-        "XDG_CONFIG_HOME": os.path.join(WORK, "config"),
-        "XDG_DATA_HOME": os.path.join(WORK, "data"),
-        "DEVPILOT_DATABASE_URL": f"sqlite://{os.path.join(WORK, 'queue.sqlite')}",
-        "DEVPILOT_ORCHESTRATOR": "window-cycle",
-        "DEVPILOT_LOG": "info",
-        "NO_AT_BRIDGE": "1",
-    })
-    e.pop("DEVPILOT_AGENT", None)
+    e = desk.tray_env(ENV, WORK, "window-cycle")
     e.pop("DEVPILOT_WEBKIT_DEFAULTS", None)
     return e
 
@@ -117,11 +107,7 @@ def main():
         log(f"reopened window: {n} colours")
         check("the app is still up after reopening", app.poll() is None)
 
-        app.send_signal(signal.SIGTERM)
-        try:
-            code = app.wait(30)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = desk.sigterm_code(app)
         check("SIGTERM ends the app cleanly", code == 0, code)
         log("window: ALL CHECKS PASSED")
     finally:
