@@ -15,6 +15,8 @@
 //!   tests never touch the keychain of the user running them.
 //! - [`review`]: what the review loop's end-to-end tests share (a github.com clone, waiting on
 //!   the loop's rows); [`sources`]: what every tracker-source test shares.
+//! - [`shaper`]: a slow link (a rate and a delay, shared by every connection through it) in
+//!   front of a loopback server, for the benchmark's hand-off over café Wi-Fi.
 //! - `pg` ([`PgCluster`], [`shared_pg`]), `net` ([`free_port`]) and `watchdog` (stopping what
 //!   the tests started once the test process is gone) hold what [`pooler`] and [`tls`] share.
 
@@ -42,6 +44,7 @@ mod net;
 mod pg;
 pub mod pooler;
 pub mod review;
+pub mod shaper;
 pub mod sources;
 pub mod tls;
 mod watchdog;
