@@ -317,7 +317,10 @@ async fn supervise(
                 Some(exit) if why == CancelReason::HandOff => Outcome::Exited(exit, result_of(agent, id).await),
                 _ => {
                     let grace = if why == CancelReason::HandOff { ctx.grace } else { ctx.kill_grace };
+                    let asked = std::time::Instant::now();
                     agent.terminate(grace).await;
+                    let took_ms = asked.elapsed().as_millis() as u64;
+                    tracing::info!(job = id, took_ms, "the agent stopped ({why:?})");
                     Outcome::Cancelled(why)
                 }
             }
