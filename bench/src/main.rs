@@ -27,6 +27,9 @@
 //!   exit to the comment and the pull request, through two `devpilot run` processes and the
 //!   GitHub stand-in; the `latency` subcommand measures it alone into an existing report.
 //! - [`report_latency`]: the report's section (w).
+//! - [`handoff_load`]: (x) the hand-off under a real load, the real claude CLI on a generated
+//!   product ([`bigrepo`]) over a shaped 10 Mbit/s link; the `handoff` subcommand measures it
+//!   alone into an existing report. [`report_handoff`]: its section.
 //! - [`sandbox`]: (s) the agent sandbox's cost, confined against `--sandbox off`; the
 //!   `sandbox` subcommand measures it alone into an existing report.
 //! - `worker` (hidden subcommand): one OS process running orchestrators with a no-op (or
@@ -37,6 +40,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_path;
+mod bigrepo;
 mod cluster;
 mod common;
 mod fleet;
@@ -44,11 +48,13 @@ mod governor;
 mod governor_db;
 mod governor_plans;
 mod governor_run;
+mod handoff_load;
 mod measure;
 mod peers;
 mod report;
 mod report_fmt;
 mod report_governor;
+mod report_handoff;
 mod report_latency;
 mod report_peers;
 mod report_versus;
@@ -106,6 +112,15 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Measure (x), the hand-off under a real load (a generated 200 MB repository over a
+    /// shaped 10 Mbit/s link), alone, into the existing report.json, and re-render REPORT.md.
+    Handoff {
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// One round rather than five, to check the machinery.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Re-render REPORT.md and throughput.png from an existing report.json.
     Render {
         #[arg(long, default_value = "bench")]
@@ -133,6 +148,7 @@ fn main() {
         Cmd::Sandbox { out, quick } => one_section(&out, "sandbox", "(s)", measure::sandbox_only(quick)),
         Cmd::Governor { out, quick } => one_section(&out, "governor", "(l)", measure::governor_only(quick)),
         Cmd::Latency { out, quick } => one_section(&out, "user_latency", "(w)", measure::latency_only(quick)),
+        Cmd::Handoff { out, quick } => one_section(&out, "handoff_load", "(x)", measure::handoff_only(quick)),
         Cmd::Render { out } => {
             let json: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();

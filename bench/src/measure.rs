@@ -105,6 +105,9 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     log("(w) what a user feels: label to agent, agent to comment and PR, two machines");
     out["user_latency"] = crate::user_latency::measure(&env, quick).await;
     out["user_latency"]["date"] = json!(now_utc());
+    log("(x) the hand-off under load: a 200 MB repository over a 10 Mbit/s link");
+    out["handoff_load"] = crate::handoff_load::measure(&env, quick).await;
+    out["handoff_load"]["date"] = json!(now_utc());
     let fleet_plan = if quick { &crate::fleet::QUICK } else { &crate::fleet::FULL };
     log("(i) one PostgreSQL, thousands of machines: an idle pooled fleet");
     out["fleet_idle"] = crate::fleet::idle(&env, fleet_plan).await;
@@ -150,6 +153,21 @@ pub async fn latency_only(quick: bool) -> (Value, Vec<PathBuf>) {
     env.admin.clone().close().await.ok();
     env.pg.stop();
     (w, vec![env.pg.dir.clone(), env.tmp.clone()])
+}
+
+/// (x) alone, on a cluster of its own: the `handoff` subcommand. Returns the section and the
+/// directories to remove.
+pub async fn handoff_only(quick: bool) -> (Value, Vec<PathBuf>) {
+    let (env, version) = start().await;
+    let started = Instant::now();
+    log("(x) the hand-off under load: a 200 MB repository over a 10 Mbit/s link");
+    let mut x = crate::handoff_load::measure(&env, quick).await;
+    x["date"] = json!(now_utc());
+    x["postgres"] = json!(version);
+    x["secs"] = json!(started.elapsed().as_secs_f64());
+    env.admin.clone().close().await.ok();
+    env.pg.stop();
+    (x, vec![env.pg.dir.clone(), env.tmp.clone()])
 }
 
 /// (l) alone, on a cluster of its own: the `governor` subcommand. Returns the section and

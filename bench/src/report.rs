@@ -26,6 +26,7 @@ fn markdown(j: &Value, out: &Path) -> String {
     let mut m = String::new();
     intro(&mut m, j);
     crate::report_latency::section(&mut m, j);
+    crate::report_handoff::section(&mut m, j);
     crate::report_versus::section(&mut m, j);
     sandbox_section(&mut m, j);
     crate::report_governor::section(&mut m, j);
