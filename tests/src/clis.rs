@@ -70,10 +70,15 @@ impl Machine {
 
     /// `devpilot run --agent PRESET` as this machine.
     pub fn run(&self, db: &TestDb, orch: &str, preset: &str, extra: &[&str]) -> Runner {
+        self.run_on(&db.raw_url, orch, preset, extra)
+    }
+
+    /// [`Machine::run`] on the database at `url` (a forwarder's, say).
+    pub fn run_on(&self, url: &str, orch: &str, preset: &str, extra: &[&str]) -> Runner {
         let log_path = self.home.join(format!("runner-{}.log", self.name));
         std::fs::create_dir_all(&self.home).unwrap();
         let log = std::fs::File::create(&log_path).expect("runner log");
-        let mut c = devpilot(&self.home, &db.raw_url);
+        let mut c = devpilot(&self.home, url);
         c.args(["run", "--orchestrator", orch, "--machine", self.name, "--agent", preset])
             .args(fast_flags())
             .args(extra)

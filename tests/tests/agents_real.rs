@@ -241,6 +241,48 @@ async fn conversation_travels(preset: &str, write: impl Fn(&Path, u32) -> Turn) 
     drop((a, b, c));
 }
 
+/// A hand-off pushes the work while it saves the conversation: with the machine's database
+/// silent (a slow link at its worst), the branch reaches the remote before the save can
+/// finish; once the database answers, the session is saved and the job released, safe.
+/// Before, the push waited for the save: on a slow link their times added up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_pushes_while_the_conversation_is_saved() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let (orch, root, model) = (db.orch("carry-beside"), cli_root(), ModelServer::start().unwrap());
+    let (remote, clone_a, _, id) = job_on_a_repo(&db, &orch, "Write part1.txt, then wait.");
+    let laptop = Machine::new(&db, root.path(), "laptop", &clone_a, &model, "");
+    let pg = shared_pg();
+    let fwd = Forwarder::start(([127, 0, 0, 1], pg.port).into());
+    let name = db.raw_url.rsplit('/').next().unwrap();
+    let url = format!("postgres://postgres:{}@127.0.0.1:{}/{name}", pg.password, fwd.port());
+    let wt = worktree_of(&laptop.home, &orch, id);
+    model.script([
+        Turn::Tool { name: "Write".into(), input: json!({"file_path": wt.join("part1.txt"), "content": "part 1\n"}) },
+        Turn::Hold(Duration::from_secs(120)),
+    ]);
+    let a = laptop.run_on(&url, &orch, "claude", &[]);
+    holding(&model, 2, "claude").await;
+    fwd.silence();
+    let (home, asked_orch) = (laptop.home.clone(), orch.clone());
+    let handoff = std::thread::spawn(move || {
+        run_cli(&home, "postgres://unused@127.0.0.1:1/x", &["handoff", "--orchestrator", &asked_orch, "--json"], None)
+    });
+    let branch = format!("devpilot/{id}-eng-9-write-the-notes");
+    let pushed = wait_for(Duration::from_secs(30), || async { remote.show(&branch, "part1.txt").is_some() }).await;
+    let saved_before = db.queue.load_session(id).await.unwrap().is_some();
+    fwd.open();
+    assert!(pushed, "the work reached the remote while the save waited on the database");
+    assert!(!saved_before, "the save could not have finished: the database was silent");
+    let (code, out, err) = handoff.join().unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    let verdict: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((verdict["safe"].as_bool(), verdict["jobs"][0]["branch"].as_str()), (Some(true), Some(&*branch)));
+    assert!(db.queue.load_session(id).await.unwrap().is_some(), "the conversation was saved once it could be");
+    let row = job(&db, id).await;
+    assert_eq!((row.state, row.resume_branch.as_deref()), (JobState::Queued, Some(&*branch)), "released");
+    drop(a);
+}
+
 /// Waits until the model has had `n` requests: the agent wrote its part and waits on it.
 async fn holding(model: &ModelServer, n: usize, preset: &str) {
     let got = wait_for(Duration::from_secs(60), || async { model.main_requests().len() >= n }).await;

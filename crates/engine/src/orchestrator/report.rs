@@ -17,32 +17,35 @@ use tokio::sync::oneshot;
 /// The outcome of a job with a worktree: a hand-off carries the work in progress (commit,
 /// push within the bound, and the branch named in the fenced release); a completion pushes
 /// if the repo says so and removes the worktree when nothing would be lost (else the job
-/// says where it is kept); anything else keeps it for the next attempt here.
+/// says where it is kept); anything else keeps it for the next attempt here. `carry` (the
+/// conversation's save) runs beside a hand-off's push, and before anything else's end.
 pub(super) async fn report_with_worktree(
     ctx: &JobCtx,
     ws: &Workspaces,
     wt: &Worktree,
     job: JobRef,
     outcome: Outcome,
+    carry: impl std::future::Future<Output = ()>,
 ) -> Option<Event> {
     match outcome {
         // A hand-off, a cap's stop and a usage limit's park carry the work in progress: the
         // job goes on from the pushed branch on whichever machine claims it next.
         outcome @ (Outcome::Cancelled(CancelReason::HandOff) | Outcome::Capped(_)) => {
-            let carried = ws.hand_off(wt).await;
+            let (carried, ()) = tokio::join!(ws.hand_off(wt), carry);
             tracing::info!(job = job.id, took_ms = carried.took.as_millis() as u64, "{}", carried.detail);
             let ev = report(ctx, job, outcome, Some(carried.clone())).await;
             ws.after_hand_off(wt, &carried).await;
             ev
         }
         Outcome::Exited(AgentExit::TryLater, Some(r)) if r.limited => {
-            let carried = ws.hand_off(wt).await;
+            let (carried, ()) = tokio::join!(ws.hand_off(wt), carry);
             tracing::info!(job = job.id, "a usage limit: {}", carried.detail);
             let ev = report(ctx, job, Outcome::Exited(AgentExit::TryLater, Some(r)), Some(carried.clone())).await;
             ws.after_hand_off(wt, &carried).await;
             ev
         }
         Outcome::Exited(AgentExit::Success, result) => {
+            carry.await;
             let finished = ws.finish(wt, true).await;
             let fence = job.fence();
             if let Some(kept) = &finished.kept {
@@ -61,6 +64,7 @@ pub(super) async fn report_with_worktree(
             report(ctx, job, Outcome::Exited(AgentExit::Success, result), None).await
         }
         other => {
+            carry.await;
             ws.finish(wt, false).await;
             report(ctx, job, other, None).await
         }

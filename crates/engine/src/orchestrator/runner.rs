@@ -112,16 +112,23 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         Outcome::Stopped(exit, result) => held(&ctx, fence, None, span.as_ref(), exit, result).await,
         cancelled => cancelled,
     };
-    // The conversation goes with the work: before the hand-off's commit (aider's history is
-    // in the worktree) and before the release or park that ends the claim.
-    if let (Some(t), true) = (&talk, carries(&outcome, claim.source_id.is_some())) {
-        t.carry(&ctx.store, fence, span.as_ref()).await;
-    }
+    // The conversation goes with the work: saved while a hand-off commits and pushes (on a
+    // slow link the two overlap), before the worktree is removed (aider's history is in it)
+    // and before the release or park that ends the claim, which fences the save.
+    let carried = carries(&outcome, claim.source_id.is_some());
+    let carry = async {
+        if let (Some(t), true) = (&talk, carried) {
+            t.carry(&ctx.store, fence, span.as_ref()).await;
+        }
+    };
     // A success offers its completion to the next poll ([`ride`]), which frees its slot.
     let rode = matches!(outcome, Outcome::Exited(AgentExit::Success, _) | Outcome::Stopped(AgentExit::Success, _));
     let ev = match (&ctx.workspaces, &worktree) {
-        (Some(ws), Some(wt)) => report_with_worktree(&ctx, ws, wt, job, outcome).await,
-        _ => report(&ctx, job, outcome, None).await,
+        (Some(ws), Some(wt)) => report_with_worktree(&ctx, ws, wt, job, outcome, carry).await,
+        _ => {
+            carry.await;
+            report(&ctx, job, outcome, None).await
+        }
     };
     if let Some(ev) = ev {
         let _ = ctx.events.send(ev);
