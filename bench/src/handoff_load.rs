@@ -19,7 +19,8 @@
 //!   conversation.
 //!
 //! The runner's log gives the steps inside: when the agent stopped, when the conversation
-//! was saved, and when the work was pushed, each from its log line's timestamp.
+//! was saved (each from its line's timestamp), and when the work was pushed (its line's
+//! `took_ms` after the agent stopped, as the push starts then).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -266,10 +267,21 @@ fn steps(log: &Path, asked: f64) -> Value {
             (t >= asked).then_some(t - asked)
         })
     };
+    // The push's line is written once the conversation's save has ended too (they run side
+    // by side since the levers): its own end is its start (the agent's stop) plus its took_ms.
+    let took = |needle: &str| {
+        let line = text.lines().find(|l| l.contains(needle))?;
+        let ms = line.split("took_ms=").nth(1)?.split_whitespace().next()?.parse::<f64>().ok()?;
+        Some(ms / 1000.0)
+    };
+    let stopped = at("the agent stopped (HandOff)");
+    let push = took("work in progress pushed").or_else(|| took("work in progress stayed"));
     json!({
-        "agent_stopped_s": at("the agent stopped (HandOff)"),
+        "agent_stopped_s": stopped,
         "session_saved_s": at("carried the claude session"),
-        "pushed_s": at("work in progress pushed").or_else(|| at("work in progress stayed")),
+        "pushed_s": stopped.zip(push).map(|(a, b)| a + b),
+        "push_took_s": push,
+        "pushed_logged_s": at("work in progress pushed").or_else(|| at("work in progress stayed")),
     })
 }
 

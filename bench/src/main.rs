@@ -175,6 +175,10 @@ fn one_section(
     if key == "user_latency" {
         user_latency::keep_unmeasured(&json[key], &mut section);
     }
+    // The figure before the hand-off's levers, kept beside each new measurement.
+    if key == "handoff_load" && json[key]["before"].is_object() {
+        section["before"] = json[key]["before"].clone();
+    }
     json[key] = section;
     std::fs::create_dir_all(out).expect("out dir");
     std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();

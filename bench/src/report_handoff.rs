@@ -52,6 +52,7 @@ pub fn section(m: &mut String, j: &Value) {
         if p50 <= target { "met" } else { "**missed**" },
         secs(&x["worst_s"]),
     );
+    before(m, &x["before"]);
     let _ = writeln!(
         m,
         "| round | verdict | agent stopped | conversation saved | work pushed | total | conversation (file / stored) | files on the branch | safe |\n\
@@ -78,6 +79,34 @@ pub fn section(m: &mut String, j: &Value) {
         m,
         "\nThe steps are from the runner's log, seconds after the request: the agent stopped (SIGTERM, and its exit), \
          the conversation saved (its session read, packed and written to the database through the link), the work \
-         pushed (committed and pushed through the link); the release and the verdict end the total.\n"
+         pushed (committed and pushed through the link, its own time after the agent's stop; since the levers it runs beside the save); the release and the verdict end the total.\n"
+    );
+}
+
+/// The levers' effect: the same measurement before them, by the build it ran.
+fn before(m: &mut String, b: &Value) {
+    if !b.is_object() {
+        return;
+    }
+    let median = |k: &str| {
+        let mut v: Vec<f64> =
+            b["rounds"].as_array().into_iter().flatten().filter_map(|r| r["steps"][k].as_f64()).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().map_or("–".into(), |x| format!("{x:.2} s"))
+    };
+    let stored = b["rounds"][0]["session_stored_bytes"].clone();
+    let _ = writeln!(
+        m,
+        "Before the levers ({}, measured {}): p50 {}, worst {}; medians: conversation saved at {}, work pushed at {} \
+         (the conversation gzip-compressed, {} stored, and saved before the push began). The levers: the conversation \
+         is zstd-compressed (its window finds the text claude keeps twice, once in the message and once in the tool's \
+         result; gzip's 32 KB does not), and saved while the work is committed and pushed, the release after both.\n",
+        b["build"].as_str().unwrap_or("an earlier build"),
+        b["date"].as_str().unwrap_or("–"),
+        secs(&b["p50_s"]),
+        secs(&b["worst_s"]),
+        median("session_saved_s"),
+        median("pushed_s"),
+        mb(&stored),
     );
 }
