@@ -189,7 +189,8 @@ fn figures_of(bare: &Path, secs: f64) -> Value {
     })
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+/// `git ARGS` in `dir`, its output; a failure stops the run.
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git").args(args).current_dir(dir).output().expect("git");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()

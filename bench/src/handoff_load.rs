@@ -34,7 +34,7 @@ use devpilot_tests::{free_port, run_cli, worktree_of, write_config, ModelServer,
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{json, Value};
 
-use crate::bigrepo::{self, large_path, source_path};
+use crate::bigrepo::{self, git, large_path, source_path};
 use crate::common::{connect, log, pct, Backend, Env, ORCH};
 
 /// The link: 10 Mbit/s, 50 ms each way.
@@ -321,10 +321,4 @@ fn epoch() -> f64 {
 
 fn s(p: &Path) -> String {
     p.display().to_string()
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").args(args).current_dir(dir).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
