@@ -167,12 +167,14 @@ mod tests {
         let t = std::time::Instant::now();
         assert_eq!(send(1_250_000).await, 1_250_000);
         let one = t.elapsed();
-        // 1.25 MB at 10 Mbit/s is 1 s, plus 50 ms each way.
-        assert!(one >= Duration::from_millis(1_100) && one < Duration::from_millis(1_600), "{one:?}");
+        // 1.25 MB at 10 Mbit/s is 1 s, plus 50 ms each way. The floor is the proof; the
+        // ceiling only says the link is not stuck (a busy CI machine may be late).
+        assert!(one >= Duration::from_millis(1_100) && one < Duration::from_secs(5), "{one:?}");
         let t = std::time::Instant::now();
         let (a, b) = tokio::join!(send(625_000), send(625_000));
         assert_eq!((a, b), (625_000, 625_000));
         let two = t.elapsed();
-        assert!(two >= Duration::from_millis(1_100) && two < Duration::from_millis(1_600), "shared: {two:?}");
+        // Each at the full rate would take 0.6 s: the floor says they shared it.
+        assert!(two >= Duration::from_millis(1_100) && two < Duration::from_secs(5), "shared: {two:?}");
     }
 }
