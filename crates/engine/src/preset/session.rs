@@ -489,7 +489,8 @@ fn unpack(bundle: &str) -> Result<Bundle, SessionError> {
     let cap = BUNDLE_JSON_CAP as u64 + 1;
     let mut json = vec![];
     if packed.starts_with(&ZSTD_MAGIC) {
-        let mut z = zstd::stream::read::Decoder::new(packed.as_slice()).map_err(|e| bad(&e))?;
+        // One frame: a second (a legacy one, say) is never read, so the window cap holds.
+        let mut z = zstd::stream::read::Decoder::new(packed.as_slice()).map_err(|e| bad(&e))?.single_frame();
         z.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| bad(&e))?;
         z.take(cap).read_to_end(&mut json).map_err(|e| bad(&e))?;
     } else if packed.starts_with(&GZIP_MAGIC) {
@@ -710,8 +711,8 @@ mod tests {
         assert_eq!(Preset::Gemini.capture(&gemini, ID, &[]).unwrap().raw_size, ours.len());
     }
 
-    /// A captured session is stored as zstd, a third the size gzip made of claude's doubled
-    /// file text, and comes back whole; a bundle an older machine stored as gzip still
+    /// A captured session is stored as zstd, under half the size gzip made of claude's
+    /// doubled file text, and comes back whole; a bundle an older machine stored as gzip still
     /// restores.
     #[test]
     fn a_session_is_stored_as_zstd_and_a_gzip_one_still_restores() {
@@ -735,8 +736,10 @@ mod tests {
         }
     }
 
-    /// A zstd bundle that unpacks past the cap stops there, and one whose frame asks for a
-    /// window over 16 MB (memory another machine would make this one spend) is refused.
+    /// A zstd bundle that unpacks past the cap stops there, one whose frame asks for a
+    /// window over 16 MB (memory another machine would make this one spend) is refused, and
+    /// only its first frame is read: a frame after it (a legacy one, which sizes its own
+    /// buffers) never reaches a decoder.
     #[test]
     fn a_zstd_bundle_cannot_ask_for_more_than_the_caps() {
         let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
@@ -749,5 +752,8 @@ mod tests {
         let e = unpack(&b64(wide.finish().unwrap())).unwrap_err().to_string();
         assert!(e.contains("unreadable") || e.contains("memory") || e.contains("window"), "{e}");
         assert!(unpack(&b64(b"plain".to_vec())).is_err(), "neither zstd nor gzip");
+        let mut two = zstd::bulk::compress(b"{\"files\":[]}", 3).unwrap();
+        two.extend(zstd::bulk::compress(b" and more", 3).unwrap());
+        assert!(unpack(&b64(two)).unwrap().files.is_empty(), "the first frame alone");
     }
 }
