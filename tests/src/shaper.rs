@@ -58,7 +58,9 @@ impl Link {
     }
 }
 
-/// A proxy on a free loopback port to `target`, over `link`. Stops when dropped.
+/// A proxy on a free loopback port to `target`, over `link`. Dropped, it accepts no more
+/// connections; those open run until their peers close them (it is not a cut: see
+/// [`crate::Forwarder`] for that).
 pub struct Shaper {
     pub port: u16,
     task: tokio::task::JoinHandle<()>,
