@@ -194,18 +194,7 @@ impl Bench<'_> {
         let changed = branch
             .as_ref()
             .map_or(0, |b| git(&remote, &["diff", "--name-only", "main", &format!("refs/heads/{b}")]).lines().count());
-        let db = connect(&direct, 1).await;
-        let row = db
-            .query_one_raw(Statement::from_sql_and_values(
-                db.get_database_backend(),
-                "SELECT raw_size, octet_length(bundle)::bigint AS stored FROM job_sessions WHERE job_id = $1",
-                [id.into()],
-            ))
-            .await
-            .unwrap();
-        let (raw, stored) = row
-            .map_or((0, 0), |r| (r.try_get::<i64>("", "raw_size").unwrap(), r.try_get::<i64>("", "stored").unwrap()));
-        db.close().await.ok();
+        let (raw, stored) = session_sizes(&direct, id).await;
         let steps = steps(&runner.log, asked);
         drop(runner);
         // The runner's log outlives the round (with DEVPILOT_BENCH_KEEP, the run).
@@ -242,6 +231,22 @@ impl Bench<'_> {
             .expect("devpilot run");
         Runner { child, machine: "laptop".into(), log: log_path }
     }
+}
+
+/// The conversation job `id`'s row holds: its raw bytes and its stored bytes (0, 0 when
+/// there is none).
+async fn session_sizes(url: &str, id: i64) -> (i64, i64) {
+    let db = connect(url, 1).await;
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "SELECT raw_size, octet_length(bundle)::bigint AS stored FROM job_sessions WHERE job_id = $1",
+            [id.into()],
+        ))
+        .await
+        .unwrap();
+    db.close().await.ok();
+    row.map_or((0, 0), |r| (r.try_get::<i64>("", "raw_size").unwrap(), r.try_get::<i64>("", "stored").unwrap()))
 }
 
 /// The work the agent did: 300 source files with a few lines changed each.
