@@ -34,6 +34,7 @@ devpilot_tests::on_every_backend!(
     a_stopped_machine_stays_stopped,
     a_poll_carries_completions,
     a_machine_completes_in_the_poll_that_fills_the_slot,
+    an_idle_poll_sends_no_claim,
 );
 
 /// The article's proof: five claims race for one row on five connections; exactly one gets the
@@ -704,4 +705,52 @@ async fn a_machine_completes_in_the_poll_that_fills_the_slot(backend: Backend) {
         assert_eq!(kinds, ["claimed", "completed"]);
     }
     h.stop(StopMode::HandOff).await;
+}
+
+/// An idle machine's poll (presence, nothing due) is one statement on PostgreSQL and two on
+/// SQLite (the presence row, then the read of the next due time): the claim's transaction
+/// (BEGIN, an UPDATE of no row, COMMIT) is sent only when that read says a job is due. On
+/// SQLite each round trip wakes the connection's thread and the runtime, on an idle tray.
+async fn an_idle_poll_sends_no_claim(backend: Backend) {
+    use devpilot_store::queue::Presence;
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("idle");
+    let presence = Presence {
+        orchestrator_id: &orch,
+        machine: "idle-box",
+        status: MachineStatus::Online,
+        dispatch_enabled: true,
+        paused_until: None,
+        running: 0,
+        concurrency: 1,
+        problem: None,
+        route: None,
+        order: None,
+    };
+    let extras = PollExtras { presence: Some(presence), stale_after: None, route: None, done: &[] };
+    let idle = if backend == Backend::Sqlite { 2 } else { 1 };
+    let poll = || async {
+        let before = db.queue.round_trips();
+        let p = db.queue.claim_next_with(&orch, "idle-box", 1, &extras).await.unwrap();
+        (p, db.queue.round_trips() - before)
+    };
+
+    let (p, sent) = poll().await;
+    assert!(p.claims.is_empty() && p.next_due.is_none());
+    assert_eq!(sent, idle, "an empty queue");
+    assert_eq!(db.queue.machines(&orch).await.unwrap()[0].machine, "idle-box", "the presence row is written");
+
+    // A job due in an hour: not claimed, and the poll says when it is due.
+    let id = db.queue.enqueue_many(&orch, &[json!({"n": 1})]).await.unwrap()[0];
+    db.exec(&format!("UPDATE dispatch_queue SET run_at = run_at + 3600000 WHERE id = {id}")).await;
+    let (p, sent) = poll().await;
+    assert!(p.claims.is_empty());
+    let due = p.next_due.expect("the poll says when the job is due");
+    assert!(due > Duration::from_secs(3500) && due <= Duration::from_secs(3600), "{due:?}");
+    assert_eq!(sent, idle, "a job not yet due");
+
+    // Due now: claimed by the same poll.
+    db.age_wait(id, Duration::from_secs(3601)).await;
+    let (p, _) = poll().await;
+    assert_eq!(p.claims.iter().map(|c| c.fence.job).collect::<Vec<_>>(), vec![id]);
 }

@@ -122,6 +122,7 @@ impl Queue {
     /// Runs `sql` (in this backend's dialect) and returns its rows.
     pub(super) async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
         let values = without_nul(values);
+        self.sending(1);
         self.bounded(async {
             if !self.is_pooled() {
                 match self.db.query_all_raw(self.stmt(sql, values.clone())).await {
@@ -137,6 +138,7 @@ impl Queue {
     /// Runs `sql` (in this backend's dialect) and returns how many rows it touched.
     pub(super) async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
         let values = without_nul(values);
+        self.sending(1);
         self.bounded(async {
             if !self.is_pooled() {
                 match self.db.execute_raw(self.stmt(sql, values.clone())).await {
@@ -224,12 +226,15 @@ impl Queue {
             return self.query(&sql, values).await;
         }
         self.bounded(async {
+            self.sending(3);
             let txn = self.db.begin().await?;
             if let Some(b) = before {
+                self.sending(1);
                 txn.execute_raw(self.stmt(&(b.sql)(d, 0), b.values)).await?;
             }
             let rows = txn.query_all_raw(self.stmt(update, values)).await?;
             if !rows.is_empty() {
+                self.sending(2);
                 let ids = ids_of(&rows)?;
                 txn.execute_raw(self.history_of(&ids, h, Target::History)).await?;
                 txn.execute_raw(self.history_of(&ids, h, Target::Outbox)).await?;

@@ -227,7 +227,8 @@ impl Queue {
     /// read-only `EXISTS`. The sweep itself stays a separate statement that the caller
     /// spawns only when `stale` says there is something to sweep, so a failing sweep can
     /// still never fail a poll. SQLite has no data-modifying CTEs: there the presence row is
-    /// written by its own statement and `stale` is always true when asked (sweep as before).
+    /// written by its own statement, `stale` is always true when asked (sweep as before), and
+    /// the claim's transaction runs only when a read of the next due time says a job is due.
     ///
     /// A machine whose agents succeeded names their claims in `extras.done`: they are
     /// completed by [`Queue::complete_many`]'s fenced UPDATE, on PostgreSQL in this same
@@ -257,9 +258,18 @@ impl Queue {
                 tracing::debug!(error = %e, "presence update failed");
             }
         }
-        let claims =
-            if limit == 0 { vec![] } else { self.claim_next_sqlite(orchestrator_id, machine, limit, route).await? };
-        // Its own statement here, so a job that fell due after the claim is due now (a
+        if limit == 0 {
+            return Ok(Polled { claims: vec![], stale: extras.stale_after.is_some(), next_due: None, completed });
+        }
+        // The read first: the claim picks from the jobs it counts, those due now. An idle
+        // machine's poll is then this read and no transaction (BEGIN, an UPDATE of no row,
+        // COMMIT): three round trips to the connection's thread, and its ping, fewer.
+        let waiting = self.next_waiting(orchestrator_id, route).await?;
+        if waiting.is_none_or(|wait| !wait.is_zero()) {
+            return Ok(Polled { claims: vec![], stale: extras.stale_after.is_some(), next_due: waiting, completed });
+        }
+        let claims = self.claim_next_sqlite(orchestrator_id, machine, limit, route).await?;
+        // Its own statement again, so a job that fell due after the claim is due now (a
         // wait of zero), not skipped: on SQLite no NOTIFY would tell.
         let next_due =
             if (claims.len() as u32) < limit { self.next_waiting(orchestrator_id, route).await? } else { None };

@@ -185,6 +185,7 @@ impl Queue {
         // than reading the ids, then deleting) takes the write lock at once, so a writer
         // committing in between cannot make the transaction's upgrade fail.
         let [events, logs, jobs] = &PRUNE_SQLITE[scoped];
+        self.sending(5);
         self.bounded(async {
             let txn = self.db.begin().await?;
             txn.execute_raw(self.stmt(self.sql(events), values.clone())).await?;

@@ -1,6 +1,6 @@
 //! [`Queue`]: the statements' way to the database, over one sea-orm connection pool.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ pub struct Queue {
     /// The MAC keys read from this database, by orchestrator (see [`Queue::mac_key`]): kept
     /// with the connection, so a queue on another database never sees them.
     pub(super) mac_keys: super::mac_key_type::Keys,
+    /// Round trips this queue and its clones have sent ([`Queue::round_trips`]).
+    pub(super) sent: Arc<AtomicU64>,
 }
 
 impl Queue {
@@ -36,7 +38,20 @@ impl Queue {
             reconnecting: Arc::default(),
             pooled: Arc::default(),
             mac_keys: Arc::default(),
+            sent: Arc::default(),
         }
+    }
+
+    /// How many round trips this queue and its clones have sent: each statement, and on
+    /// SQLite a transaction's BEGIN and COMMIT too. What an idle machine costs the database
+    /// (and, on SQLite, the wake-ups of the connection's thread) is counted in these.
+    pub fn round_trips(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Counts `n` more round trips ([`Queue::round_trips`]).
+    pub(super) fn sending(&self, n: u64) {
+        self.sent.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The same queue in pooled mode (or not): for PostgreSQL behind a transaction-mode pooler

@@ -155,6 +155,7 @@ impl Queue {
             );
             return Ok(first_i64(&self.query(&sql, values).await?, "n")? > 0);
         }
+        self.sending(4);
         self.bounded(async {
             let txn = self.db.begin().await?;
             let spent = txn.execute_raw(self.stmt(&super::governor::spend_sql(d, 0), spend)).await?.rows_affected();
