@@ -277,6 +277,18 @@ def app_env(run):
     return e
 
 
+def trace(pid, run):
+    """With FOOTPRINT_TRACE_SECS, an `strace -f` of the closed tray after its measurement (a
+    traced process wakes more, so never during it): which thread woke, on which call."""
+    secs = int(os.environ.get("FOOTPRINT_TRACE_SECS", "0"))
+    if secs <= 0:
+        return
+    out = os.path.join(WORK, f"strace-run{run}.txt")
+    log(f"run {run}: strace -f for {secs}s into {out}")
+    subprocess.run(["timeout", "-s", "INT", str(secs), "strace", "-f", "-tt", "-o", out, "-p", str(pid)],
+                   check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def one_run(run):
     env = app_env(run)
     logf = open(os.path.join(WORK, f"tray-run{run}.log"), "w")
@@ -290,6 +302,7 @@ def one_run(run):
         wait_for("the window to close", lambda: not window_exists(), timeout=20)
         time.sleep(SETTLE)
         closed = measure(app.pid, "window closed")
+        trace(app.pid, run)
         # A second launch opens the first instance's window (single instance).
         subprocess.run([TRAY], env=env, timeout=30, stdout=logf, stderr=subprocess.STDOUT)
         wait_for("the window to reopen", window_exists)
