@@ -112,7 +112,7 @@ pub async fn watch_fleet(engine: Arc<Engine>, handed: Arc<Mutex<Vec<i64>>>, tx: 
             handed.lock().map(|mut h| h.clear()).unwrap_or_default();
             continue;
         }
-        tokio::time::sleep(FLEET_EVERY).await;
+        devpilot_app::timer::sleep(FLEET_EVERY).await;
         for id in handed.lock().map(|mut h| std::mem::take(&mut *h)).unwrap_or_default() {
             w.handed_off(id);
         }

@@ -204,7 +204,7 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) {
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            devpilot_app::timer::sleep(Duration::from_secs(60)).await;
             let st = app.state::<AppState>().engine.status();
             if !st.running.is_empty() {
                 refresh_inner(&app, &st, true);
@@ -311,7 +311,7 @@ fn spawn_limits_reader<R: Runtime>(app: &AppHandle<R>) {
                     Duration::from_secs(if read_once { 60 } else { 5 })
                 }
             };
-            let timer = tokio::time::sleep(next);
+            let timer = devpilot_app::timer::sleep(next);
             tokio::pin!(timer);
             loop {
                 use devpilot_app::orchestrator::Event as E;

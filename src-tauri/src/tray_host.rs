@@ -233,7 +233,7 @@ async fn follow<R: Runtime>(app: AppHandle<R>, probe: Probe, mut present: bool) 
             Some(()) = async { match changes.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {
                 tokio::time::sleep(SETTLE).await;
             }
-            () = tokio::time::sleep(poll) => {}
+            () = devpilot_app::timer::sleep(poll) => {}
         }
         let now = probe.present(&app).await;
         if now == present {

@@ -61,7 +61,7 @@ mod views;
 mod tests;
 
 // What the tray needs from the layers below, so `src-tauri` depends on this crate alone.
-pub use devpilot_engine::{config, orchestrator, sandbox, seal, settings, span};
+pub use devpilot_engine::{config, orchestrator, sandbox, seal, settings, span, timer};
 pub use devpilot_store::error::{Error, Result};
 pub use devpilot_store::{job, queue};
 

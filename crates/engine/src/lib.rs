@@ -27,6 +27,7 @@
 //! - [`control`]: the control socket through which `devpilot pause`, `resume` and `handoff`
 //!   reach the machine running on this computer.
 //! - [`span`]: durations and times as people type them.
+//! - [`timer`]: an idle machine's long waits, each waking its thread once (a timerfd on Linux).
 //! - [`config`]: where the app keeps its files, and the settings file (read, set aside, saved).
 //! - [`database`]: which database this machine uses (environment, settings, keychain, default).
 //! - [`secrets`]: the database password in the OS keychain.
@@ -52,4 +53,5 @@ pub mod settings;
 pub mod sources;
 pub mod span;
 pub mod spawner;
+pub mod timer;
 pub mod worktree;

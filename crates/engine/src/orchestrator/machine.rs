@@ -200,7 +200,7 @@ impl Machine {
                     None => hints_open = false,
                 },
                 _ = std::future::ready(()), if poll_now => self.poll(),
-                _ = tokio::time::sleep_until(poll_due.unwrap_or(never)), if poll_due.is_some() && self.stop.is_none() => self.poll(),
+                _ = crate::timer::sleep_until(poll_due.unwrap_or(never)), if poll_due.is_some() && self.stop.is_none() => self.poll(),
                 _ = self.work.wait(), if self.stop.is_some() => break,
             }
         }

@@ -209,7 +209,7 @@ impl Service {
                     }
                     _ => continue,
                 },
-                _ = tokio::time::sleep_until(wake) => Ask::Tick,
+                _ = crate::timer::sleep_until(wake) => Ask::Tick,
             };
             while let Ok(c) = cfgs.try_recv() {
                 self.cfg = c;
