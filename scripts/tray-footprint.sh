@@ -7,7 +7,8 @@
 # RSS, CPU and wakeups from /proc for 60 s with the window closed, then 60 s with it open.
 # Results: bench/TRAY_FOOTPRINT.md and bench/TRAY_FOOTPRINT.json.
 # Env: CARGO_TARGET_DIR (default /root/.cache/devpilot-target), FOOTPRINT_RUNS (default 3),
-#      FOOTPRINT_SECS (default 60), FOOTPRINT_SETTLE (default 10), FOOTPRINT_OUT (path stem),
+#      FOOTPRINT_SECS (default 60), FOOTPRINT_OPEN_SECS (the open window's, default the same),
+#      FOOTPRINT_SETTLE (default 10), FOOTPRINT_OUT (path stem),
 #      FOOTPRINT_NO_BUILD=1 to measure the binary already built, FOOTPRINT_SOURCES=1 for a GitHub
 #      and a Linear source on the harness's stand-ins, FOOTPRINT_BASELINE (a former .json) to
 #      compare with, FOOTPRINT_TRACE_SECS=N for an `strace -f` of the closed tray after its
