@@ -556,3 +556,19 @@ pub fn write_config(home: &Path, toml: &str) {
 pub fn worktree_of(home: &Path, orch: &str, id: i64) -> PathBuf {
     home.join("data").join("devpilot").join("worktrees").join(orch).join(id.to_string())
 }
+
+/// The presence row of `machine` of `orch`: online, claiming, one slot, nothing running.
+pub fn online_presence<'a>(orch: &'a str, machine: &'a str) -> devpilot_store::queue::Presence<'a> {
+    devpilot_store::queue::Presence {
+        orchestrator_id: orch,
+        machine,
+        status: devpilot_store::queue::MachineStatus::Online,
+        dispatch_enabled: true,
+        paused_until: None,
+        running: 0,
+        concurrency: 1,
+        problem: None,
+        route: None,
+        order: None,
+    }
+}

@@ -11,8 +11,8 @@ use devpilot_engine::agent::AgentSpec;
 use devpilot_engine::orchestrator::{self, RunConfig, StopMode};
 use devpilot_store::job::JobState;
 use devpilot_store::queue::{
-    Backoff, CancelOutcome, FailOutcome, Fence, JobOptions, MachineStatus, PollExtras, Pruned, Retention, RetryAfter,
-    Start, MAX_KEY_LEN,
+    Backoff, CancelOutcome, FailOutcome, Fence, JobOptions, PollExtras, Pruned, Retention, RetryAfter, Start,
+    MAX_KEY_LEN,
 };
 use devpilot_tests::{wait_for, Backend, RecordingAgent, TestDb};
 use serde_json::json;
@@ -349,8 +349,8 @@ async fn retention_deletes_only_old_finished_work(backend: Backend) {
         (60 * DAY).as_millis()
     ))
     .await;
-    db.queue.heartbeat_machine(&presence(&orch, "gone")).await.unwrap();
-    db.queue.heartbeat_machine(&presence(&orch, "here")).await.unwrap();
+    db.queue.heartbeat_machine(&devpilot_tests::online_presence(&orch, "gone")).await.unwrap();
+    db.queue.heartbeat_machine(&devpilot_tests::online_presence(&orch, "here")).await.unwrap();
     db.age_machine(&orch, "gone", 31 * DAY).await;
     let history_before = db.queue.history(running).await.unwrap().len();
 
@@ -367,21 +367,6 @@ async fn retention_deletes_only_old_finished_work(backend: Backend) {
     let machines: Vec<String> = db.queue.machines(&orch).await.unwrap().into_iter().map(|m| m.machine).collect();
     assert_eq!(machines, ["here"]);
     assert_eq!(db.queue.prune(None, &Retention::default(), 100).await.unwrap(), Pruned::default(), "idempotent");
-}
-
-fn presence<'a>(orch: &'a str, machine: &'a str) -> devpilot_store::queue::Presence<'a> {
-    devpilot_store::queue::Presence {
-        orchestrator_id: orch,
-        machine,
-        status: MachineStatus::Online,
-        dispatch_enabled: true,
-        paused_until: None,
-        running: 0,
-        concurrency: 1,
-        problem: None,
-        route: None,
-        order: None,
-    }
 }
 
 /// A 10,000-character key, a zero backoff, or a keyed batch are refused with a clear error

@@ -386,18 +386,7 @@ async fn poll_carries_presence_and_the_stale_test(backend: Backend) {
     use devpilot_store::queue::Presence;
     let db = TestDb::new(backend).await;
     let orch = db.orch("fold");
-    let presence = |status| Presence {
-        orchestrator_id: &orch,
-        machine: "idle-box",
-        status,
-        dispatch_enabled: true,
-        paused_until: None,
-        running: 0,
-        concurrency: 2,
-        problem: None,
-        route: None,
-        order: None,
-    };
+    let presence = |status| Presence { status, concurrency: 2, ..devpilot_tests::online_presence(&orch, "idle-box") };
     // Nothing queued, nothing stale: no claims, not stale (on PostgreSQL), presence written.
     let extras = PollExtras {
         presence: Some(presence(MachineStatus::Online)),
@@ -712,22 +701,14 @@ async fn a_machine_completes_in_the_poll_that_fills_the_slot(backend: Backend) {
 /// (BEGIN, an UPDATE of no row, COMMIT) is sent only when that read says a job is due. On
 /// SQLite each round trip wakes the connection's thread and the runtime, on an idle tray.
 async fn an_idle_poll_sends_no_claim(backend: Backend) {
-    use devpilot_store::queue::Presence;
     let db = TestDb::new(backend).await;
     let orch = db.orch("idle");
-    let presence = Presence {
-        orchestrator_id: &orch,
-        machine: "idle-box",
-        status: MachineStatus::Online,
-        dispatch_enabled: true,
-        paused_until: None,
-        running: 0,
-        concurrency: 1,
-        problem: None,
+    let extras = PollExtras {
+        presence: Some(devpilot_tests::online_presence(&orch, "idle-box")),
+        stale_after: None,
         route: None,
-        order: None,
+        done: &[],
     };
-    let extras = PollExtras { presence: Some(presence), stale_after: None, route: None, done: &[] };
     let idle = if backend == Backend::Sqlite { 2 } else { 1 };
     let poll = || async {
         let before = db.queue.round_trips();
