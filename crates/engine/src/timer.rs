@@ -5,7 +5,7 @@
 //! a finer one: a 30 s wait wakes the runtime three or four times. An strace of the idle tray
 //! showed one deadline cost `epoll_wait` timeouts of 27026, 1186, 45 and 7 ms in a row. An idle
 //! machine's waits are that long: the poll's rest, a source's next turn, the tray host's
-//! look. So on Linux a wait of a second or more is a `timerfd` that
+//! look. So on Linux a wait of a second to an hour is a `timerfd` that
 //! the runtime's reactor watches: one wake-up, at the deadline, on the same monotonic clock
 //! as tokio's (neither counts a suspend). Elsewhere, or if the timerfd cannot be made (out
 //! of descriptors), it is tokio's timer, and the second is only logged.
@@ -17,19 +17,24 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// From this on a wait is a timerfd. Any wait past the wheel's finest level (64 ms) wakes
-/// more than once, but a busy machine's loop waits short and often, and a timerfd costs five
-/// system calls (made, armed, watched, unwatched, closed): a wait of a second or more is an
-/// idle one, where those calls are nothing beside a wake-up.
+/// The waits that are timerfds: from a second to an hour. Any wait past the wheel's finest
+/// level (64 ms) wakes more than once, but a timerfd costs six system calls (made, armed,
+/// watched, read, unwatched, closed), and a loop makes its wait again at every turn: a busy
+/// machine waits short, and a machine with every slot busy waits "a day" (`FAR`, a wait
+/// that never ends as such) while its loop turns at each message. Between the two is an
+/// idle machine's wait, where those calls are nothing beside a wake-up.
 #[cfg(all(target_os = "linux", not(test)))]
-const LONG: Duration = Duration::from_secs(1);
+const IDLE: std::ops::RangeInclusive<Duration> = Duration::from_secs(1)..=Duration::from_secs(3600);
 
 /// Waits until `deadline`, as [`tokio::time::sleep_until`] does, waking once.
+///
+/// Not on a paused clock: the engine's own tests get tokio's timer, but a test elsewhere that
+/// pauses tokio's clock would wait on the real one here.
 pub async fn sleep_until(deadline: Instant) {
     #[cfg(all(target_os = "linux", not(test)))]
     {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left >= LONG {
+        if IDLE.contains(&left) {
             match fd::sleep(left).await {
                 Ok(()) => return,
                 Err(e) => tracing::debug!(error = %e, "no timerfd for a long wait; tokio's timer instead"),
@@ -39,9 +44,13 @@ pub async fn sleep_until(deadline: Instant) {
     tokio::time::sleep_until(deadline).await
 }
 
-/// Waits `d`, as [`tokio::time::sleep`] does, waking once.
-pub async fn sleep(d: Duration) {
-    sleep_until(Instant::now() + d).await
+/// Waits `d` from now (the call, not the first poll), as [`tokio::time::sleep`] does, waking
+/// once.
+pub fn sleep(d: Duration) -> impl std::future::Future<Output = ()> {
+    let now = Instant::now();
+    // A wait too long for the clock ends in thirty years, as tokio's does.
+    let deadline = now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30));
+    sleep_until(deadline)
 }
 
 #[cfg(target_os = "linux")]
@@ -94,8 +103,8 @@ mod fd {
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
             it_value: libc::timespec {
-                tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-                tv_nsec: d.subsec_nanos() as libc::c_long,
+                tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+                tv_nsec: d.subsec_nanos() as _,
             },
         };
         // SAFETY: the spec is a valid itimerspec we own; no old value is asked for.
