@@ -11,7 +11,8 @@
 #      FOOTPRINT_SETTLE (default 10), FOOTPRINT_OUT (path stem),
 #      FOOTPRINT_NO_BUILD=1 to measure the binary already built, FOOTPRINT_SOURCES=1 for a GitHub
 #      and a Linear source on the harness's stand-ins, FOOTPRINT_BASELINE (a former .json) to
-#      compare with, FOOTPRINT_TRACE_SECS=N for an `strace -f` of the closed tray after its
+#      compare with (FOOTPRINT_BASELINE_AS: the name the report gives it), FOOTPRINT_TRACE_SECS=N
+#      for an `strace -f` of the closed tray after its
 #      measurement (WORK/strace-runK.txt). Issue 43's run:
 #        FOOTPRINT_SOURCES=1 FOOTPRINT_RUNS=1 FOOTPRINT_SECS=600 FOOTPRINT_SETTLE=140 \
 #        FOOTPRINT_OUT=bench/TRAY_FOOTPRINT_SOURCES FOOTPRINT_BASELINE=bench/TRAY_FOOTPRINT_SETTLED.json \

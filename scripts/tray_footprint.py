@@ -457,13 +457,19 @@ def write_md(d):
 
 def baseline_closed(d):
     """A former measurement's closed-window medians. One from before 2026-12-07 counted all
-    switches as wake-ups: its wake-ups are then re-counted from its threads' voluntary
-    switches (the busiest twelve of its last run, which hold nearly all of them)."""
+    switches as wake-ups: its wake-ups are then re-counted, run by run, from its threads'
+    voluntary switches (the busiest twelve of each run, which hold nearly all of them; a
+    run that lists twelve may have left some out, and is said to), and their median taken."""
     b = dict(d["summary_median"]["closed"])
     if "switches_per_s" not in b:
         b["switches_per_s"] = b.get("wakeups_per_s")
-        closed = d["detail"][-1]["closed"]
-        b["wakeups_per_s"] = round(sum(t["voluntary"] for t in closed["top_threads"]) / closed["seconds"], 3)
+        per_run = []
+        for r in d["detail"]:
+            closed = r["closed"]
+            if len(closed["top_threads"]) >= 12:
+                log(f"baseline run {r['run']}: twelve threads listed; its wake-ups may be undercounted")
+            per_run.append(sum(t["voluntary"] for t in closed["top_threads"]) / closed["seconds"])
+        b["wakeups_per_s"] = round(statistics.median(per_run), 3)
     return b
 
 

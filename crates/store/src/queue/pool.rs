@@ -42,9 +42,11 @@ impl Queue {
         }
     }
 
-    /// How many round trips this queue and its clones have sent: each statement, and on
+    /// How many round trips this queue and its clones have asked for: each statement, and on
     /// SQLite a transaction's BEGIN and COMMIT too. What an idle machine costs the database
-    /// (and, on SQLite, the wake-ups of the connection's thread) is counted in these.
+    /// (and, on SQLite, the wake-ups of the connection's thread) is counted in these. Not
+    /// counted: what the driver adds (sqlx's ping when a connection returns to the pool, a
+    /// statement sent again in pooled mode after a pooler's symptom).
     pub fn round_trips(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
     }
