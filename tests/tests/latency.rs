@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use devpilot_engine::sources::DELIVERY_LEASE;
 use devpilot_store::job::JobState;
@@ -22,6 +22,7 @@ devpilot_tests::on_both_backends!(
     a_comment_whose_deliverer_died_goes_out_when_its_lease_ends,
     a_comment_does_not_wait_behind_the_review_loops_reads,
     a_turn_that_writes_several_jobs_lets_the_first_run_while_it_reads_the_next,
+    a_slow_turn_does_not_push_the_next_one_back,
 );
 
 const TOKEN: &str = "ghp_TESTSECRET_5c6d7e8f9a0b";
@@ -202,5 +203,52 @@ async fn a_turn_that_writes_several_jobs_lets_the_first_run_while_it_reads_the_n
     assert!(out, "job #{} waited for the end of the turn that wrote it", job.id);
     let both = || async { job_of(&db, &orch, next).await.is_some_and(|j| j.state != JobState::Queued) };
     assert!(wait_for(WAIT, both).await, "the second job is claimed once the turn has written it");
+    assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
+}
+
+/// A slow turn does not push its source's next turn back, and a turn that takes most of
+/// its interval still rests before the next. With the first turn's issue list held 6 s at
+/// the stand-in, the next list comes one interval (15 s, and the tries' spread of at most a
+/// second) after the held one arrived, not an interval after that turn ended. Before, every
+/// turn's own time was added to its source's period, so a label waited for the turns' work
+/// too (the benchmark's (w): a turn that writes many jobs takes a second or two). With the
+/// second turn's list held 13 s, the third comes a tick (a quarter of the interval) after
+/// that turn ended, not at once.
+async fn a_slow_turn_does_not_push_the_next_one_back(backend: Backend) {
+    const INTERVAL: Duration = Duration::from_secs(15);
+    const TICK: Duration = Duration::from_millis(3_750);
+    let db = TestDb::new(backend).await;
+    let orch = db.orch("period");
+    let gh = GitHubStandIn::start(TOKEN);
+    gh.add_repo(REPO);
+    let agent = RecordingAgent::new(db.dir.path(), "true");
+    // Calls time out after a minute: a held list is let through by the test, not given up.
+    let extra = "interval = \"15s\"\ntimeout = \"60s\"";
+    let home = github_home(db.dir.path(), "laptop", &orch, &gh.url(), extra, "");
+    let mut held = gh.gate("issues/list-for-repo");
+    let _m = machine_with(&home, &db, &orch, "laptop", &agent.script, &[("GITHUB_TOKEN", TOKEN)], &[]);
+    let mut periods = vec![];
+    let mut arrived_at = None;
+    // Each turn's list is held as long as the tracker is slow; the next one's arrival is timed.
+    for hold in [Duration::from_secs(6), Duration::from_secs(13), Duration::ZERO] {
+        let g = held.clone();
+        assert!(wait_for(INTERVAL * 3, || async { g.arrived() }).await, "a turn lists the issues");
+        let now = Instant::now();
+        if let Some(before) = arrived_at.replace(now) {
+            periods.push(now - before);
+        }
+        let next = gh.gate("issues/list-for-repo");
+        tokio::time::sleep(hold).await;
+        held.open();
+        held = next;
+    }
+    held.open();
+    let (slow, slower) = (periods[0], periods[1]);
+    // The test sees each arrival within 50 ms; the turn's own work is milliseconds here.
+    assert!(slow >= INTERVAL - Duration::from_millis(500), "the next turn came early: {slow:?}");
+    assert!(slow < INTERVAL + Duration::from_secs(3), "the slow turn pushed the next one back: {slow:?}");
+    let rested = Duration::from_secs(13) + TICK;
+    assert!(slower >= rested - Duration::from_millis(400), "no rest after a turn of 13 s: {slower:?}");
+    assert!(slower < rested + Duration::from_secs(3), "{slower:?} between the lists");
     assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
 }

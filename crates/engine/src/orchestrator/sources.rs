@@ -373,42 +373,60 @@ impl Service {
                 max_attempts: c.max_attempts,
                 wrote: Some(&self.poll_now),
             };
+            // A turn's interval runs from its try, as the database counts it (`polled_at`),
+            // not from its end: a turn that reads and writes for a second would otherwise
+            // push every later turn a second back, and each label waits that much longer.
+            // A turn that took most of its interval still rests a tick before the next, so
+            // a slow tracker is not read back to back.
+            let tried_at = Instant::now();
             let tried = intake::poll(&taker, &source, &client, false).await;
             let interval = source.settings.interval.get();
-            let next_in = match tried {
-                Ok(Tried { report, next_in, turn, holds }) => {
-                    self.outbox_waits |= holds.backlog;
-                    if let Some(report) = report {
-                        for line in report.lines() {
-                            tracing::info!(source = %name, "{line}");
-                        }
-                        self.recovered(&name);
-                        self.set_health(&name, |h| h.last_poll = Some(report));
-                    }
-                    // The review loop's reads (every watched pull request) come after the
-                    // jobs are written and the machine told, beside the service's work; a
-                    // source with none watched has none to read.
-                    if let Some(turn) = turn.filter(|_| holds.watched) {
-                        self.watch_reviews(&source, turn).await;
-                    }
-                    next_in
-                }
+            let due = match tried {
+                Ok(t) => self.tried(&name, &source, t, tried_at).await,
                 Err(intake::IntakeError::Tracker(e)) => {
                     // The turn's statement saw the outbox, but its answer went with the
                     // error: the next pass looks.
                     self.outbox_waits = true;
                     self.tracker_failed(&source, &e).await;
-                    interval
+                    Instant::now() + interval
                 }
                 Err(intake::IntakeError::Store(e)) => {
                     tracing::warn!(source = %name, error = %e, "the intake turn failed on the database");
-                    tick_of(&self.cfg)
+                    Instant::now() + tick_of(&self.cfg)
                 }
             };
             // Every machine learns the same due time: a random wait of up to a second spreads
             // their tries, and the first one takes the turn; the others learn the next due
             // time from their zero-row try. About one statement per machine per interval.
-            self.next_try.insert(name, Instant::now() + next_in + spread(&self.cfg));
+            // (`next_in` is counted at the try's statement, a moment after `tried_at`: a try
+            // that comes that moment early finds the turn not yet due and learns how long.)
+            self.next_try.insert(name, due + spread(&self.cfg));
+        }
+    }
+
+    /// After a try at `source`'s turn, tried at `tried_at`: the turn's report shown, its
+    /// review pass started when a pull request is watched. When to try next: an interval
+    /// after the try, and after a turn taken, at least a tick after its end.
+    async fn tried(&mut self, name: &str, source: &Bound, tried: Tried, tried_at: Instant) -> Instant {
+        let Tried { report, next_in, turn, holds } = tried;
+        self.outbox_waits |= holds.backlog;
+        if let Some(report) = report {
+            for line in report.lines() {
+                tracing::info!(source = %name, "{line}");
+            }
+            self.recovered(name);
+            self.set_health(name, |h| h.last_poll = Some(report));
+        }
+        // The review loop's reads (every watched pull request) come after the jobs are
+        // written and the machine told, beside the service's work; a source with none
+        // watched has none to read.
+        if let Some(turn) = turn.filter(|_| holds.watched) {
+            self.watch_reviews(source, turn).await;
+        }
+        let due = tried_at + next_in;
+        match turn {
+            Some(_) => due.max(Instant::now() + tick_of(&self.cfg)),
+            None => due,
         }
     }
 
