@@ -224,6 +224,9 @@ async fn a_hostile_agent_reaches_its_worktree_and_its_model_and_nothing_else(bac
     assert_eq!(host_effects(&open), ["hook", "clone_config", "other_branch", "symlink_escape"]);
     let h = db.queue.history(id).await.unwrap();
     assert!(h.iter().any(|e| e.kind == "unconfined" && said(&e.detail, "mode = \"off\"")), "{h:?}");
+    // Written beside the agent's start, it still comes before the job's end.
+    let at = |kind: &str| h.iter().position(|e| e.kind == kind);
+    assert!(at("unconfined") < at("completed") && at("completed").is_some(), "the note comes first: {h:?}");
 
     // Confined: every route is closed, and real work still works.
     let orch = db.orch("confined");

@@ -54,6 +54,15 @@ struct Place {
     scratch: Option<Scratch>,
     /// How its agent is confined (None: unconfined, said in the job's history).
     sandbox: Option<crate::sandbox::Plan>,
+    /// Why its agent runs unconfined, for the job's history, when it does.
+    unconfined: Option<String>,
+}
+
+/// How a job's agent runs: confined by its sandbox's plan, or unconfined and why.
+#[derive(Default)]
+struct Confined {
+    plan: Option<crate::sandbox::Plan>,
+    unconfined: Option<String>,
 }
 
 /// Runs `claim` to its end and reports it.
@@ -65,24 +74,16 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
         _ = cancel.token.cancelled() => Err(NotReady::Stopped(cancel.reason())),
         p = prepare(&ctx, &claim) => p,
     };
-    let Place { log, spec, worktree, scratch, sandbox } = match prepared {
+    let Place { log, spec, worktree, scratch, sandbox, unconfined } = match prepared {
         Ok(p) => p,
         Err(why) => return not_ready(&ctx, job, why).await,
     };
+    let noted = unconfined.map(|why| note_unconfined(&ctx, fence, why));
     let (mut launch, talk) = launch_of(&ctx, &claim, spec, worktree.as_ref(), scratch.as_ref()).await;
     launch.sandbox = sandbox;
     let mut agent = match ctx.agent.start(&claim, &ctx.env, &launch, log).await {
         Ok(a) => a,
-        Err(e) => {
-            if let (Some(ws), Some(wt)) = (&ctx.workspaces, &worktree) {
-                ws.finish(wt, false).await;
-            }
-            let why = match e {
-                StartError::Machine(e) => NotReady::Machine(e),
-                StartError::Job(msg) => NotReady::Job(msg),
-            };
-            return not_ready(&ctx, job, why).await;
-        }
+        Err(e) => return not_started(&ctx, job, worktree.as_ref(), e, noted).await,
     };
     let span = agent.log().cloned();
     let tail = span.clone().map(|s| spawn_log_tail(&ctx, fence, s));
@@ -95,6 +96,7 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     };
     let capped = watch.until_capped(span.clone());
     let outcome = supervise(&ctx, &mut agent, &cancel, span.clone(), talk.as_ref(), fence.job, capped).await;
+    noted_first(noted).await;
     let refused = agent.refused_hosts();
     drop(agent);
     after_jail(&ctx, fence, &launch, worktree.as_ref(), refused).await;
@@ -135,6 +137,43 @@ pub async fn run_job(ctx: Arc<JobCtx>, claim: Claim, cancel: Cancel) {
     }
     drop(scratch);
     let _ = ctx.done.send(JobDone { fence, agent_error: None, rider: None, slot_freed: rode });
+}
+
+/// An agent that could not start: its history note written, its worktree let go, its job
+/// reported not ready.
+async fn not_started(
+    ctx: &JobCtx,
+    job: JobRef,
+    worktree: Option<&Worktree>,
+    e: StartError,
+    noted: Option<tokio::task::JoinHandle<()>>,
+) {
+    noted_first(noted).await;
+    if let (Some(ws), Some(wt)) = (&ctx.workspaces, worktree) {
+        ws.finish(wt, false).await;
+    }
+    let why = match e {
+        StartError::Machine(e) => NotReady::Machine(e),
+        StartError::Job(msg) => NotReady::Job(msg),
+    };
+    not_ready(ctx, job, why).await
+}
+
+/// Writes "the agent ran unconfined" into the job's history beside the agent's start, not
+/// before it: that statement, which every job of an unconfined machine writes, held each
+/// slot for a round trip (section (v) of the benchmark: `--sandbox off` ran at half its
+/// rate). [`noted_first`] waits for it while the claim is held, before the job's end.
+fn note_unconfined(ctx: &Arc<JobCtx>, fence: Fence, why: String) -> tokio::task::JoinHandle<()> {
+    let ctx = ctx.clone();
+    tokio::spawn(async move { ctx.store.note_agent(&fence, event::UNCONFINED, &why).await })
+}
+
+/// Waits for the history note written beside the agent's start, so it comes before the
+/// job's end in its history.
+async fn noted_first(note: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(n) = note {
+        let _ = n.await;
+    }
 }
 
 /// The outcome of an agent that ended, if the claim is still ours: as its preset's CLI
@@ -251,25 +290,20 @@ async fn launch_of(
 }
 
 /// How the job's agent runs ([`Confining::decide`](super::confine::Confining::decide)): the
-/// sandbox's plan, or None when it runs unconfined (said in the job's history). A tracker's
+/// sandbox's plan, or why it runs unconfined (which the job's history will say). A tracker's
 /// job that this machine cannot confine is handed back, not run.
-async fn confine(
-    ctx: &JobCtx,
-    claim: &Claim,
-    wt: Option<&Worktree>,
-) -> std::result::Result<Option<crate::sandbox::Plan>, NotReady> {
+async fn confine(ctx: &JobCtx, claim: &Claim, wt: Option<&Worktree>) -> std::result::Result<Confined, NotReady> {
     use super::confine::Decision;
     if !ctx.agent.is_process() {
-        return Ok(None);
+        return Ok(Confined::default());
     }
     let fence = claim.fence;
     let private = ctx.env.payload_dir.join(format!("jail-{}-{}", fence.job, fence.token));
     let from_tracker = claim.source_id.is_some();
     match ctx.confining.decide(ctx.workspaces.as_deref(), wt, from_tracker, private).await {
-        Decision::Confined(plan) => Ok(Some(*plan)),
+        Decision::Confined(plan) => Ok(Confined { plan: Some(*plan), unconfined: None }),
         Decision::Unconfined(why) => {
-            ctx.store.note_agent(&fence, event::UNCONFINED, &format!("the agent ran unconfined: {why}")).await;
-            Ok(None)
+            Ok(Confined { plan: None, unconfined: Some(format!("the agent ran unconfined: {why}")) })
         }
         Decision::Refused(why) => Err(NotReady::Refused(why)),
         Decision::Failed(why) => Err(NotReady::Job(why)),
@@ -373,22 +407,22 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
             true => Some(Scratch::new(&ctx.scratch_root, claim).map_err(NotReady::Machine)?),
             false => None,
         };
-        let sandbox = confine(ctx, claim, None).await?;
-        return Ok(Place { log, spec, worktree: None, scratch, sandbox });
+        let c = confine(ctx, claim, None).await?;
+        return Ok(Place { log, spec, worktree: None, scratch, sandbox: c.plan, unconfined: c.unconfined });
     };
     let Some(ws) = &ctx.workspaces else {
         return Err(NotReady::Job(format!("this machine has no repo '{repo}' configured")));
     };
     let Some(l) = log.as_mut() else {
-        return Ok(Place { log: None, spec, worktree: None, scratch: None, sandbox: None });
+        return Ok(Place { log: None, spec, worktree: None, scratch: None, sandbox: None, unconfined: None });
     };
     let branch = spec.branch(claim.fence.job);
     let wt = ws
         .prepare(claim.fence.job, &repo, &branch, spec.base.as_deref(), claim.resume_branch.as_deref(), l)
         .await
         .map_err(|e| NotReady::Job(e.to_string()))?;
-    let sandbox = match confine(ctx, claim, Some(&wt)).await {
-        Ok(s) => s,
+    let Confined { plan: sandbox, unconfined } = match confine(ctx, claim, Some(&wt)).await {
+        Ok(c) => c,
         Err(why) => {
             ws.finish(&wt, false).await;
             return Err(why);
@@ -403,7 +437,7 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
         ws.finish(&wt, false).await;
         return Err(NotReady::Job(why));
     }
-    Ok(Place { log, spec, worktree: Some(wt), scratch: None, sandbox })
+    Ok(Place { log, spec, worktree: Some(wt), scratch: None, sandbox, unconfined })
 }
 
 /// A job whose place could not be prepared, or whose agent could not start.
