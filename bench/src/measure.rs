@@ -72,6 +72,7 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     if std::env::var("DEVPILOT_BENCH_ONLY").as_deref() == Ok("versus") {
         // For working on section (v) alone (a partial report).
         out["versus"] = crate::versus::measure(&env, &plan).await;
+        out["versus"]["date"] = json!(now_utc());
         env.pg.stop();
         return (out, vec![env.pg.dir.clone(), env.tmp.clone()]);
     }
@@ -100,6 +101,7 @@ pub async fn run_all(quick: bool) -> (Value, Vec<PathBuf>) {
     out["peers"] = crate::peers::all(&env, &plan).await;
     log("(v) issue 25: alternated rounds against Graphile Worker and the machine's spawn limit");
     out["versus"] = crate::versus::measure(&env, &plan).await;
+    out["versus"]["date"] = json!(now_utc());
     log("(s) the agent sandbox's cost: confined against --sandbox off, alternated rounds");
     out["sandbox"] = crate::sandbox::measure(&env, &plan).await;
     log("(w) what a user feels: label to agent, agent to comment and PR, two machines");

@@ -6,17 +6,25 @@
 //! - The spawn limit: 32 threads, each starting `/bin/true` and waiting for it, as fast as they
 //!   can, through std's spawn (`posix_spawn`: a `CLONE_VM` child, `execve`, `wait`); and, for
 //!   reference, `xargs -P 32 -n 1 /bin/true`.
-//! - The agent path: `devpilot run -c 32 -- /bin/true` (one process) and 4 × `-c 8`, against
-//!   Graphile Worker running `execFile('/bin/true')` per job in its default and localQueue modes.
+//! - The confined spawn limit: 32 tasks, each making the sandbox the runner makes for a plain
+//!   command (the engine's own [`sandbox::Plan`]: its mounts, its egress proxy, bubblewrap and
+//!   DevPilot's init) around `/bin/true`, starting it and waiting for it, as fast as they can.
+//! - The agent path: `devpilot run -c 32 -- /bin/true` (one process) and 4 × `-c 8`, confined
+//!   (the default) against the confined spawn limit; and `-c 32 --sandbox off` against the
+//!   spawn limit and against Graphile Worker running `execFile('/bin/true')` per job (which
+//!   confines nothing) in its default and localQueue modes.
 //! - The no-op drains at 32 workers, with PostgreSQL's CPU per 1,000 jobs: batched against
 //!   Graphile's localQueue, one job per fetch against its default.
 //! - Pickup p50 with NOTIFY, against Graphile's LISTEN.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use devpilot_engine::sandbox;
 use serde_json::{json, Value};
 
 use crate::agent_path;
@@ -26,6 +34,10 @@ use crate::peers::run_peer;
 
 /// Workers on every side: our slots, Graphile's concurrentJobs, the spawner's threads.
 pub const WORKERS: usize = 32;
+
+/// The rounds of a full run: Graphile's own rate swings by a factor of two between runs, so
+/// each ratio is reported with its spread over five.
+pub const ROUNDS: usize = 5;
 
 /// `jobs` runs of `/bin/true` by `WORKERS` threads, each spawning and waiting in a loop.
 fn spawn_limit(jobs: i64) -> Value {
@@ -47,6 +59,69 @@ fn spawn_limit(jobs: i64) -> Value {
     let failed: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     let secs = start.elapsed().as_secs_f64();
     json!({ "jobs": jobs, "failed": failed, "secs": secs, "jobs_per_s": jobs as f64 / secs, "how": "32 threads × std::process::Command(\"/bin/true\").status()" })
+}
+
+/// `jobs` runs of `/bin/true` by `WORKERS` tasks, each confined as the runner confines a
+/// plain command: the engine's [`sandbox::Plan`] for it (the system, the home's toolchains,
+/// its own directory, an egress proxy with nothing allowed), bubblewrap and the init, then a
+/// wait, then the sandbox's directory removed. What the queue adds is all that differs.
+async fn spawn_limit_confined(dir: &Path, jobs: i64) -> Value {
+    let bwrap = match sandbox::confinement() {
+        sandbox::Confinement::Confined { bwrap, .. } => bwrap.clone(),
+        sandbox::Confinement::Unconfined { why } => return json!({ "jobs": 0, "skipped": why }),
+    };
+    let left = Arc::new(AtomicI64::new(jobs));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (left, bwrap, dir) = (left.clone(), bwrap.clone(), dir.join(format!("w{w}")));
+            tokio::spawn(async move {
+                std::fs::create_dir_all(dir.join("cwd")).unwrap();
+                let mut failed = 0;
+                for n in 0.. {
+                    if left.fetch_sub(1, Ordering::Relaxed) <= 0 {
+                        break;
+                    }
+                    failed += usize::from(!confined_true(&bwrap, &dir, n).await);
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = 0;
+    for t in tasks {
+        failed += t.await.unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    json!({ "jobs": jobs, "failed": failed, "secs": secs, "jobs_per_s": jobs as f64 / secs, "how": "32 tasks × the runner's sandbox::Plan::command(\"/bin/true\"), spawned and waited" })
+}
+
+/// One confined `/bin/true`, its sandbox in `dir`/`n`: whether it exited 0.
+async fn confined_true(bwrap: &Path, dir: &Path, n: usize) -> bool {
+    let plan = sandbox::Plan {
+        bwrap: bwrap.to_path_buf(),
+        git: None,
+        allow: vec![],
+        read_only: vec![],
+        read_write: vec![],
+        private: dir.join(format!("jail-{n}")),
+        identity: ("bench".into(), "bench@example.invalid".into()),
+    };
+    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    let Ok((jail, program, args)) = plan.command(Path::new("/bin/true"), vec![], &mut vars, &dir.join("cwd")) else {
+        return false;
+    };
+    let status = tokio::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(vars)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await;
+    drop(jail);
+    plan.done();
+    status.is_ok_and(|s| s.success())
 }
 
 /// `seq jobs | xargs -P 32 -n 1 /bin/true`.
@@ -80,21 +155,33 @@ async fn graphile(env: &Env, jobs: i64, batched: bool, exec: bool) -> Value {
 }
 
 /// `DEVPILOT_BENCH_VERSUS=drains`: only the no-op drains, for trying a store change in a
-/// few minutes. A full run never sets it.
-fn drains_only() -> bool {
-    std::env::var("DEVPILOT_BENCH_VERSUS").as_deref() == Ok("drains")
+/// few minutes; `=agent`: only the unconfined agent path and its spawn limit, for a profile
+/// of it (`perf record -a` beside it). A full run never sets it.
+fn only(part: &str) -> bool {
+    std::env::var("DEVPILOT_BENCH_VERSUS").as_deref() == Ok(part)
 }
 
-/// Every figure, `plan.repeats` alternated rounds: `{ runs: {name: [...]}, medians: {...} }`.
+/// Every figure, [`ROUNDS`] alternated rounds (a quick run: its plan's):
+/// `{ runs: {name: [...]}, medians: {...} }`.
 pub async fn measure(env: &Env, plan: &Plan) -> Value {
     let session = agent_path::session_dir();
     let rt = Some(session.as_path());
     let mut runs: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     let true_agent: &[&str] = &["/bin/true"];
-    for round in 1..=plan.repeats {
-        log(format!("  round {round} of {}", plan.repeats));
+    let off: &[&str] = &["--sandbox", "off"];
+    let rounds = if plan.repeats == 1 { 1 } else { ROUNDS };
+    for round in 1..=rounds {
+        log(format!("  round {round} of {rounds}"));
         let mut push = |k, v: Value| runs.entry(k).or_default().push(v);
-        if drains_only() {
+        if only("agent") {
+            push("spawn_limit", spawn_limit(plan.agent_jobs));
+            push(
+                "ours_cli_1x32_off",
+                agent_path::once(env, (1, WORKERS), (true_agent, off), plan.agent_jobs, rt).await,
+            );
+            continue;
+        }
+        if only("drains") {
             let jobs = plan.drain_jobs_pg;
             push("ours_batched", drain::drain(env, Backend::Pg, WORKERS, 1, true, "noop", jobs, true).await);
             push("graphile_batched", graphile(env, jobs, true, false).await);
@@ -102,12 +189,15 @@ pub async fn measure(env: &Env, plan: &Plan) -> Value {
             push("graphile_single", graphile(env, jobs, false, false).await);
             continue;
         }
-        push("spawn_limit", spawn_limit(plan.agent_jobs));
-        push("xargs", xargs(plan.agent_jobs));
-        push("ours_cli_1x32", agent_path::once(env, (1, WORKERS), (true_agent, &[]), plan.agent_jobs, rt).await);
-        push("graphile_exec_default", graphile(env, plan.agent_jobs, false, true).await);
-        push("ours_cli_4x8", agent_path::once(env, (4, WORKERS / 4), (true_agent, &[]), plan.agent_jobs, rt).await);
-        push("graphile_exec_local", graphile(env, plan.agent_jobs, true, true).await);
+        let jobs = plan.agent_jobs;
+        push("spawn_limit", spawn_limit(jobs));
+        push("ours_cli_1x32_off", agent_path::once(env, (1, WORKERS), (true_agent, off), jobs, rt).await);
+        push("graphile_exec_default", graphile(env, jobs, false, true).await);
+        push("spawn_limit_confined", spawn_limit_confined(&env.tmp.join(format!("spawn{}", env.next())), jobs).await);
+        push("ours_cli_1x32", agent_path::once(env, (1, WORKERS), (true_agent, &[]), jobs, rt).await);
+        push("xargs", xargs(jobs));
+        push("ours_cli_4x8", agent_path::once(env, (4, WORKERS / 4), (true_agent, &[]), jobs, rt).await);
+        push("graphile_exec_local", graphile(env, jobs, true, true).await);
         let jobs = plan.drain_jobs_pg;
         push("ours_batched", drain::drain(env, Backend::Pg, WORKERS, 1, true, "noop", jobs, true).await);
         push("graphile_batched", graphile(env, jobs, true, false).await);
@@ -141,5 +231,5 @@ pub async fn measure(env: &Env, plan: &Plan) -> Value {
         medians[format!("{k}_pg_cpu")] = json!(if xs.is_empty() { f64::NAN } else { median(xs) });
     }
     log(format!("  medians: {medians}"));
-    json!({ "rounds": plan.repeats, "workers": WORKERS, "node": crate::peers::node_version(), "runs": runs, "medians": medians })
+    json!({ "rounds": rounds, "workers": WORKERS, "node": crate::peers::node_version(), "runs": runs, "medians": medians })
 }
