@@ -428,13 +428,16 @@ async fn prepare(ctx: &JobCtx, claim: &Claim) -> std::result::Result<Place, NotR
             return Err(why);
         }
     };
-    if let Err(e) = ws.setup(&wt, l, &ctx.env.log_path(claim.fence.job), sandbox.as_ref()).await {
-        ws.finish(&wt, false).await;
-        return Err(NotReady::Job(e.to_string()));
-    }
+    // The repo's setup runs as its agent would: a setup that ran unconfined is in the job's
+    // history even when the agent never starts.
+    let setup = ws.setup(&wt, l, &ctx.env.log_path(claim.fence.job), sandbox.as_ref()).await;
     // A CLI that would load an agent's project configuration never starts.
-    if let Some(why) = ctx.agent.preset().and_then(|p| p.refusal(&wt)) {
+    let refused = || ctx.agent.preset().and_then(|p| p.refusal(&wt));
+    if let Some(why) = setup.err().map(|e| e.to_string()).or_else(refused) {
         ws.finish(&wt, false).await;
+        if let Some(u) = &unconfined {
+            ctx.store.note_agent(&claim.fence, event::UNCONFINED, u).await;
+        }
         return Err(NotReady::Job(why));
     }
     Ok(Place { log, spec, worktree: Some(wt), scratch: None, sandbox, unconfined })
