@@ -246,9 +246,9 @@ async fn a_slow_turn_does_not_push_the_next_one_back(backend: Backend) {
     let (slow, slower) = (periods[0], periods[1]);
     // The test sees each arrival within 50 ms; the turn's own work is milliseconds here.
     assert!(slow >= INTERVAL - Duration::from_millis(500), "the next turn came early: {slow:?}");
-    assert!(slow < INTERVAL + Duration::from_secs(3), "the slow turn pushed the next one back: {slow:?}");
+    assert!(slow < INTERVAL + Duration::from_secs(4), "the slow turn pushed the next one back: {slow:?}");
     let rested = Duration::from_secs(13) + TICK;
     assert!(slower >= rested - Duration::from_millis(400), "no rest after a turn of 13 s: {slower:?}");
-    assert!(slower < rested + Duration::from_secs(3), "{slower:?} between the lists");
+    assert!(slower < rested + Duration::from_secs(4), "{slower:?} between the lists");
     assert!(gh.rejected().is_empty(), "nothing the description refuses: {:?}", gh.rejected());
 }
