@@ -108,7 +108,7 @@ pub fn section(m: &mut String, j: &Value) {
     let _ = writeln!(m, "## (v) Against Graphile Worker and the machine's own limit, alternated rounds\n");
     let _ = writeln!(
         m,
-        "{}{} rounds; in each, every figure below ran once, ours and the other side's one after the other (A B A B), so a noisy stretch of the machine hits both. Each figure is the median of its rounds. Graphile Worker {graphile} on node {}, {} workers on every side. The spawn limit: {} threads, each starting `/bin/true` and waiting for it as fast as it can (std's spawn: posix_spawn, a `CLONE_VM` child). The confined spawn limit: as many tasks, each making the sandbox the runner makes for a plain command (the engine's own `sandbox::Plan`: its mounts, an egress proxy, bubblewrap and DevPilot's init) around `/bin/true`, then starting it and waiting for it; what `devpilot run` adds to it is the queue, the job's files and its history. Each round's ratio is that round's ours ÷ theirs; the spread is their range.\n",
+        "{}{} rounds; in each, every figure below ran once, ours within a few runs of the other side it is compared with (most pairs one right after the other), so a noisy stretch of the machine hits both. Each figure is the median of its rounds. Graphile Worker {graphile} on node {}, {} workers on every side. The spawn limit: {} threads, each starting `/bin/true` and waiting for it as fast as it can (std's spawn: posix_spawn, a `CLONE_VM` child). The confined spawn limit: as many tasks, each making the sandbox the runner makes for a plain command (the engine's own `sandbox::Plan`: its mounts, an egress proxy, bubblewrap and DevPilot's init) around `/bin/true`, then starting it and waiting for it; what `devpilot run` adds to it is the queue, the job's files and its history. Each round's ratio is that round's ours ÷ theirs; the spread is their range.\n",
         v["date"].as_str().map(|d| format!("Measured {d}. ")).unwrap_or_default(),
         v["rounds"],
         v["node"].as_str().unwrap_or("?"),
@@ -123,14 +123,18 @@ pub fn section(m: &mut String, j: &Value) {
     for (t, ours, theirs) in targets(md) {
         let ratio = ours / theirs;
         let rounds = round_ratios(&v["runs"], t.ours, t.other.0);
-        let (lo, hi) = rounds.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| (l.min(r), h.max(r)));
+        let finite: Vec<f64> = rounds.iter().copied().filter(|r| r.is_finite()).collect();
+        let spread = match finite.iter().copied().reduce(f64::min).zip(finite.iter().copied().reduce(f64::max)) {
+            Some((lo, hi)) => format!("{lo:.2}–{hi:.2}"),
+            None => "—".into(),
+        };
         let each: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
         let fmt = |x: f64| if t.what.contains("(ms)") { ms(x) } else { n0(x) };
         let bound =
             t.bound.map_or("none".into(), |(b, at_least)| format!("{} {b:.1}", if at_least { "≥" } else { "≤" }));
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {:.2} | {} | {lo:.2}–{hi:.2} | {bound} | **{}** |",
+            "| {} | {} | {} | {} | {:.2} | {} | {spread} | {bound} | **{}** |",
             t.what,
             fmt(ours),
             t.other.1,
