@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use devpilot_store::job::JobState;
 use devpilot_tests::{
-    enqueue, fast_flags, free_port, git, run_cli, shared_pg, spawn_runner, wait_for, write_config, Backend, GitRemote,
-    Runner, SecretService, TestDb,
+    enqueue, fast_flags, git, run_cli, shared_pg, spawn_runner, wait_for, write_config, Backend, GitRemote, Runner,
+    SecretService, TestDb,
 };
 
 devpilot_tests::on_both_backends!(
@@ -87,12 +87,21 @@ fn listening(path: &str, abstract_name: bool) {
 /// in it, a clone of a remote, another repository and another job's worktree, and the
 /// servers and sockets the agent will try.
 struct Scene {
-    root: tempfile::TempDir,
+    /// Its files, removed when the scene is dropped.
+    _root: tempfile::TempDir,
     home: PathBuf,
     clone: PathBuf,
     remote: GitRemote,
     keyring: SecretService,
     prompt: String,
+    /// The X11 socket it made in the machine's shared `/tmp/.X11-unix`, removed with it.
+    x11: PathBuf,
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.x11);
+    }
 }
 
 fn scene(orch: &str) -> Scene {
@@ -117,12 +126,19 @@ fn scene(orch: &str) -> Scene {
     write_config(&home, &format!("[repos.webapp]\npath = \"{}\"\npush = true\n", clone.display()));
     let keyring = SecretService::start(&root.path().join("keyring"));
     let pg = shared_pg();
-    let abstract_name = format!("devpilot-sandbox-test-{}", free_port());
+    // The abstract name and the X11 path are shared by every process on the machine: each
+    // scene's are its own (a free port's number is not: the kernel hands a released port out
+    // again, and two scenes of this process then met on one name).
+    static SCENES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = format!("{}{:03}", std::process::id(), SCENES.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+    let abstract_name = format!("devpilot-sandbox-test-{n}");
     listening(&abstract_name, true);
     let ssh_agent = root.path().join("ssh-agent.sock");
     listening(&ssh_agent.to_string_lossy(), false);
     std::fs::create_dir_all("/tmp/.X11-unix").unwrap();
-    let x11 = format!("/tmp/.X11-unix/X{}", free_port());
+    let x11 = format!("/tmp/.X11-unix/X{n}");
+    // A socket file an earlier process of the same pid left.
+    let _ = std::fs::remove_file(&x11);
     listening(&x11, false);
     let prompt = [
         ("home", home.display().to_string()),
@@ -136,13 +152,13 @@ fn scene(orch: &str) -> Scene {
         ("allowed_port", answering("allowed").to_string()),
         ("abstract", abstract_name),
         ("ssh_agent", ssh_agent.display().to_string()),
-        ("x11", x11),
+        ("x11", x11.clone()),
     ]
     .iter()
     .map(|(k, v)| format!("{k}={v}"))
     .collect::<Vec<_>>()
     .join("\n");
-    Scene { root, home, clone, remote, keyring, prompt }
+    Scene { _root: root, home, clone, remote, keyring, prompt, x11: PathBuf::from(x11) }
 }
 
 fn hostile_agent() -> PathBuf {
@@ -249,7 +265,7 @@ async fn a_hostile_agent_reaches_its_worktree_and_its_model_and_nothing_else(bac
     let (job, payload) = db.queue.job(id).await.unwrap().unwrap();
     let branch = job.branch(&payload).expect("the job's branch");
     assert_eq!(s.remote.show(&branch, "work.txt").as_deref(), Some("done by the agent\n"), "DevPilot pushed the work");
-    drop(s.root);
+    drop(s);
 }
 
 /// A machine whose runner cannot make user namespaces (run inside a sandbox that refuses
